@@ -1,0 +1,448 @@
+"""Frozen, validated configuration and the named presets.
+
+A preset is everything one run of the notebook series needs: the model, LoRA,
+the mesh of each stage, the data mix and each stage's hyperparameters. Pick one
+by name, by the ``REASONKIT_PRESET`` environment variable, or with ``"auto"``,
+which looks at the accelerator JAX sees.
+
+>>> p = get_preset("tiny")
+>>> p.model.family, p.lora.rank, p.sft.mesh.axis_names
+('gemma3', 8, ('fsdp', 'tp'))
+>>> get_preset("gemma3-1b").sft.learning_rate
+2e-05
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Mapping
+
+DOMAINS = ("math", "coding", "science", "instruction", "summarization", "general")
+
+
+def _fail(cls: str, field: str, value: Any, why: str) -> None:
+    raise ValueError(f"{cls}.{field}={value!r}: {why}")
+
+
+def _positive(obj: Any, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+            _fail(type(obj).__name__, name, value, "must be a positive number")
+
+
+def _fraction(obj: Any, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            _fail(type(obj).__name__, name, value, "must be in [0, 1]")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ModelConfig:
+    """Which Gemma, where its weights come from, and its shape.
+
+    ``source`` is ``"tiny"`` (built by :mod:`reasonkit.models` from the synthetic
+    corpus), a Kaggle handle ``"kaggle:google/gemma-3/transformers/gemma-3-1b-it"``,
+    a Hugging Face repo ``"hf:google/gemma-3-1b-it"`` or a local directory in
+    Hugging Face layout (config.json, *.safetensors, tokenizer.model).
+    """
+
+    family: str  # "gemma3" | "gemma2"
+    source: str
+    num_layers: int
+    vocab_size: int
+    embed_dim: int
+    hidden_dim: int
+    num_heads: int
+    head_dim: int
+    num_kv_heads: int
+    sliding_window: int
+    dtype: str = "bfloat16"  # parameter and compute dtype
+    remat: bool = False  # rematerialise each decoder block in training
+
+    def __post_init__(self):
+        if self.family not in ("gemma3", "gemma2"):
+            _fail("ModelConfig", "family", self.family, "must be 'gemma3' or 'gemma2'")
+        if not isinstance(self.source, str) or not self.source:
+            _fail("ModelConfig", "source", self.source, "must be a non-empty string")
+        _positive(self, "num_layers", "vocab_size", "embed_dim", "hidden_dim",
+                  "num_heads", "head_dim", "num_kv_heads", "sliding_window")
+        if self.num_heads % self.num_kv_heads:
+            _fail("ModelConfig", "num_kv_heads", self.num_kv_heads,
+                  f"must divide num_heads={self.num_heads}")
+        if self.head_dim % 2:
+            _fail("ModelConfig", "head_dim", self.head_dim, "must be even (RoPE)")
+        if self.dtype not in ("bfloat16", "float32"):
+            _fail("ModelConfig", "dtype", self.dtype, "must be 'bfloat16' or 'float32'")
+
+    @property
+    def num_params(self) -> int:
+        """Parameter count (embedding tied to the output layer, norms ignored)."""
+        attn = self.embed_dim * self.head_dim * (2 * self.num_heads + 2 * self.num_kv_heads)
+        mlp = 3 * self.embed_dim * self.hidden_dim
+        return self.vocab_size * self.embed_dim + self.num_layers * (attn + mlp)
+
+
+LORA_TARGETS = ".*q_einsum|.*kv_einsum|.*qkv_einsum|.*attn_vec_einsum|.*gate_proj|.*up_proj|.*down_proj"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LoraConfig:
+    """LoRA adapters through qwix; ``qlora`` stores the frozen base in NF4."""
+
+    rank: int
+    alpha: float
+    module_path: str = LORA_TARGETS  # regex over module paths (q / kv / out / gate / up / down)
+    qlora: bool = False
+    tile_size: int = 256  # QLoRA quantisation tile
+
+    def __post_init__(self):
+        _positive(self, "rank", "alpha", "tile_size")
+        if not isinstance(self.rank, int):
+            _fail("LoraConfig", "rank", self.rank, "must be an int")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MeshConfig:
+    """A device mesh; one entry of ``shape`` may be -1: "all remaining devices"."""
+
+    shape: tuple[int, ...] = (-1, 1)
+    axis_names: tuple[str, ...] = ("fsdp", "tp")
+
+    def __post_init__(self):
+        if len(self.shape) != len(self.axis_names):
+            _fail("MeshConfig", "shape", self.shape,
+                  f"needs one entry per axis name {self.axis_names}")
+        if sum(1 for s in self.shape if s == -1) > 1:
+            _fail("MeshConfig", "shape", self.shape, "at most one entry may be -1")
+        if any((not isinstance(s, int)) or (s < 1 and s != -1) for s in self.shape):
+            _fail("MeshConfig", "shape", self.shape, "entries must be positive ints or -1")
+        if len(set(self.axis_names)) != len(self.axis_names):
+            _fail("MeshConfig", "axis_names", self.axis_names, "must be distinct")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DataConfig:
+    """Where the records come from and how the mix is rebalanced.
+
+    ``sources`` are strings :func:`reasonkit.data.load_source` understands, e.g.
+    ``"tasks"`` (the synthetic tasks), ``"gsm8k:tfds"``, ``"gsm8k:hf"``,
+    ``"jsonl:/path/file.jsonl"``.
+    """
+
+    sources: tuple[str, ...] = ("tasks",)
+    domain_weights: Mapping[str, float] = dataclasses.field(
+        default_factory=lambda: {d: 1.0 for d in DOMAINS})
+    num_records: int = 3000  # records generated per domain by generative sources
+    eval_per_domain: int = 40  # held out before rebalancing
+    train_size: int = 2000  # size of the rebalanced training pool
+    max_repeats: int = 3  # cap on how often one record may be repeated by upsampling
+    difficulty: int = 1  # knob for the synthetic tasks
+    seed: int = 0
+
+    def __post_init__(self):
+        if not self.sources:
+            _fail("DataConfig", "sources", self.sources, "must name at least one source")
+        unknown = set(self.domain_weights) - set(DOMAINS)
+        if unknown:
+            _fail("DataConfig", "domain_weights", dict(self.domain_weights),
+                  f"unknown domain(s) {sorted(unknown)}; known: {list(DOMAINS)}")
+        if any(w < 0 for w in self.domain_weights.values()) or sum(
+                self.domain_weights.values()) <= 0:
+            _fail("DataConfig", "domain_weights", dict(self.domain_weights),
+                  "weights must be >= 0 and sum to a positive number")
+        _positive(self, "num_records", "eval_per_domain", "train_size", "max_repeats",
+                  "difficulty")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """What every stage's optimiser loop shares."""
+
+    mesh: MeshConfig = MeshConfig()
+    batch_size: int = 8  # global batch
+    max_steps: int = 100
+    learning_rate: float = 2e-5
+    warmup_ratio: float = 0.05  # linear warm-up, then cosine decay to 0
+    max_grad_norm: float = 1.0
+    weight_decay: float = 0.0
+    checkpoint_every: int = 50
+    log_every: int = 10
+    seed: int = 0
+
+    def __post_init__(self):
+        _positive(self, "batch_size", "max_steps", "learning_rate", "max_grad_norm",
+                  "checkpoint_every", "log_every")
+        _fraction(self, "warmup_ratio")
+        if self.weight_decay < 0:
+            _fail(type(self).__name__, "weight_decay", self.weight_decay, "must be >= 0")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SFTConfig(TrainConfig):
+    """Supervised fine-tuning with completion-only loss."""
+
+    max_prompt_length: int = 128
+    max_target_length: int = 256  # prompt + completion, tokens
+
+    def __post_init__(self):
+        super().__post_init__()
+        _positive(self, "max_prompt_length", "max_target_length")
+        if self.max_prompt_length >= self.max_target_length:
+            _fail("SFTConfig", "max_prompt_length", self.max_prompt_length,
+                  f"must be < max_target_length={self.max_target_length}")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DPOConfig(TrainConfig):
+    """Direct preference optimisation (or ORPO with ``algorithm="orpo"``)."""
+
+    algorithm: str = "dpo"
+    beta: float = 0.1
+    lambda_orpo: float = 0.1
+    max_prompt_length: int = 128
+    max_response_length: int = 128
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.algorithm not in ("dpo", "orpo"):
+            _fail("DPOConfig", "algorithm", self.algorithm, "must be 'dpo' or 'orpo'")
+        _positive(self, "beta", "max_prompt_length", "max_response_length")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GRPOConfig(TrainConfig):
+    """Group relative policy optimisation; ``loss`` picks the Tunix variant."""
+
+    loss: str = "grpo"  # "grpo" | "gspo-token" | "dapo" | "dr-grpo"
+    num_generations: int = 4
+    num_iterations: int = 1
+    beta: float = 0.04  # KL weight
+    epsilon: float = 0.2
+    max_prompt_length: int = 128
+    max_generation_length: int = 128
+    temperature: float = 0.9
+    top_p: float = 1.0
+    top_k: int = 50
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.loss not in ("grpo", "gspo-token", "dapo", "dr-grpo"):
+            _fail("GRPOConfig", "loss", self.loss,
+                  "must be one of 'grpo', 'gspo-token', 'dapo', 'dr-grpo'")
+        if not isinstance(self.num_generations, int) or self.num_generations < 2:
+            _fail("GRPOConfig", "num_generations", self.num_generations,
+                  "must be an int >= 2 (advantages are relative within a group)")
+        _positive(self, "num_iterations", "epsilon", "max_prompt_length",
+                  "max_generation_length", "temperature", "top_k")
+        if self.beta < 0:
+            _fail("GRPOConfig", "beta", self.beta, "must be >= 0")
+        _fraction(self, "top_p")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EvalConfig:
+    """One fixed evaluation: the same prompts and decoding for every stage."""
+
+    batch_size: int = 16
+    max_prompt_length: int = 128
+    max_generation_length: int = 128
+    num_samples: int = 4  # k for pass@k / maj@k
+    temperature: float = 0.7
+    top_p: float = 1.0
+    top_k: int = 50
+    seed: int = 0
+
+    def __post_init__(self):
+        _positive(self, "batch_size", "max_prompt_length", "max_generation_length",
+                  "num_samples", "temperature", "top_k")
+        _fraction(self, "top_p")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Preset:
+    """Everything one run of the notebook series needs."""
+
+    name: str
+    hardware: str  # what it was sized for, e.g. "cpu", "tpu-v5e-8"
+    description: str
+    model: ModelConfig
+    lora: LoraConfig
+    data: DataConfig
+    sft: SFTConfig
+    dpo: DPOConfig
+    grpo: GRPOConfig
+    eval: EvalConfig
+
+    def replace(self, **changes: Any) -> "Preset":
+        """A copy with some fields (or nested ``"sft.max_steps"``-style keys) changed.
+
+        >>> get_preset("tiny").replace(**{"sft.max_steps": 3}).sft.max_steps
+        3
+        """
+        nested: dict[str, dict[str, Any]] = {}
+        flat: dict[str, Any] = {}
+        for key, value in changes.items():
+            if "." in key:
+                head, tail = key.split(".", 1)
+                nested.setdefault(head, {})[tail] = value
+            else:
+                flat[key] = value
+        for head, sub in nested.items():
+            if not hasattr(self, head):
+                raise ValueError(f"Preset has no field {head!r} (in {list(sub)})")
+            flat[head] = _replace_nested(getattr(self, head), sub)
+        return dataclasses.replace(self, **flat)
+
+
+def _replace_nested(obj: Any, changes: dict[str, Any]) -> Any:
+    names = {f.name for f in dataclasses.fields(obj)}
+    flat: dict[str, Any] = {}
+    for key, value in changes.items():
+        head, _, tail = key.partition(".")
+        if head not in names:
+            raise ValueError(f"{type(obj).__name__} has no field {head!r}; fields: {sorted(names)}")
+        flat[head] = _replace_nested(getattr(obj, head), {tail: value}) if tail else value
+    return dataclasses.replace(obj, **flat)
+
+
+# --- presets -----------------------------------------------------------------------------
+
+_TINY_MODEL = ModelConfig(
+    family="gemma3", source="tiny", num_layers=6, vocab_size=512, embed_dim=128,
+    hidden_dim=512, num_heads=4, head_dim=32, num_kv_heads=1, sliding_window=128,
+    dtype="float32",
+)
+
+_GEMMA3_1B = ModelConfig(
+    family="gemma3", source="kaggle:google/gemma-3/transformers/gemma-3-1b-it",
+    num_layers=26, vocab_size=262144, embed_dim=1152, hidden_dim=6912, num_heads=4,
+    head_dim=256, num_kv_heads=1, sliding_window=512,
+)
+_GEMMA3_270M = ModelConfig(
+    family="gemma3", source="kaggle:google/gemma-3/transformers/gemma-3-270m-it",
+    num_layers=18, vocab_size=262144, embed_dim=640, hidden_dim=2048, num_heads=4,
+    head_dim=256, num_kv_heads=1, sliding_window=512,
+)
+_GEMMA2_2B = ModelConfig(
+    family="gemma2", source="kaggle:google/gemma-2/transformers/gemma-2-2b-it",
+    num_layers=26, vocab_size=256000, embed_dim=2304, hidden_dim=9216, num_heads=8,
+    head_dim=256, num_kv_heads=4, sliding_window=4096,
+)
+
+# Starting points from the Gemma 2 2B write-up: rank-64 LoRA on q/kv/out/gate/up/down,
+# 5-10% warm-up then cosine, lr 2e-5 (SFT) and 3e-6 (DPO, GRPO), (8,1) FSDP for SFT/DPO
+# and tensor parallelism for GRPO's rollouts.
+_LORA64 = LoraConfig(rank=64, alpha=64.0)
+_FSDP = MeshConfig(shape=(-1, 1))
+
+
+def _tiny() -> Preset:
+    return Preset(
+        name="tiny", hardware="cpu",
+        description="Gemma 3-architecture toy model, synthetic tasks; 2-core CPU, minutes",
+        model=_TINY_MODEL,
+        lora=LoraConfig(rank=8, alpha=16.0),
+        data=DataConfig(num_records=400, eval_per_domain=16, train_size=600),
+        sft=SFTConfig(batch_size=16, max_steps=120, learning_rate=3e-3, warmup_ratio=0.1,
+                      checkpoint_every=40, log_every=10, max_prompt_length=96,
+                      max_target_length=160),
+        dpo=DPOConfig(batch_size=8, max_steps=30, learning_rate=5e-4, warmup_ratio=0.1,
+                      checkpoint_every=15, log_every=5, max_prompt_length=96,
+                      max_response_length=64),
+        grpo=GRPOConfig(batch_size=4, max_steps=30, learning_rate=5e-4, warmup_ratio=0.1,
+                        checkpoint_every=15, log_every=5, num_generations=4,
+                        max_prompt_length=96, max_generation_length=64, temperature=0.9),
+        eval=EvalConfig(batch_size=16, max_prompt_length=96, max_generation_length=64,
+                        num_samples=4),
+    )
+
+
+def _gemma(name: str, hardware: str, model: ModelConfig, *, batch: int, grpo_mesh: tuple,
+           lora: LoraConfig = _LORA64, description: str = "") -> Preset:
+    return Preset(
+        name=name, hardware=hardware, description=description, model=model, lora=lora,
+        data=DataConfig(sources=("gsm8k:hf", "tasks"), num_records=2000,
+                        eval_per_domain=80, train_size=6000),
+        sft=SFTConfig(mesh=_FSDP, batch_size=batch, max_steps=1000, learning_rate=2e-5,
+                      warmup_ratio=0.05, checkpoint_every=200, max_prompt_length=256,
+                      max_target_length=1024),
+        dpo=DPOConfig(mesh=_FSDP, batch_size=batch, max_steps=600, learning_rate=3e-6,
+                      warmup_ratio=0.1, checkpoint_every=200, max_prompt_length=256,
+                      max_response_length=512),
+        grpo=GRPOConfig(mesh=MeshConfig(shape=grpo_mesh), batch_size=max(1, batch // 4),
+                        max_steps=800, learning_rate=3e-6, warmup_ratio=0.1,
+                        checkpoint_every=100, num_generations=4, max_prompt_length=256,
+                        max_generation_length=512),
+        eval=EvalConfig(batch_size=batch, max_prompt_length=256, max_generation_length=512),
+    )
+
+
+PRESETS: dict[str, Any] = {
+    "tiny": _tiny,
+    "gemma3-270m": lambda: _gemma(
+        "gemma3-270m", "tpu-v5e-1", _GEMMA3_270M, batch=8, grpo_mesh=(1, 1),
+        lora=LoraConfig(rank=32, alpha=32.0), description="Gemma 3 270M on a Colab v5e-1"),
+    "gemma3-1b": lambda: _gemma(
+        "gemma3-1b", "tpu-v5e-8", _GEMMA3_1B, batch=32, grpo_mesh=(2, 4),
+        description="Gemma 3 1B on a Kaggle v5e-8"),
+    "gemma3-1b-v3-8": lambda: _gemma(
+        "gemma3-1b-v3-8", "tpu-v3-8", _GEMMA3_1B, batch=32, grpo_mesh=(2, 4),
+        description="Gemma 3 1B on a Kaggle v3-8"),
+    "gemma3-1b-v5e-1": lambda: _gemma(
+        "gemma3-1b-v5e-1", "tpu-v5e-1", dataclasses.replace(_GEMMA3_1B, remat=True),
+        batch=4, grpo_mesh=(1, 1), description="Gemma 3 1B on a Colab v5e-1 (remat on)"),
+    "gemma2-2b": lambda: _gemma(
+        "gemma2-2b", "tpu-v5e-8", _GEMMA2_2B, batch=32, grpo_mesh=(2, 4),
+        description="Gemma 2 2B on a Kaggle v5e-8, as in the write-up"),
+    "gemma2-2b-v3-8": lambda: _gemma(
+        "gemma2-2b-v3-8", "tpu-v3-8", _GEMMA2_2B, batch=16, grpo_mesh=(2, 4),
+        description="Gemma 2 2B on a Kaggle v3-8"),
+}
+
+
+def auto_preset_name(platform: str, device_kind: str, device_count: int) -> str:
+    """The preset sized for this hardware.
+
+    >>> auto_preset_name("cpu", "cpu", 1)
+    'tiny'
+    >>> auto_preset_name("tpu", "TPU v5 lite", 8), auto_preset_name("tpu", "TPU v3", 8)
+    ('gemma3-1b', 'gemma3-1b-v3-8')
+    """
+    kind = device_kind.lower()
+    if platform == "cpu":
+        return "tiny"
+    if platform == "tpu" and ("v3" in kind or "v2" in kind):
+        return "gemma3-1b-v3-8"
+    if device_count >= 8:
+        return "gemma3-1b"
+    if platform == "tpu" and device_count >= 1:
+        return "gemma3-1b-v5e-1"
+    return "gemma3-270m"
+
+
+def get_preset(name: str | None = None, **overrides: Any) -> Preset:
+    """A preset by name; ``None`` reads ``REASONKIT_PRESET`` (default ``"tiny"``).
+
+    ``"auto"`` picks from the devices JAX sees. Keyword overrides use
+    :meth:`Preset.replace` keys, e.g. ``get_preset("tiny", **{"sft.max_steps": 5})``.
+
+    >>> get_preset("gemma9")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown preset 'gemma9'; known presets: auto, gemma2-2b, gemma2-2b-v3-8, gemma3-1b, gemma3-1b-v3-8, gemma3-1b-v5e-1, gemma3-270m, tiny
+    """
+    if name is None:
+        name = os.environ.get("REASONKIT_PRESET", "tiny") or "tiny"
+    if name == "auto":
+        import jax
+
+        devices = jax.devices()
+        name = auto_preset_name(devices[0].platform, devices[0].device_kind, len(devices))
+    if name not in PRESETS:
+        known = ", ".join(sorted([*PRESETS, "auto"]))
+        raise ValueError(f"unknown preset {name!r}; known presets: {known}")
+    preset = PRESETS[name]()
+    return preset.replace(**overrides) if overrides else preset

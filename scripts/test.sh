@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The whole test suite: unit tests, doctests, and the six notebooks under nbval (tiny preset, CPU).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export REASONKIT_PRESET=tiny JAX_PLATFORMS=cpu
+export REASONKIT_CACHE="$PWD/.cache/reasonkit"       # the tiny base model is built once and reused
+export REASONKIT_RUNS="${REASONKIT_RUNS:-$(mktemp -d)/runs}"  # never touch the user's ./runs
+.venv/bin/ruff check reasonkit tests notebooks/*.py benchmarks
+.venv/bin/python -m pytest -q --durations=15 tests reasonkit --nbval-lax notebooks "$@"
