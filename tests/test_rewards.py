@@ -1,0 +1,306 @@
+"""Reward functions: a table of worked cases, properties on arbitrary text, and timing."""
+
+import inspect
+import math
+import time
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from reasonkit import rewards as R
+from reasonkit.config import DOMAINS
+from reasonkit.data import format_completion
+
+REWARDS = R.MATH_REWARDS + [R.multi_domain]
+ANSWER_REWARDS = [R.answer_correct, R.answer_close, R.numeric_backup, R.multi_domain]
+RS = "<reasoning>6 * 7 = 42.</reasoning>\n"  # a well-formed reasoning block
+A = "<answer>{}</answer>".format
+
+
+@pytest.fixture(autouse=True, scope="module")
+def strict():
+    """Make a bug inside a reward raise here instead of quietly scoring 0.0."""
+    R._STRICT = True
+    yield
+    R._STRICT = False
+
+
+# (what, completion, gold, expected). ``what`` is "extract" (expected: the reason) or a
+# reward's name (expected: its score). A tuple gold is (answer, domain); domain None
+# leaves the column out.
+CASES = [
+    # --- extraction: every failure reason and its look-alikes
+    ("extract", RS + A(42), None, "ok"),
+    ("extract", RS + A(" 42 ") + "\n<end_of_turn><eos>\n", None, "ok"),
+    ("extract", "The answer is 42.", None, "no_answer_tag"),
+    ("extract", "", None, "no_answer_tag"),
+    ("extract", "<ANSWER>42</ANSWER>", None, "no_answer_tag"),
+    ("extract", RS + "<answer>42", None, "unclosed_tag"),
+    ("extract", "42</answer>", None, "unclosed_tag"),
+    ("extract", "</answer>42<answer>", None, "unclosed_tag"),
+    ("extract", A(41) + A(42), None, "multiple_answer_tags"),
+    ("extract", "<answer><answer>42</answer></answer>", None, "multiple_answer_tags"),
+    ("extract", "<answer>" * 3, None, "multiple_answer_tags"),
+    ("extract", "<answer><reasoning>6*7</reasoning>42</answer>", None, "nested_tags"),
+    ("extract", "<reasoning>so " + A(42) + " done</reasoning>", None, "nested_tags"),
+    ("extract", RS + A(42) + " because 6 * 7 = 42", None, "text_after_answer"),
+    ("extract", A(42) + "<reasoning>6*7</reasoning>", None, "text_after_answer"),
+    ("extract", RS + A("   \n "), None, "empty_answer"),
+    ("extract", A("41 or 42"), None, "hedged"),
+    ("extract", A("either 3 or 4"), None, "hedged"),
+    ("extract", A("between 10 and 12"), None, "hedged"),
+    ("extract", A("maybe 42"), None, "ok"),                 # one value: not a hedge
+    ("extract", A("1/2 or 0.5"), None, "ok"),               # one value, two spellings
+    ("extract", A("Paris or London"), None, "ok"),          # text choices are not checked
+    # --- format_exact
+    ("format_exact", RS + A(42) + "<end_of_turn>", "42", 3.0),
+    ("format_exact", "  \n" + RS + A(42) + "\n<eos>\n", "42", 3.0),
+    ("format_exact", A(42) + RS, "42", 0.0),                # answer before reasoning
+    ("format_exact", "<reasoning> </reasoning>" + A(42), "42", 0.0),  # empty reasoning
+    ("format_exact", RS + A(""), "42", 0.0),                # empty answer
+    ("format_exact", RS + A(42) + " Done!", "42", 0.0),
+    ("format_exact", "Sure! " + RS + A(42), "42", 0.0),
+    ("format_exact", RS + "So:" + A(42), "42", 0.0),
+    ("format_exact", RS + RS + A(42), "42", 0.0),
+    ("format_exact", "<reasoning>" + A(42) + "</reasoning>", "42", 0.0),
+    # --- format_approx
+    ("format_approx", RS + A(42), "42", 2.0),
+    ("format_approx", "<reasoning>6*7 " + A(42), "42", 1.5),
+    ("format_approx", A(41) + A(42), "42", -1.0),
+    ("format_approx", "<answer>" * 10, "42", -2.0),
+    ("format_approx", "plain text, no tags", "42", 0.0),
+    ("format_approx", RS + RS + A(42), "42", 0.0),
+    # --- answer_correct: normalisation
+    ("answer_correct", RS + A(42), "42", 3.0),
+    ("answer_correct", A("42.0"), "42", 3.0),
+    ("answer_correct", A("$1,234"), "1234", 3.0),
+    ("answer_correct", A("1234"), "1,234", 3.0),
+    ("answer_correct", A("\\$1{,}000"), "1000", 3.0),
+    ("answer_correct", A("1\u202f000"), "1000", 3.0),        # thin-space grouping
+    ("answer_correct", A("€3.50"), "3.5", 3.0),
+    ("answer_correct", A("42 apples"), "42", 3.0),
+    ("answer_correct", A("3 km"), "3", 3.0),
+    ("answer_correct", A("25%"), "25", 3.0),
+    ("answer_correct", A("25\\%"), "0.25", 3.0),
+    ("answer_correct", A("1/2"), "0.5", 3.0),
+    ("answer_correct", A("\\frac{1}{2}"), "1/2", 3.0),
+    ("answer_correct", A("x = -\\dfrac{3}{4}"), "-0.75", 3.0),
+    ("answer_correct", A("\\boxed{-7}"), "-7", 3.0),
+    ("answer_correct", A("$\\boxed{\\text{42 apples}}$"), "42", 3.0),
+    ("answer_correct", A("\u22127"), "-7", 3.0),             # unicode minus
+    ("answer_correct", A("٤٢"), "42", 3.0),                  # Arabic-Indic digits
+    ("answer_correct", A("４２"), "42", 3.0),                # full-width digits
+    ("answer_correct", A("3 \\times 10^{8} m/s"), "300000000", 3.0),
+    ("answer_correct", A("2^10"), "1024", 3.0),
+    ("answer_correct", A("6 * 7 = 42"), "42", 3.0),
+    ("answer_correct", A("Paris"), "paris", 3.0),
+    ("answer_correct", A(" the  Eiffel tower! "), "The Eiffel Tower", 3.0),
+    ("answer_correct", A("(2,3)"), "(2, 3)", 3.0),           # non-numeric gold: as text
+    # --- answer_correct: no credit
+    ("answer_correct", A("-7"), "7", 0.0),
+    ("answer_correct", A("0.333"), "1/3", 0.0),
+    ("answer_correct", A("\\pi"), "3.14159", 0.0),
+    ("answer_correct", A("sqrt(2)"), "2", 0.0),
+    ("answer_correct", A("41 or 42"), "42", 0.0),
+    ("answer_correct", A("either 42 or 43"), "42", 0.0),
+    ("answer_correct", A("41, 42"), "42", 0.0),              # several distinct numbers
+    ("answer_correct", A(42) + A(42), "42", 0.0),
+    ("answer_correct", RS + "<answer>42", "42", 0.0),
+    ("answer_correct", A(42) + " or maybe 41", "42", 0.0),
+    ("answer_correct", RS + "The answer is 42.", "42", 0.0),
+    ("answer_correct", A("<reasoning>42</reasoning>"), "42", 0.0),
+    ("answer_correct", A(42), float("nan"), 0.0),
+    ("answer_correct", A(42), "", 0.0),
+    ("answer_correct", A("1e400"), "1", 0.0),
+    ("answer_correct", A("9" * 80), "1", 0.0),
+    # --- answer_close: 1.5 * (1 - rel_err / 0.1)
+    ("answer_close", A(42), "42", 1.5),
+    ("answer_close", A(40), "42", 0.785714),
+    ("answer_close", A(46), "50", 0.3),
+    ("answer_close", A(45), "50", 0.0),                      # exactly at the tolerance
+    ("answer_close", A(30), "42", 0.0),
+    ("answer_close", A(-42), "42", 0.0),
+    ("answer_close", A(0.05), "0", 0.75),                    # gold 0: absolute error
+    ("answer_close", A("41 or 42"), "42", 0.0),
+    ("answer_close", A(42), "Paris", 0.0),
+    ("answer_close", "about 42", "42", 0.0),                 # no tag: numeric_backup's job
+    # --- numeric_backup: only without a usable (or any other broken) tag
+    ("numeric_backup", "6 * 7 = 42", "42", 1.5),
+    ("numeric_backup", "so it is \\boxed{42}.", "42", 1.5),
+    ("numeric_backup", RS + "<answer>42", "42", 1.5),        # cut off before </answer>
+    ("numeric_backup", "That is $1,234.", "1234", 1.5),
+    ("numeric_backup", RS + A(42), "42", 0.0),
+    ("numeric_backup", "It is 41 or 42", "42", 0.0),
+    ("numeric_backup", "42, no wait, 41", "42", 0.0),
+    ("numeric_backup", A("41 or 42"), "42", 0.0),
+    ("numeric_backup", "<answer></answer> 42", "42", 0.0),
+    ("numeric_backup", "1" * 5000, "1", 0.0),
+    ("numeric_backup", "no numbers at all", "42", 0.0),
+    # --- multi_domain: 0.4 format + 0.4 accuracy + 0.1 quality + 0.1 bonus
+    ("multi_domain", "<reasoning>6 * 7 = 42, so 42.</reasoning>" + A(42), ("42", "math"), 1.0),
+    ("multi_domain", "<reasoning>6 * 7 = 42, so 42.</reasoning>" + A(41), ("42", "math"), 0.475),
+    ("multi_domain", "<reasoning>Sorted: 1, 2, 3.</reasoning>" + A("[1, 2, 3]"),
+     ("1 2 3", "coding"), 1.0),
+    ("multi_domain", "<reasoning>F = 2 * 4.9 N.</reasoning>" + A("9.8 N"),
+     ("9.8", "science"), 0.875),                            # answer not in the reasoning
+    ("multi_domain", "<reasoning>ok</reasoning>" + A("cat cat"), ("cat, cat", "instruction"),
+     0.825),
+    ("multi_domain", "<reasoning>It is Paris.</reasoning>" + A("paris"), ("Paris", None), 0.875),
+    ("multi_domain", "<reasoning>It is Paris.</reasoning>" + A("paris"), ("Paris", "history"),
+     0.875),                                                # unknown domain -> general
+    ("multi_domain", "<reasoning>It is 42 apples.</reasoning>" + A("42 apples"),
+     ("42", "general"), 0.5),                               # text domain: words count
+    ("multi_domain", "Paris", ("Paris", "general"), 0.0),
+    ("multi_domain", A("Paris"), ("Paris", "summarization"), 0.4),
+]
+
+
+@pytest.mark.parametrize("what, completion, gold, expected", CASES)
+def test_case_table(what, completion, gold, expected):
+    if what == "extract":
+        assert R.extract_answer(completion).reason == expected
+        return
+    answer, domain = gold if isinstance(gold, tuple) else (gold, None)
+    columns = {"answer": [answer]} | ({"domain": [domain]} if domain is not None else {})
+    assert getattr(R, what)(None, [completion], **columns) == [pytest.approx(expected)]
+
+
+def test_table_covers_every_reason_and_reward():
+    assert len(CASES) >= 60
+    reasons = {expected for what, _, _, expected in CASES if what == "extract"}
+    assert reasons == set(R.FAILURE_REASONS) | {"ok"}
+    assert {fn.__name__ for fn in REWARDS} <= {what for what, *_ in CASES}
+
+
+def test_extraction_fields():
+    found = R.extract_answer(RS + A(" 42 "))
+    assert (found.ok, found.answer, found.raw) == (True, "42", " 42 ")
+    hedged = R.extract_answer(A("41 or 42"))
+    assert (hedged.ok, hedged.answer, hedged.raw) == (False, None, "41 or 42")
+    assert len(set(R.FAILURE_REASONS)) == len(R.FAILURE_REASONS) and "ok" not in R.FAILURE_REASONS
+
+
+@pytest.mark.parametrize("domain, predicted, gold, expected", [
+    ("math", "1,000", "1000", True),
+    ("science", "9.8 m/s^2", "9.8", True),
+    ("science", "3 \\times 10^8", "3e8", True),
+    ("coding", "[1, 2, 3]", "1 2 3", True),
+    ("coding", "[1, 2, 3]", "3 2 1", False),
+    ("coding", "-5", "5", False),
+    ("instruction", "Cat, cat, CAT", "cat cat cat", True),
+    ("general", "1,000", "1000", True),                    # two bare numbers
+    ("general", "3 words", "3 sentences", False),
+    ("summarization", "A cat sat.", "a cat sat", True),
+    (None, "Paris", "paris", True),
+    ("math", "42", None, False),
+    ("math", None, "42", False),
+    ("math", "3 or 4", "3", False),
+])
+def test_check_answer(domain, predicted, gold, expected):
+    assert R.check_answer(domain, predicted, gold) is expected
+
+
+# --- properties ------------------------------------------------------------------------
+
+SOUP = st.lists(st.sampled_from(R.TAGS + (
+    "<end_of_turn>", "<eos>", "42", "41 or 42", "-3.5", "1,000", "½", "٤", "1e400", "9" * 70,
+    "\\boxed{", "\\frac{1}{", "}", "{", "$", "%", "or", " ", "\n", "x = ", "/", "^", "é",
+)), max_size=30).map("".join)
+GOLDS = st.one_of(st.none(), st.text(max_size=20), st.integers(), st.floats(),
+                  st.sampled_from(["42", "-0.5", "1/3", "50%", "\\frac{1}{2}", "nan", "Paris"]))
+
+
+def _check_scores(completions, golds, domains):
+    kwargs = {"answer": np.array(golds, dtype=object), "domain": np.array(domains)}
+    for fn in REWARDS:
+        scores = fn(["prompt"] * len(completions), completions, **kwargs)
+        assert isinstance(scores, list) and len(scores) == len(completions)
+        assert all(type(s) is float and math.isfinite(s) for s in scores), fn.__name__
+    assert all(-2.0 <= s <= 2.0 for s in R.format_approx(None, completions))
+    assert all(0.0 <= s < 3.0 for s in R.answer_close(None, completions, **kwargs))
+    assert all(0.0 <= s <= 1.0 for s in R.multi_domain(None, completions, **kwargs))
+    for completion in completions:
+        found = R.extract_answer(completion)
+        assert found.reason in R.FAILURE_REASONS + ("ok",)
+        assert found.ok == (found.answer is not None)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.one_of(st.text(), SOUP), GOLDS,
+                          st.sampled_from(DOMAINS + ("", "weird"))), min_size=1, max_size=4))
+def test_rewards_never_raise(rows):
+    completions, golds, domains = (list(column) for column in zip(*rows, strict=True))
+    _check_scores(completions, golds, domains)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(alphabet=st.characters(blacklist_characters="<>"), max_size=40)
+       .filter(str.strip), st.integers(-10**9, 10**9))
+def test_well_formed_completion_scores_full(reasoning, n):
+    completion = format_completion(reasoning, str(n))
+    scores = {fn.__name__: fn(None, [completion], answer=[str(n)])[0] for fn in R.MATH_REWARDS}
+    assert scores == {"format_exact": 3.0, "format_approx": 2.0, "answer_correct": 3.0,
+                      "answer_close": 1.5, "numeric_backup": 0.0}
+
+
+@pytest.mark.parametrize("value", [None, b"<answer>42</answer>", 42, np.str_(A(42))])
+def test_odd_completion_types(value):
+    for fn in REWARDS:
+        scores = fn(None, [value], answer=["42"])
+        assert len(scores) == 1 and type(scores[0]) is float
+
+
+def test_columns_as_numpy_and_misaligned():
+    completions = [A(42), A(7)]
+    assert R.answer_correct(None, completions, answer=np.array(["42", "7"])) == [3.0, 3.0]
+    assert R.answer_correct(None, completions, answer=np.array([42, 7])) == [3.0, 3.0]
+    assert R.answer_correct(None, completions, answer=["42"]) == [3.0, 0.0]  # no raise
+
+
+@pytest.mark.parametrize("fn", ANSWER_REWARDS, ids=lambda fn: fn.__name__)
+def test_missing_answer_column_names_the_reward(fn):
+    with pytest.raises(ValueError, match=fn.__name__):
+        fn(None, [A(42)], domain=["math"])
+
+
+def test_degenerate_completions_are_fast():
+    kinds = ["<answer>" * 12500, "1" * 100_000, "<reasoning>" + "a " * 50_000,
+             "<answer>" + "1 or " * 20_000 + "</answer>", "1," * 50_000,
+             "<reasoning>" + "\\boxed{" * 14_000 + "</reasoning>" + A("{" * 2000),
+             A(42) + "<eos>" * 20_000 + "x", "<answer>" + "\\frac" * 20_000 + "</answer>",
+             "(" * 100_000, "٤" * 100_000]
+    assert all(len(k) >= 100_000 for k in kinds)
+    start = time.perf_counter()
+    for fn in REWARDS:
+        scores = fn(None, kinds, answer=["42"] * len(kinds), domain=["math"] * len(kinds))
+        assert len(scores) == len(kinds)
+    for kind in kinds:
+        R.extract_answer(kind)
+        R.normalize_text(kind)
+        R.normalize_number(kind)
+    assert time.perf_counter() - start < 1.0
+
+
+# --- weighted --------------------------------------------------------------------------
+
+def test_weighted_scales_and_keeps_a_readable_name():
+    double = R.weighted(R.format_exact, 2)
+    assert double.__name__ == "format_exact_x2"
+    assert R.weighted(R.answer_close, 0.25).__name__ == "answer_close_x0.25"
+    assert R.weighted(R.answer_correct, 1.5, name="accuracy").__name__ == "accuracy"
+    completions = [RS + A(42), "nothing"]
+    assert double(None, completions, answer=["42", "42"]) == [6.0, 0.0]
+    half = R.weighted(R.answer_close, 0.5)
+    assert half(None, [A(40)], answer=["42"]) == [pytest.approx(0.785714 / 2)]
+    # Tunix calls reward functions by keyword and inspects their parameters.
+    assert list(inspect.signature(double).parameters) == ["prompts", "completions", "kwargs"]
+    assert double(prompts=None, completions=completions, answer=["42"] * 2, mode="train")[0] == 6.0
+    with pytest.raises(ValueError):
+        R.weighted(R.format_exact, float("inf"))
+
+
+def test_math_rewards_list():
+    assert [fn.__name__ for fn in R.MATH_REWARDS] == [
+        "format_exact", "format_approx", "answer_correct", "answer_close", "numeric_backup"]
