@@ -1,0 +1,1077 @@
+"""One record schema, one prompt template, sources, filters, rebalancing and splits.
+
+Every source turns its rows into records of one schema::
+
+    {"id": "gsm8k-train-0", "domain": "math", "source": "gsm8k",
+     "prompt": "Natalia sold ...",      # the question only, never templated
+     "reasoning": "Natalia sold 48/2 = 24 clips in May. ...",
+     "answer": "72"}                      # + "chosen" / "rejected" for preference data
+
+and reports what it read and what it dropped, and why (:class:`SourceReport`).
+:func:`build_splits` then filters (malformed, duplicate, too long, gold that does
+not parse), holds out an evaluation set per domain, rebalances each stage's set to
+the target domain mix and builds DPO pairs; :class:`DataReport` counts every row
+dropped on the way, by reason. Every stage formats records with the one template,
+:func:`format_prompt` + :func:`format_completion`.
+
+>>> recs = [{"id": str(i), "domain": "math", "source": "demo", "prompt": f"{i} + 1?",
+...          "reasoning": f"{i} + 1 = {i + 1}.", "answer": str(i + 1)} for i in range(20)]
+>>> recs.append(dict(recs[0], id="dup", prompt="0  +  1?"))  # a duplicate prompt
+>>> cfg = DataConfig(domain_weights={"math": 1.0}, eval_per_domain=4, train_size=30)
+>>> splits, report = build_splits(recs, cfg)
+>>> splits.sizes(), report.drops["clean"].counts
+({'eval': 4, 'sft': 30, 'dpo': 30, 'grpo': 30}, {'duplicate prompt': 1})
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import pathlib
+import random
+import re
+from collections import Counter
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
+
+from reasonkit.config import DOMAINS, DataConfig
+
+if TYPE_CHECKING:
+    from reasonkit.config import Preset
+
+REASONING_START, REASONING_END = "<reasoning>", "</reasoning>"
+ANSWER_START, ANSWER_END = "<answer>", "</answer>"
+START_OF_TURN, END_OF_TURN = "<start_of_turn>", "<end_of_turn>"
+# Every special string the tiny tokenizer must keep as one piece.
+SPECIAL_TOKENS = (START_OF_TURN, END_OF_TURN, REASONING_START, REASONING_END,
+                  ANSWER_START, ANSWER_END)
+
+INSTRUCTION = (
+    "Think step by step inside " + REASONING_START + " " + REASONING_END
+    + ", then give only the final answer inside " + ANSWER_START + " " + ANSWER_END + "."
+)
+
+
+def format_prompt(question: str) -> str:
+    """The one prompt every stage uses: a Gemma user turn, then the model turn opens.
+
+    >>> print(format_prompt("2+2?"))
+    <start_of_turn>user
+    Think step by step inside <reasoning> </reasoning>, then give only the final answer inside
+    <answer> </answer>.
+    2+2?<end_of_turn>
+    <start_of_turn>model
+    <BLANKLINE>
+    """
+    return (f"{START_OF_TURN}user\n{INSTRUCTION}\n{question}{END_OF_TURN}\n"
+            f"{START_OF_TURN}model\n")
+
+
+def format_completion(reasoning: str, answer: str) -> str:
+    """The target the model learns to write, closed by the end-of-turn marker.
+
+    >>> format_completion("2 plus 2 is 4.", "4")
+    '<reasoning>2 plus 2 is 4.</reasoning>\\n<answer>4</answer><end_of_turn>'
+    """
+    return (f"{REASONING_START}{reasoning}{REASONING_END}\n"
+            f"{ANSWER_START}{answer}{ANSWER_END}{END_OF_TURN}")
+
+
+def split_tagged(text: str) -> tuple[str, str] | None:
+    """``(reasoning, answer)`` from a tagged response; ``None`` without an answer tag.
+
+    >>> split_tagged("<reasoning>3 * 4 = 12.</reasoning>\\n<answer> 12 </answer><end_of_turn>")
+    ('3 * 4 = 12.', '12')
+    >>> split_tagged("<answer>7</answer>"), split_tagged("just 7")
+    (('', '7'), None)
+    """
+    answer = re.search(re.escape(ANSWER_START) + r"(.*?)" + re.escape(ANSWER_END), text, re.S)
+    if answer is None:
+        return None
+    reasoning = re.search(re.escape(REASONING_START) + r"(.*?)" + re.escape(REASONING_END),
+                          text, re.S)
+    return (reasoning.group(1).strip() if reasoning else "", answer.group(1).strip())
+
+
+# --- the schema and the answer rule ----------------------------------------------------
+
+FIELDS = ("id", "domain", "source", "prompt", "reasoning", "answer")
+PAIR_FIELDS = ("chosen", "rejected")
+# Domains whose gold answers must be numbers (compared numerically by
+# reasonkit.rewards.check_answer); the rest compare as normalised text.
+NUMERIC_DOMAINS = ("math", "science")
+
+
+def normalize_prompt(text: str) -> str:
+    """The duplicate key of a prompt: case-folded, whitespace collapsed.
+
+    >>> normalize_prompt("  Sort 3 1\\n 2. ")
+    'sort 3 1 2.'
+    """
+    return " ".join(text.casefold().split())
+
+
+def normalize_answer(text: str) -> str:
+    """Text answers compare as case-folded items with punctuation and spacing removed.
+
+    >>> normalize_answer("Cat, cat,  CAT!"), normalize_answer("g-o-d")
+    ('cat cat cat', 'g o d')
+    """
+    return " ".join(re.sub(r"[^\w]+", " ", text.casefold()).split())
+
+
+def parse_number(text: str) -> float | None:
+    """The number in a gold or predicted answer (commas, ``$``, ``%`` ignored), else None.
+
+    >>> parse_number("1,234"), parse_number(" $5.50 "), parse_number("2 7 9")
+    (1234.0, 5.5, None)
+    """
+    s = text.strip().replace(",", "").removeprefix("$").removesuffix("%").rstrip(".").strip()
+    if not s or "_" in s:
+        return None
+    try:
+        value = float(s)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def validate_record(row: Any) -> str | None:
+    """Why ``row`` is not a valid record (a short reason to count by), or None if it is.
+
+    >>> ok = {"id": "1", "domain": "math", "source": "x", "prompt": "1+1?",
+    ...       "reasoning": "", "answer": "2"}
+    >>> [validate_record(r) for r in (ok, dict(ok, prompt=3), dict(ok, answer=" "))]
+    [None, 'prompt not a string', 'empty answer']
+    """
+    if not isinstance(row, dict):
+        return "not an object"
+    for name in FIELDS + tuple(f for f in PAIR_FIELDS if f in row):
+        if name not in row:
+            return f"missing {name}"
+        if not isinstance(row[name], str):
+            return f"{name} not a string"
+        if name != "reasoning" and not row[name].strip():
+            return f"empty {name}"
+    if row["domain"] not in DOMAINS:
+        return "unknown domain"
+    if ("chosen" in row) != ("rejected" in row):
+        return "missing rejected" if "chosen" in row else "missing chosen"
+    if "chosen" in row and row["chosen"].strip() == row["rejected"].strip():
+        return "chosen equals rejected"
+    return None
+
+
+def gold_problem(record: dict) -> str | None:
+    """Why a record's gold answer cannot be checked (GRPO, eval), or None.
+
+    >>> gold_problem({"domain": "math", "answer": "about five"}), gold_problem(
+    ...     {"domain": "general", "answer": "Ann"})
+    ('gold answer not a number', None)
+    """
+    if record["domain"] in NUMERIC_DOMAINS and parse_number(record["answer"]) is None:
+        return "gold answer not a number"
+    if not normalize_answer(record["answer"]):
+        return "empty gold answer"
+    return None
+
+
+# --- reports ---------------------------------------------------------------------------
+
+MAX_EXAMPLES = 3  # locations kept per drop reason
+
+
+@dataclasses.dataclass
+class Drops:
+    """Dropped rows counted by reason, with the first few locations of each."""
+
+    counts: dict[str, int] = dataclasses.field(default_factory=dict)
+    examples: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+
+    def add(self, reason: str, where: str) -> None:
+        """Count one dropped row; ``where`` names it (``file:line``, or an id)."""
+        self.counts[reason] = self.counts.get(reason, 0) + 1
+        shown = self.examples.setdefault(reason, [])
+        if len(shown) < MAX_EXAMPLES:
+            shown.append(where)
+
+    @property
+    def total(self) -> int:
+        """How many rows were dropped, all reasons together."""
+        return sum(self.counts.values())
+
+    def to_dict(self) -> dict:
+        """A JSON-ready copy."""
+        return {"counts": dict(self.counts), "examples": {k: list(v) for k, v in
+                                                          self.examples.items()}}
+
+
+@dataclasses.dataclass
+class SourceReport:
+    """What one source read, kept and dropped (by reason, with file and line)."""
+
+    source: str
+    read: int = 0
+    kept: int = 0
+    drops: Drops = dataclasses.field(default_factory=Drops)
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        """A JSON-ready copy."""
+        return {"source": self.source, "read": self.read, "kept": self.kept,
+                "dropped": self.drops.counts, "examples": self.drops.to_dict()["examples"],
+                "notes": list(self.notes)}
+
+
+@dataclasses.dataclass
+class DataReport:
+    """Everything :func:`build_splits` did: inputs, drops by stage and reason, the mix.
+
+    ``drops`` is keyed by step: ``"clean"`` (malformed, duplicates), ``"eval"``
+    (training rows whose prompt is an eval prompt), ``"sft"``, ``"dpo"``, ``"grpo"``.
+    ``stages[stage]`` holds ``available``/``target``/``count`` per domain, ``mix`` and
+    ``shortfalls`` (domains that missed their target, and why).
+    """
+
+    settings: dict = dataclasses.field(default_factory=dict)
+    sources: list[dict] = dataclasses.field(default_factory=list)
+    input: dict[str, int] = dataclasses.field(default_factory=dict)
+    drops: dict[str, Drops] = dataclasses.field(default_factory=dict)
+    eval: dict[str, int] = dataclasses.field(default_factory=dict)
+    stages: dict[str, dict] = dataclasses.field(default_factory=dict)
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    def drop(self, step: str) -> Drops:
+        """The drop counter of one step, created on first use."""
+        return self.drops.setdefault(step, Drops())
+
+    def to_dict(self) -> dict:
+        """A JSON-ready copy (what data_report.json holds)."""
+        out = dataclasses.asdict(self)
+        out["drops"] = {k: v.to_dict() for k, v in self.drops.items()}
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "DataReport":
+        """The inverse of :meth:`to_dict`."""
+        d = dict(d)
+        d["drops"] = {k: Drops(dict(v["counts"]), {r: list(e) for r, e in v["examples"].items()})
+                      for k, v in d.get("drops", {}).items()}
+        return cls(**d)
+
+    def table(self) -> str:
+        """Records per domain at each step, as a Markdown table."""
+        steps = ["input", "eval", *self.stages]
+        rows = ["| domain | " + " | ".join(steps) + " |", "|---" * (len(steps) + 1) + "|"]
+        for d in DOMAINS:
+            cells = [self.input.get(d, 0), self.eval.get(d, 0)]
+            cells += [s["count"].get(d, 0) for s in self.stages.values()]
+            rows.append(f"| {d} | " + " | ".join(map(str, cells)) + " |")
+        return "\n".join(rows)
+
+
+# --- sources ---------------------------------------------------------------------------
+
+Row = tuple[str, Any, str | None]  # (where, parsed row or None, error or None)
+
+
+def _jsonl_rows(path: pathlib.Path) -> Iterator[Row]:
+    """Each non-blank line of a JSONL file, parsed, with ``file:line``; errors are kept."""
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield f"{path}:{number}", json.loads(line), None
+            except json.JSONDecodeError as e:
+                yield f"{path}:{number}", None, f"broken JSON ({e.msg})"
+
+
+def _existing(path: str | pathlib.Path) -> pathlib.Path:
+    path = pathlib.Path(path).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(f"no such file or directory: {path}")
+    return path
+
+
+def _collect(rows: Iterable[Row], parse: Callable[[Any, int], tuple[dict | None, str | None]],
+             report: SourceReport) -> list[dict]:
+    """Run ``parse`` on each row; count every failure into ``report`` by reason."""
+    records = []
+    for where, row, error in rows:
+        report.read += 1
+        if error is None:
+            record, error = parse(row, report.read - 1)
+        if error is not None:
+            reason, _, detail = error.partition(" (")
+            report.drops.add(reason, f"{where}: {error}" if detail else where)
+            continue
+        records.append(record)
+    report.kept = len(records)
+    return records
+
+
+def _text(value: Any) -> Any:
+    """TFDS gives text features as bytes; everything else passes through."""
+    return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
+def parse_gsm8k(row: Mapping) -> tuple[str, str, str]:
+    """``(question, reasoning, answer)`` of a GSM8K row (str or TFDS bytes).
+
+    The ``#### 1,234`` line becomes the answer ``"1234"``; the worked solution before it
+    is the reasoning, without the ``<<48/2=24>>`` calculator annotations.
+
+    >>> parse_gsm8k({"question": b"How many?",
+    ...              "answer": b"She sold 48/2 = <<48/2=24>>24.\\n#### 1,224"})
+    ('How many?', 'She sold 48/2 = 24.', '1224')
+    """
+    question, solution = _text(row.get("question")), _text(row.get("answer"))
+    if not isinstance(solution, str) or "####" not in solution:
+        raise ValueError("no #### answer line")
+    work, final = solution.rsplit("####", 1)
+    reasoning = re.sub(r"<<[^>]*>>", "", work).strip()
+    return question, reasoning, final.strip().replace(",", "")
+
+
+def _fields(row: Any, domain: str) -> dict | None:
+    """Schema fields of a row in the schema, instruction or question/answer layout."""
+    if not isinstance(row, dict):
+        return None
+    if "prompt" in row:
+        out = {k: row[k] for k in (*FIELDS, *PAIR_FIELDS) if k in row}
+        out.setdefault("reasoning", "")
+        if "answer" not in out and isinstance(row.get("chosen"), str):
+            tagged = split_tagged(row["chosen"])
+            out["reasoning"], out["answer"] = tagged or ("", row["chosen"].strip())
+    elif "instruction" in row:
+        prompt, extra = _text(row["instruction"]), _text(row.get("input") or "")
+        if isinstance(prompt, str) and isinstance(extra, str) and extra.strip():
+            prompt = f"{prompt}\n{extra}"
+        output = _text(row.get("output"))
+        tagged = split_tagged(output) if isinstance(output, str) else None
+        reasoning, answer = tagged or ("", output.strip() if isinstance(output, str) else output)
+        out = {"prompt": prompt, "reasoning": reasoning, "answer": answer}
+    elif "question" in row:
+        out = {"prompt": _text(row["question"]), "answer": _text(row.get("answer")),
+               "reasoning": _text(row.get("reasoning", ""))}
+    else:
+        return None
+    for k in ("id", "domain", "source"):
+        if k in row:
+            out[k] = row[k]
+    # A "#### x" last line (GSM8K's convention) separates the worked solution and answer.
+    if isinstance(out.get("answer"), str) and "####" in out["answer"] and not out["reasoning"]:
+        _, out["reasoning"], out["answer"] = parse_gsm8k({"answer": out["answer"]})
+    out.setdefault("domain", domain)
+    return out
+
+
+def record_from_row(row: Any, *, domain: str, source: str, rid: str) -> tuple[dict | None,
+                                                                            str | None]:
+    """``(record, None)`` or ``(None, reason)`` for one row of any supported layout.
+
+    Layouts: the schema's own (``prompt``, ``answer``, optional ``reasoning``/``id``/
+    ``domain``/``source``/``chosen``/``rejected``); instructions (``instruction``,
+    ``input``, ``output``; a tagged output is split into reasoning and answer, otherwise
+    it is all answer); ``question``/``answer`` (a ``#### x`` line is split off).
+
+    >>> rec, _ = record_from_row({"instruction": "Reverse dog", "output": "god"},
+    ...                          domain="instruction", source="demo", rid="demo-1")
+    >>> rec
+    {'prompt': 'Reverse dog', 'reasoning': '', 'answer': 'god', 'domain': 'instruction',
+     'id': 'demo-1', 'source': 'demo'}
+    >>> record_from_row({"text": "hi"}, domain="general", source="demo", rid="demo-2")
+    (None, 'unknown layout (keys: text)')
+    """
+    out = _fields(row, domain)
+    if out is None:
+        keys = ", ".join(sorted(map(str, row))) if isinstance(row, dict) else type(row).__name__
+        return None, f"unknown layout (keys: {keys})" if isinstance(row, dict) else "not an object"
+    if isinstance(out.get("id"), int) and not isinstance(out["id"], bool):
+        out["id"] = str(out["id"])
+    out.setdefault("id", rid)
+    out.setdefault("source", source)
+    for k in PAIR_FIELDS:
+        if isinstance(out.get(k), str) and not out[k].rstrip().endswith(END_OF_TURN):
+            out[k] = out[k].strip() + END_OF_TURN  # every completion ends the model's turn
+    reason = validate_record(out)
+    return (None, reason) if reason else (out, None)
+
+
+def load_jsonl(path: str | pathlib.Path, *, domain: str = "general",
+               source: str | None = None) -> tuple[list[dict], SourceReport]:
+    """Records from a JSONL file in the schema or the instruction layout (per row).
+
+    ``domain`` applies to rows without a ``domain`` field; ``source`` defaults to the
+    file's stem. Broken lines and invalid rows are counted in the report by reason with
+    ``file:line``; blank lines are skipped. An empty file raises ``ValueError``.
+    """
+    path = _existing(path)
+    source = source or path.stem
+    report = SourceReport(f"jsonl:{path}")
+    records = _collect(_jsonl_rows(path), lambda row, i: record_from_row(
+        row, domain=domain, source=source, rid=f"{source}-{i}"), report)
+    _refuse_empty(report, path)
+    return records, report
+
+
+def load_preferences(path: str | pathlib.Path, *, domain: str = "general",
+                     source: str | None = None) -> tuple[list[dict], SourceReport]:
+    """Preference pairs ``{prompt, chosen, rejected}`` from JSONL.
+
+    Reasoning and answer are read from ``chosen``'s tags when it has them (otherwise
+    the whole of ``chosen`` is the answer); both responses get ``<end_of_turn>``.
+    Pairs feed DPO only: they carry no checked gold answer for eval or GRPO.
+    """
+    path = _existing(path)
+    source = source or path.stem
+    report = SourceReport(f"prefs:{path}")
+
+    def parse(row: Any, i: int) -> tuple[dict | None, str | None]:
+        if isinstance(row, dict):
+            for k in ("prompt", *PAIR_FIELDS):
+                if k not in row:
+                    return None, f"missing {k}"
+        return record_from_row(row, domain=domain, source=source, rid=f"{source}-{i}")
+
+    records = _collect(_jsonl_rows(path), parse, report)
+    _refuse_empty(report, path)
+    return records, report
+
+
+def _refuse_empty(report: SourceReport, path: pathlib.Path) -> None:
+    if report.read == 0:
+        raise ValueError(f"{path} is empty: it has no JSON lines (expected one record a line)")
+
+
+def _gsm8k_parser(split: str) -> Callable[[Any, int], tuple[dict | None, str | None]]:
+    def parse(row: Any, i: int) -> tuple[dict | None, str | None]:
+        try:
+            question, reasoning, answer = parse_gsm8k(row)
+        except (ValueError, AttributeError):
+            return None, "no #### answer line"
+        record = {"id": f"gsm8k-{split}-{i}", "domain": "math", "source": "gsm8k",
+                  "prompt": question, "reasoning": reasoning, "answer": answer}
+        reason = validate_record(record)
+        return (None, reason) if reason else (record, None)
+    return parse
+
+
+def _tfds_rows(name: str, split: str, data_dir: str | None) -> Iterator[Row]:
+    """Rows of a TFDS dataset through ``tfds.data_source`` (array_record; no TensorFlow)."""
+    try:
+        import tensorflow_datasets as tfds
+
+        if name == "gsm8k":  # registers the builder; importing tfds alone needs TensorFlow
+            from tensorflow_datasets.text.gsm8k import gsm8k as _  # noqa: F401
+    except ImportError as e:
+        raise ImportError(f"reading {name!r} from TFDS needs tensorflow-datasets (pip install "
+                          "tensorflow-datasets); or use the 'hf' or 'jsonl' source") from e
+    builder = tfds.builder(name, data_dir=data_dir, file_format="array_record")
+    builder.download_and_prepare()
+    source = builder.as_data_source(split=split)
+    for i in range(len(source)):
+        yield f"tfds:{name}/{split}[{i}]", source[i], None
+
+
+_HF_FORMATS = {".parquet": "parquet", ".jsonl": "json", ".json": "json", ".csv": "csv"}
+
+
+def _local_data_files(path: pathlib.Path, split: str, config_name: str | None) -> list[str]:
+    """Data files of ``split`` in a local file or a directory in the Hub's layout."""
+    if path.is_file():
+        return [str(path)]
+    root = path / config_name if config_name and (path / config_name).is_dir() else path
+    files = sorted(str(f) for f in root.rglob(f"{split}*") if f.suffix in _HF_FORMATS)
+    if not files:
+        raise FileNotFoundError(f"no {split!r} data files ({', '.join(_HF_FORMATS)}) under {root}")
+    return files
+
+
+def _hf_rows(name_or_path: str, split: str, *, config_name: str | None = None,
+             cache_dir: str | None = None) -> tuple[Any, str]:
+    """A ``datasets.Dataset`` from the Hub, or from local files through the same loader."""
+    try:
+        import datasets
+    except ImportError as e:
+        raise ImportError("reading Hugging Face datasets needs `pip install datasets`") from e
+    local = pathlib.Path(name_or_path).expanduser()
+    looks_local = name_or_path.startswith((".", "/", "~")) or local.suffix in _HF_FORMATS
+    if local.exists() or looks_local:
+        files = _local_data_files(_existing(local), split, config_name)
+        builder = _HF_FORMATS[pathlib.Path(files[0]).suffix]
+        ds = datasets.load_dataset(builder, data_files=files, split="train", cache_dir=cache_dir)
+        return ds, f"{local}[{split}]"
+    ds = datasets.load_dataset(name_or_path, config_name, split=split, cache_dir=cache_dir)
+    return ds, f"hf:{name_or_path}[{split}]"
+
+
+def _iter_dataset(ds: Any, where: str) -> Iterator[Row]:
+    for i, row in enumerate(ds):
+        yield f"{where} row {i}", row, None
+
+
+def load_gsm8k(split: str = "train", source: str = "tfds", path: str | None = None, *,
+               data_dir: str | None = None,
+               cache_dir: str | None = None) -> tuple[list[dict], SourceReport]:
+    """GSM8K from TFDS, the Hugging Face Hub or its own JSONL files, as math records.
+
+    ``source="tfds"`` builds TFDS's ``gsm8k`` (array_record, read through
+    ``tfds.data_source``: no TensorFlow needed); ``"hf"`` reads ``openai/gsm8k``, config
+    ``main``; ``"jsonl"`` reads the original files. Records have domain ``"math"`` and
+    source ``"gsm8k"``.
+
+    ``path`` is the JSONL file for ``"jsonl"``, or for ``"hf"`` a local file or directory
+    in the Hub's layout (``main/train-00000-of-00001.parquet``) to read instead of the
+    Hub. ``data_dir`` is TFDS's data directory.
+    """
+    report = SourceReport(f"gsm8k:{source}" + (f":{path}" if path else ""))
+    if source == "jsonl":
+        if path is None:
+            raise ValueError("load_gsm8k(source='jsonl') needs path= (a GSM8K .jsonl file)")
+        path = _existing(path)
+        rows: Iterable[Row] = _jsonl_rows(path)
+    elif source == "tfds":
+        rows = _tfds_rows("gsm8k", split, data_dir)
+    elif source == "hf":
+        ds, where = _hf_rows(path or "openai/gsm8k", split, config_name="main",
+                             cache_dir=cache_dir)
+        rows = _iter_dataset(ds, where)
+    else:
+        raise ValueError(f"load_gsm8k: source={source!r}; use 'tfds', 'hf' or 'jsonl'")
+    records = _collect(rows, _gsm8k_parser(split), report)
+    if source == "jsonl":
+        _refuse_empty(report, path)
+    return records, report
+
+
+def load_hf(name_or_path: str, split: str = "train", *, columns: Mapping[str, str] | None = None,
+            domain: str = "general", source: str | None = None, config_name: str | None = None,
+            cache_dir: str | None = None) -> tuple[list[dict], SourceReport]:
+    """Any Hugging Face dataset (Hub name, or local parquet/JSON/CSV) into records.
+
+    ``columns`` maps schema fields to the dataset's columns, e.g.
+    ``{"prompt": "question", "answer": "answer", "reasoning": "rationale"}``; without it
+    each row's layout is detected as in :func:`record_from_row`.
+    """
+    if columns:
+        unknown = set(columns) - set(FIELDS) - set(PAIR_FIELDS)
+        if unknown:
+            raise ValueError(f"load_hf columns: unknown schema field(s) {sorted(unknown)}; "
+                             f"fields: {list(FIELDS + PAIR_FIELDS)}")
+    ds, where = _hf_rows(name_or_path, split, config_name=config_name, cache_dir=cache_dir)
+    if columns:
+        missing = [c for c in columns.values() if c not in ds.column_names]
+        if missing:
+            raise ValueError(f"{where}: no column(s) {missing}; columns: {ds.column_names}")
+        ds = ds.select_columns(list(dict.fromkeys(columns.values())))
+    source = source or pathlib.Path(name_or_path).stem.split("/")[-1]
+    report = SourceReport(f"hf:{name_or_path}")
+    rows = ((w, {k: r[c] for k, c in columns.items()} if columns else r, e)
+            for w, r, e in _iter_dataset(ds, where))
+    records = _collect(rows, lambda row, i: record_from_row(
+        row, domain=domain, source=source, rid=f"{source}-{split}-{i}"), report)
+    return records, report
+
+
+def load_source(spec: str, config: DataConfig | None = None) -> tuple[list[dict], SourceReport]:
+    """Records from one ``DataConfig.sources`` string.
+
+    ``"tasks"`` (synthetic, ``config.num_records`` per domain), ``"gsm8k:tfds"``,
+    ``"gsm8k:hf"``, ``"gsm8k:jsonl:<path>"``, ``"jsonl:<path>"``, ``"prefs:<path>"``,
+    ``"hf:<name or path>"`` (layout detected per row; for a column mapping call
+    :func:`load_hf` yourself). Training sources read their ``train`` split.
+    """
+    config = config or DataConfig()
+    kind, _, arg = spec.partition(":")
+    if spec == "tasks":
+        from reasonkit import tasks  # here, not at the top: tasks imports this module
+
+        records = tasks.generate_all(config.num_records, seed=config.seed,
+                                     difficulty=config.difficulty)
+        report = SourceReport("tasks", read=len(records), kept=len(records), notes=[
+            f"{config.num_records} per domain, difficulty {config.difficulty}, "
+            f"seed {config.seed}"])
+        return records, report
+    if kind == "gsm8k":
+        how, _, path = arg.partition(":")
+        if how in ("tfds", "hf", "jsonl") and (path or how != "jsonl"):
+            return load_gsm8k("train", source=how, path=path or None)
+    elif kind in ("jsonl", "prefs", "hf") and arg:
+        loader = {"jsonl": load_jsonl, "prefs": load_preferences, "hf": load_hf}[kind]
+        return loader(arg)
+    raise ValueError(f"unknown data source {spec!r}; use 'tasks', 'gsm8k:tfds', 'gsm8k:hf', "
+                     "'gsm8k:jsonl:<path>', 'jsonl:<path>', 'prefs:<path>' or 'hf:<name>'")
+
+
+def load_sources(config: DataConfig) -> tuple[list[dict], list[SourceReport]]:
+    """All of ``config.sources``, in order, with one report each."""
+    records, reports = [], []
+    for spec in config.sources:
+        recs, report = load_source(spec, config)
+        records += recs
+        reports.append(report)
+    return records, reports
+
+
+# --- filters ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """A stage's token budgets (None: no limit).
+
+    ``prompt`` counts ``format_prompt(prompt)``; ``completion`` the target
+    (``format_completion(...)``, or the longer of ``chosen``/``rejected``); ``total``
+    both together.
+    """
+
+    prompt: int | None = None
+    completion: int | None = None
+    total: int | None = None
+
+
+STAGES = ("eval", "sft", "dpo", "grpo")
+
+
+def stage_limits(preset: "Preset") -> dict[str, Limits]:
+    """Each stage's token budgets from a preset.
+
+    SFT's ``max_target_length`` covers prompt + completion; DPO's response and GRPO's
+    generation lengths cover the completion alone (for GRPO, the gold completion is
+    the yardstick of what the model must fit in its generation budget).
+    """
+    return {"eval": Limits(prompt=preset.eval.max_prompt_length),
+            "sft": Limits(prompt=preset.sft.max_prompt_length,
+                          total=preset.sft.max_target_length),
+            "dpo": Limits(prompt=preset.dpo.max_prompt_length,
+                          completion=preset.dpo.max_response_length),
+            "grpo": Limits(prompt=preset.grpo.max_prompt_length,
+                           completion=preset.grpo.max_generation_length)}
+
+
+def _where(record: Any) -> str:
+    if isinstance(record, dict) and isinstance(record.get("id"), str):
+        return record["id"]
+    return repr(record)[:80]
+
+
+def drop_malformed(records: Iterable[Any], drops: Drops) -> list[dict]:
+    """Records that pass :func:`validate_record`; the rest counted by reason."""
+    kept = []
+    for r in records:
+        reason = validate_record(r)
+        if reason:
+            drops.add(reason, _where(r))
+        else:
+            kept.append(r)
+    return kept
+
+
+def drop_duplicates(records: Iterable[dict], drops: Drops) -> list[dict]:
+    """The first record of each normalised prompt (case and whitespace ignored)."""
+    seen: set[str] = set()
+    kept = []
+    for r in records:
+        key = normalize_prompt(r["prompt"])
+        if key in seen:
+            drops.add("duplicate prompt", _where(r))
+        else:
+            seen.add(key)
+            kept.append(r)
+    return kept
+
+
+def _completions(record: dict) -> list[str]:
+    if "chosen" in record:
+        return [record["chosen"], record["rejected"]]
+    return [format_completion(record["reasoning"], record["answer"])]
+
+
+def too_long(record: dict, count_tokens: Callable[[str], int], limits: Limits) -> str | None:
+    """Which budget a record exceeds (``"prompt too long"``, ...), or None."""
+    p = count_tokens(format_prompt(record["prompt"]))
+    if limits.prompt is not None and p > limits.prompt:
+        return f"prompt too long ({p} > {limits.prompt} tokens)"
+    if limits.completion is None and limits.total is None:
+        return None
+    c = max(count_tokens(t) for t in _completions(record))
+    if limits.completion is not None and c > limits.completion:
+        return f"completion too long ({c} > {limits.completion} tokens)"
+    if limits.total is not None and p + c > limits.total:
+        return f"prompt + completion too long ({p + c} > {limits.total} tokens)"
+    return None
+
+
+def drop_too_long(records: Iterable[dict], drops: Drops, *, count_tokens: Callable[[str], int],
+                  limits: Limits) -> list[dict]:
+    """Records within a stage's token budgets; the rest counted by which budget."""
+    kept = []
+    for r in records:
+        reason = too_long(r, count_tokens, limits)
+        if reason:
+            head, _, detail = reason.partition(" (")
+            drops.add(head, f"{_where(r)}: {detail.rstrip(')')}")
+        else:
+            kept.append(r)
+    return kept
+
+
+def drop_bad_gold(records: Iterable[dict], drops: Drops) -> list[dict]:
+    """Records whose gold answer can be checked (:func:`gold_problem`)."""
+    kept = []
+    for r in records:
+        reason = gold_problem(r)
+        if reason:
+            drops.add(reason, f"{_where(r)}: {r['answer'][:40]!r}")
+        else:
+            kept.append(r)
+    return kept
+
+
+def drop_pairs(records: Iterable[dict], drops: Drops) -> list[dict]:
+    """Records without ``chosen``/``rejected`` (pairs train DPO only)."""
+    kept = []
+    for r in records:
+        if "chosen" in r:
+            drops.add("preference pair (DPO only)", _where(r))
+        else:
+            kept.append(r)
+    return kept
+
+
+# --- rebalancing -----------------------------------------------------------------------
+
+
+def check_weights(weights: Mapping[str, float]) -> dict[str, float]:
+    """Domain weights as a plain dict, or ValueError naming the bad weight.
+
+    >>> check_weights({"math": 2, "cooking": 1})
+    Traceback (most recent call last):
+    ...
+    ValueError: domain_weights['cooking']: unknown domain; known: math, coding, science, ...
+    """
+    for d, w in weights.items():
+        if d not in DOMAINS:
+            raise ValueError(f"domain_weights[{d!r}]: unknown domain; known: {', '.join(DOMAINS)}")
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not w >= 0:
+            raise ValueError(f"domain_weights[{d!r}]={w!r}: must be a number >= 0")
+    if not sum(weights.values()) > 0:
+        raise ValueError(f"domain_weights={dict(weights)}: must sum to a positive number")
+    return {d: float(w) for d, w in weights.items()}
+
+
+def domain_targets(weights: Mapping[str, float], total: int) -> dict[str, int]:
+    """Records per domain for a mix of ``total`` (largest remainders; sums to ``total``).
+
+    >>> domain_targets({"math": 2, "coding": 1, "general": 0}, 10)
+    {'math': 7, 'coding': 3, 'general': 0}
+    """
+    weights = check_weights(weights)
+    scale = total / sum(weights.values())
+    exact = {d: w * scale for d, w in weights.items()}
+    out = {d: int(x) for d, x in exact.items()}
+    by_remainder = sorted(exact, key=lambda d: (out[d] - exact[d], DOMAINS.index(d)))
+    for d in by_remainder[:total - sum(out.values())]:
+        out[d] += 1
+    return out
+
+
+def rebalance(records: Sequence[dict], weights: Mapping[str, float], total: int, *,
+              max_repeats: int, seed: int | str) -> tuple[list[dict], dict]:
+    """A seeded sample of ``total`` records in the mix ``weights``, shuffled.
+
+    Domains with more records than their target are down-sampled without replacement;
+    those with fewer are repeated, each record at most ``max_repeats`` times in all.
+    Where that cap (or an empty domain) keeps a domain below its target, the returned
+    info's ``shortfalls`` says so. Records of domains without weight are not used.
+
+    >>> recs = [{"id": str(i), "domain": "math"} for i in range(3)] + [
+    ...     {"id": "c", "domain": "coding"}]
+    >>> out, info = rebalance(recs, {"math": 1, "coding": 1}, 6, max_repeats=2, seed=0)
+    >>> info["count"], info["shortfalls"]
+    ({'math': 3, 'coding': 2},
+     {'coding': 'target 3 needs 3 copies of 1 record(s); max_repeats=2 allows 2'})
+    """
+    targets = domain_targets(weights, total)
+    by_domain: dict[str, list[dict]] = {}
+    for r in records:
+        by_domain.setdefault(r["domain"], []).append(r)
+    rng = random.Random(f"reasonkit.rebalance:{seed}")
+    out: list[dict] = []
+    info: dict[str, Any] = {"available": {}, "target": targets, "count": {}, "shortfalls": {},
+                            "unused": {}}
+    for d in DOMAINS:
+        pool, target = by_domain.get(d, []), targets.get(d, 0)
+        if not target:
+            if pool:
+                info["unused"][d] = len(pool)
+            continue
+        info["available"][d] = len(pool)
+        full, rest = divmod(target, len(pool)) if pool else (0, 0)
+        if not pool:
+            picked = []
+            info["shortfalls"][d] = f"target {target} but no records"
+        elif full + (rest > 0) > max_repeats:
+            picked = pool * max_repeats
+            info["shortfalls"][d] = (f"target {target} needs {full + (rest > 0)} copies of "
+                                     f"{len(pool)} record(s); max_repeats={max_repeats} allows "
+                                     f"{max_repeats}")
+        else:
+            picked = pool * full + rng.sample(pool, rest)
+        info["count"][d] = len(picked)
+        out += picked
+    rng.shuffle(out)
+    n = len(out) or 1
+    info["mix"] = {d: round(c / n, 4) for d, c in info["count"].items()}
+    return out, info
+
+
+# --- evaluation split, DPO pairs, stage sets ------------------------------------------
+
+
+def hold_out_eval(records: Sequence[dict], per_domain: int, *, seed: int | str,
+                  count_tokens: Callable[[str], int] | None = None,
+                  limits: Limits | None = None) -> tuple[list[dict], list[dict], dict]:
+    """``(eval, rest, info)``: up to ``per_domain`` records per domain held out.
+
+    Eligible for eval: records with a checkable gold answer, no preference pair, and a
+    prompt within ``limits``. At most half of a domain's eligible records are held out,
+    so training keeps some; ``info["short"]`` names domains that got fewer.
+    """
+    rng = random.Random(f"reasonkit.eval:{seed}")
+    chosen: set[int] = set()
+    info: dict[str, Any] = {"count": {}, "short": {}}
+    for d in DOMAINS:
+        eligible = [i for i, r in enumerate(records) if r["domain"] == d and "chosen" not in r
+                    and gold_problem(r) is None
+                    and (limits is None or too_long(r, count_tokens, limits) is None)]
+        if not eligible:
+            continue
+        rng.shuffle(eligible)
+        take = eligible[:min(per_domain, len(eligible) // 2)]
+        chosen.update(take)
+        info["count"][d] = len(take)
+        if len(take) < per_domain:
+            info["short"][d] = (f"{len(take)} of {per_domain}: {len(eligible)} eligible "
+                                "records, at most half are held out")
+    held = [r for i, r in enumerate(records) if i in chosen]
+    rest = [r for i, r in enumerate(records) if i not in chosen]
+    return held, rest, info
+
+
+def drop_eval_prompts(records: Iterable[dict], eval_records: Iterable[dict],
+                      drops: Drops) -> list[dict]:
+    """Training records whose normalised prompt is not an evaluation prompt."""
+    held = {normalize_prompt(r["prompt"]) for r in eval_records}
+    kept = []
+    for r in records:
+        if normalize_prompt(r["prompt"]) in held:
+            drops.add("prompt in eval split", _where(r))
+        else:
+            kept.append(r)
+    return kept
+
+
+REJECTED_KINDS = ("wrong_answer", "missing_tags", "answer_outside_tag")
+
+
+def wrong_answer(answer: str, rng: random.Random, others: Sequence[str] = ()) -> str:
+    """A plausible wrong answer: a nearby number, items reordered or dropped, another item.
+
+    >>> wrong_answer("10", random.Random(0)) != "10", wrong_answer("cat", random.Random(0), ["dog"])
+    (True, 'dog')
+    """
+    number = parse_number(answer)
+    if number is not None:
+        delta = rng.choice((-3, -2, -1, 1, 2, 3))
+        value = number + (abs(delta) if number + delta < 0 <= number else delta)
+        return str(int(value)) if value == int(value) else f"{value:g}"
+    gold = normalize_answer(answer)
+    items = answer.split()
+    options = []
+    if len(items) > 1:
+        shuffled = items[:]
+        rng.shuffle(shuffled)
+        options += [" ".join(items[::-1]), " ".join(shuffled), " ".join(items[:-1])]
+    if others:  # a few other gold answers of the domain: a wrong item of the right kind
+        options += [rng.choice(others) for _ in range(8)]
+    options = [o for o in options if normalize_answer(o) not in (gold, "")]
+    if options:
+        return rng.choice(options)
+    return answer[::-1] if normalize_answer(answer[::-1]) != gold else f"not {answer}"
+
+
+def preference_pair(record: dict, rng: random.Random, *, others: Sequence[str] = (),
+                    wrong_fraction: float = 0.5) -> dict:
+    """A DPO pair from a gold record: chosen right and well formed, rejected not.
+
+    Rejected has a wrong answer (``wrong_fraction`` of the time) or a broken format:
+    no tags at all, or the answer outside its tag.
+
+    >>> rec = {"id": "1", "domain": "math", "source": "x", "prompt": "3 * 4?",
+    ...        "reasoning": "3 * 4 = 12.", "answer": "12"}
+    >>> pair = preference_pair(rec, random.Random(2))
+    >>> pair["chosen"], pair["rejected_kind"], pair["rejected"]
+    ('<reasoning>3 * 4 = 12.</reasoning>\\n<answer>12</answer><end_of_turn>', 'missing_tags',
+     '3 * 4 = 12.\\n12<end_of_turn>')
+    """
+    reasoning, answer = record["reasoning"], record["answer"]
+    if rng.random() < wrong_fraction:
+        kind = "wrong_answer"
+        rejected = format_completion(reasoning, wrong_answer(answer, rng, others))
+    else:
+        kind = rng.choice(REJECTED_KINDS[1:])
+        if kind == "missing_tags":
+            rejected = f"{reasoning}\n{answer}{END_OF_TURN}".lstrip("\n")
+        else:
+            rejected = f"{REASONING_START}{reasoning}{REASONING_END}\n{answer}{END_OF_TURN}"
+    return {**{k: record[k] for k in FIELDS}, "chosen": format_completion(reasoning, answer),
+            "rejected": rejected, "rejected_kind": kind}
+
+
+def make_pairs(records: Sequence[dict], *, seed: int | str, drops: Drops,
+               count_tokens: Callable[[str], int] | None = None,
+               limits: Limits | None = None) -> list[dict]:
+    """DPO pairs: a dataset's own pair as is, otherwise :func:`preference_pair`.
+
+    A built pair whose rejected response overflows ``limits`` is dropped and counted.
+    """
+    rng = random.Random(f"reasonkit.pairs:{seed}")
+    answers: dict[str, dict[str, None]] = {}  # distinct gold answers per domain, in order
+    for r in records:
+        answers.setdefault(r["domain"], {})[r["answer"]] = None
+    others = {d: list(a) for d, a in answers.items()}
+    pairs = []
+    for r in records:
+        if "chosen" in r:
+            pairs.append({**r, "rejected_kind": "dataset"})
+            continue
+        pair = preference_pair(r, rng, others=others[r["domain"]])
+        reason = too_long(pair, count_tokens, limits) if limits else None
+        if reason:
+            drops.add("rejected " + reason.partition(" (")[0], _where(r))
+        else:
+            pairs.append(pair)
+    return pairs
+
+
+@dataclasses.dataclass
+class Splits:
+    """The held-out evaluation set and each stage's rebalanced training set."""
+
+    eval: list[dict]
+    sft: list[dict]
+    dpo: list[dict]
+    grpo: list[dict]
+
+    def sizes(self) -> dict[str, int]:
+        """Records per split."""
+        return {name: len(getattr(self, name)) for name in STAGES}
+
+
+def build_splits(records: Iterable[Any], config: DataConfig, *,
+                 count_tokens: Callable[[str], int] | None = None,
+                 limits: Mapping[str, Limits] | None = None,
+                 source_reports: Iterable[SourceReport] = ()) -> tuple[Splits, DataReport]:
+    """Filter, hold out eval (before rebalancing), rebalance each stage, build DPO pairs.
+
+    ``limits`` maps stage names (``"eval"``, ``"sft"``, ``"dpo"``, ``"grpo"``) to
+    :class:`Limits` in tokens counted by ``count_tokens`` (see :func:`stage_limits`).
+    Each stage's set is filtered for that stage first, then rebalanced to
+    ``config.train_size`` records in ``config.domain_weights``. No training set holds
+    an evaluation prompt. Returns the splits and a report of every drop.
+    """
+    weights = check_weights(config.domain_weights)
+    limits = dict(limits or {})
+    if set(limits) - set(STAGES):
+        raise ValueError(f"limits: unknown stage(s) {sorted(set(limits) - set(STAGES))}; "
+                         f"stages: {list(STAGES)}")
+    if limits and count_tokens is None:
+        raise ValueError("limits need count_tokens (a function: text -> number of tokens)")
+    records = list(records)
+    report = DataReport(
+        settings={"sources": list(config.sources), "domain_weights": weights,
+                  "train_size": config.train_size, "eval_per_domain": config.eval_per_domain,
+                  "max_repeats": config.max_repeats, "seed": config.seed,
+                  "limits": {k: dataclasses.asdict(v) for k, v in limits.items()}},
+        sources=[s.to_dict() for s in source_reports],
+        input=dict(Counter(r["domain"] for r in records
+                           if isinstance(r, dict) and isinstance(r.get("domain"), str))))
+    clean = drop_duplicates(drop_malformed(records, report.drop("clean")), report.drop("clean"))
+    if not clean:
+        raise ValueError(f"no valid records among {len(records)}: dropped "
+                         f"{report.drop('clean').counts}")
+    held, pool, info = hold_out_eval(clean, config.eval_per_domain, seed=config.seed,
+                                     count_tokens=count_tokens, limits=limits.get("eval"))
+    report.eval = info["count"]
+    report.notes += [f"eval {d}: {why}" for d, why in info["short"].items()]
+    pool = drop_eval_prompts(pool, held, report.drop("eval"))
+
+    sets = {}
+    for stage in ("sft", "dpo", "grpo"):
+        drops = report.drop(stage)
+        candidates = pool if stage == "dpo" else drop_pairs(pool, drops)
+        if stage == "grpo":
+            candidates = drop_bad_gold(candidates, drops)
+        if stage in limits:
+            candidates = drop_too_long(candidates, drops, count_tokens=count_tokens,
+                                       limits=limits[stage])
+        sets[stage], report.stages[stage] = rebalance(
+            candidates, weights, config.train_size, max_repeats=config.max_repeats,
+            seed=f"{config.seed}:{stage}")
+        report.notes += [f"{stage} {d}: {why}" for d, why in
+                         report.stages[stage]["shortfalls"].items()]
+        report.notes += [f"{stage} {d}: {n} records unused (no weight)" for d, n in
+                         report.stages[stage]["unused"].items()]
+    sets["dpo"] = make_pairs(sets["dpo"], seed=config.seed, drops=report.drop("dpo"),
+                             count_tokens=count_tokens, limits=limits.get("dpo"))
+    counts = Counter(r["domain"] for r in sets["dpo"])
+    report.stages["dpo"]["count"] = {d: counts[d] for d in report.stages["dpo"]["count"]}
+    report.stages["dpo"]["mix"] = {d: round(c / max(1, len(sets["dpo"])), 4)
+                                   for d, c in report.stages["dpo"]["count"].items()}
+    return Splits(eval=held, **sets), report
+
+
+# --- on disk ---------------------------------------------------------------------------
+
+REPORT_FILE = "data_report.json"
+
+
+def write_jsonl(records: Iterable[dict], path: str | pathlib.Path) -> None:
+    """One JSON object a line, UTF-8."""
+    with open(path, "w", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+
+
+def read_jsonl(path: str | pathlib.Path) -> list[dict]:
+    """Every line of a JSONL file we wrote (no tolerance: use :func:`load_jsonl` for input)."""
+    with open(_existing(path), encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def write_splits(splits: Splits, report: DataReport, out_dir: str | pathlib.Path, *,
+                 overwrite: bool = False) -> pathlib.Path:
+    """eval.jsonl, sft.jsonl, dpo.jsonl, grpo.jsonl and data_report.json in ``out_dir``.
+
+    Refuses to replace earlier splits unless ``overwrite=True``.
+    """
+    out = pathlib.Path(out_dir)
+    if (out / REPORT_FILE).exists() and not overwrite:
+        raise FileExistsError(f"{out} already holds splits ({REPORT_FILE}); pass "
+                              "overwrite=True to replace them")
+    out.mkdir(parents=True, exist_ok=True)
+    for name in STAGES:
+        write_jsonl(getattr(splits, name), out / f"{name}.jsonl")
+    (out / REPORT_FILE).write_text(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
+    return out
+
+
+def read_splits(out_dir: str | pathlib.Path) -> tuple[Splits, DataReport]:
+    """What :func:`write_splits` wrote."""
+    out = _existing(out_dir)
+    splits = Splits(**{name: read_jsonl(out / f"{name}.jsonl") for name in STAGES})
+    report = DataReport.from_dict(json.loads((_existing(out / REPORT_FILE)).read_text()))
+    return splits, report

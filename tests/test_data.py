@@ -1,0 +1,558 @@
+"""Records, sources, filters, rebalancing and splits: real-format files, no network."""
+
+import dataclasses
+import json
+import random
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reasonkit import data, tasks
+from reasonkit.config import DOMAINS, DataConfig, get_preset
+from reasonkit.data import (
+    END_OF_TURN,
+    Drops,
+    Limits,
+    format_completion,
+    normalize_answer,
+    normalize_prompt,
+    parse_number,
+    split_tagged,
+)
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return path
+
+
+def rec(i, domain="math", prompt=None, answer=None, **extra):
+    return {"id": f"r{i}", "domain": domain, "source": "test",
+            "prompt": prompt or f"What is {i} plus 1?", "reasoning": f"{i} + 1 = {i + 1}.",
+            "answer": answer or str(i + 1), **extra}
+
+
+def words(text):
+    return len(text.split())
+
+
+# --- schema ----------------------------------------------------------------------------
+
+
+def test_validate_record_reasons():
+    ok = rec(1)
+    assert data.validate_record(ok) is None
+    assert data.validate_record(dict(ok, reasoning="")) is None  # reasoning may be empty
+    cases = {"missing answer": {k: v for k, v in ok.items() if k != "answer"},
+             "prompt not a string": dict(ok, prompt=["a"]), "empty prompt": dict(ok, prompt=" "),
+             "unknown domain": dict(ok, domain="cooking"), "not an object": "text",
+             "missing rejected": dict(ok, chosen="a"),
+             "chosen equals rejected": dict(ok, chosen="a", rejected="a ")}
+    for reason, row in cases.items():
+        assert data.validate_record(row) == reason
+
+
+def test_answer_rules():
+    assert parse_number("1,234") == 1234 and parse_number("-2.5") == -2.5
+    assert parse_number("2 7 9") is None and parse_number("nan") is None
+    assert normalize_answer("Cat, cat;CAT.") == "cat cat cat"
+    assert normalize_prompt(" Sort  3 1\n") == normalize_prompt("sort 3 1")
+
+
+# --- sources ---------------------------------------------------------------------------
+
+
+def test_load_jsonl_schema_layout(tmp_path):
+    rows = [rec(i, domain=d) for i, d in enumerate(["math", "coding", "general"])]
+    records, report = data.load_jsonl(write_jsonl(tmp_path / "mine.jsonl", rows))
+    assert records == rows
+    assert (report.read, report.kept, report.drops.total) == (3, 3, 0)
+
+
+def test_load_jsonl_instruction_layout(tmp_path):
+    rows = [{"instruction": "Reverse dog", "input": "", "output": "god"},
+            {"instruction": "Add these", "input": "2 and 3",
+             "output": "<reasoning>2 + 3 = 5.</reasoning>\n<answer>5</answer>", "domain": "math"},
+            {"instruction": "Sort 3 1", "output": "  1 3 \n"}]
+    records, report = data.load_jsonl(write_jsonl(tmp_path / "alpaca.jsonl", rows),
+                                      domain="instruction")
+    assert report.kept == 3
+    assert [(r["prompt"], r["reasoning"], r["answer"], r["domain"]) for r in records] == [
+        ("Reverse dog", "", "god", "instruction"),
+        ("Add these\n2 and 3", "2 + 3 = 5.", "5", "math"),
+        ("Sort 3 1", "", "1 3", "instruction")]
+    assert {r["source"] for r in records} == {"alpaca"}
+    assert len({r["id"] for r in records}) == 3
+
+
+def test_bad_lines_are_counted_and_good_rows_kept(tmp_path):
+    path = write_jsonl(tmp_path / "bad.jsonl", [
+        rec(0), "{not json", "", rec(1, prompt=123), {"text": "no layout"}, [1, 2],
+        rec(2, domain="cooking"), rec(3)])
+    records, report = data.load_jsonl(path)
+    assert [r["id"] for r in records] == ["r0", "r3"]
+    assert report.read == 7 and report.kept == 2  # the blank line is not a row
+    assert report.drops.counts == {"broken JSON": 1, "prompt not a string": 1,
+                                   "unknown layout": 1, "not an object": 1, "unknown domain": 1}
+    assert report.drops.examples["broken JSON"][0].startswith(f"{path}:2: broken JSON (")
+    assert report.drops.examples["prompt not a string"] == [f"{path}:4"]
+    assert "keys: text" in report.drops.examples["unknown layout"][0]
+    assert report.to_dict()["dropped"] == report.drops.counts
+
+
+def test_empty_file_is_an_error(tmp_path):
+    for text in ("", "\n  \n"):
+        (tmp_path / "empty.jsonl").write_text(text)
+        with pytest.raises(ValueError, match=r"empty\.jsonl is empty"):
+            data.load_jsonl(tmp_path / "empty.jsonl")
+        with pytest.raises(ValueError, match="is empty"):
+            data.load_preferences(tmp_path / "empty.jsonl")
+
+
+def test_missing_file_names_the_path(tmp_path):
+    missing = tmp_path / "nope.jsonl"
+    calls = [lambda: data.load_jsonl(missing), lambda: data.load_preferences(missing),
+             lambda: data.load_gsm8k("train", source="jsonl", path=missing),
+             lambda: data.load_hf(str(missing)), lambda: data.load_source(f"jsonl:{missing}")]
+    for call in calls:
+        with pytest.raises(FileNotFoundError, match="nope.jsonl"):
+            call()
+
+
+GSM8K_ROWS = [
+    {"question": "Natalia sold clips to 48 friends in April, and half as many in May. "
+                 "How many clips did she sell altogether?",
+     "answer": "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n"
+               "Natalia sold 48+24 = <<48+24=72>>72 clips altogether.\n#### 72"},
+    {"question": "A shop sells 1,000 pens a day for 2 days. How many pens?",
+     "answer": "1000 * 2 = <<1000*2=2000>>2000\n#### 2,000"},
+]
+
+
+def test_parse_gsm8k_strings_and_tfds_bytes():
+    q, reasoning, answer = data.parse_gsm8k(GSM8K_ROWS[0])
+    assert answer == "72" and "<<" not in reasoning and reasoning.endswith("72 clips altogether.")
+    tfds_row = {k: v.encode() for k, v in GSM8K_ROWS[1].items()}  # TFDS's feature layout
+    tfds_row["short_answer"] = b"2,000"
+    assert data.parse_gsm8k(tfds_row) == (GSM8K_ROWS[1]["question"], "1000 * 2 = 2000", "2000")
+    record, reason = data._gsm8k_parser("train")(tfds_row, 5)
+    assert reason is None and record == {
+        "id": "gsm8k-train-5", "domain": "math", "source": "gsm8k",
+        "prompt": GSM8K_ROWS[1]["question"], "reasoning": "1000 * 2 = 2000", "answer": "2000"}
+    assert data._gsm8k_parser("train")({"question": b"q", "answer": b"no marker"}, 0) == (
+        None, "no #### answer line")
+
+
+def test_load_gsm8k_jsonl(tmp_path):
+    path = write_jsonl(tmp_path / "train.jsonl",
+                       GSM8K_ROWS + [{"question": "q?", "answer": "no final line"}])
+    records, report = data.load_gsm8k("train", source="jsonl", path=path)
+    assert [r["answer"] for r in records] == ["72", "2000"]
+    assert {(r["domain"], r["source"]) for r in records} == {("math", "gsm8k")}
+    assert report.drops.counts == {"no #### answer line": 1}
+    assert report.drops.examples["no #### answer line"] == [f"{path}:3"]
+    same, _ = data.load_source(f"gsm8k:jsonl:{path}")
+    assert same == records
+
+
+def test_load_gsm8k_through_tfds_without_tensorflow(tmp_path, monkeypatch):
+    """The real TFDS builder path (array_record data source), fed from a local file."""
+    pytest.importorskip("tensorflow_datasets")
+    from tensorflow_datasets.text.gsm8k import gsm8k as tfds_gsm8k
+
+    source = write_jsonl(tmp_path / "train.jsonl", GSM8K_ROWS)
+    monkeypatch.setattr(tfds_gsm8k.Gsm8k, "_split_generators",
+                        lambda self, dl_manager: {"train": self._generate_examples(source)})
+    records, report = data.load_gsm8k("train", source="tfds", data_dir=str(tmp_path / "tfds"))
+    assert sorted(r["answer"] for r in records) == ["2000", "72"]
+    assert report.kept == 2 and report.drops.total == 0
+
+
+def write_parquet(path, rows):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+def test_load_gsm8k_from_a_local_copy_in_hub_layout(tmp_path):
+    pytest.importorskip("datasets")
+    root = tmp_path / "gsm8k"
+    write_parquet(root / "main" / "train-00000-of-00001.parquet", GSM8K_ROWS)
+    write_parquet(root / "main" / "test-00000-of-00001.parquet", GSM8K_ROWS[:1])
+    write_parquet(root / "socratic" / "train-00000-of-00001.parquet", GSM8K_ROWS[:1])
+    cache = str(tmp_path / "hf-cache")
+    train, report = data.load_gsm8k("train", source="hf", path=str(root), cache_dir=cache)
+    test, _ = data.load_gsm8k("test", source="hf", path=str(root), cache_dir=cache)
+    assert [r["answer"] for r in train] == ["72", "2000"] and report.kept == 2
+    assert [r["id"] for r in test] == ["gsm8k-test-0"]
+    with pytest.raises(FileNotFoundError, match="'validation'"):
+        data.load_gsm8k("validation", source="hf", path=str(root), cache_dir=cache)
+
+
+def test_load_hf_with_a_column_mapping(tmp_path):
+    pytest.importorskip("datasets")
+    rows = [{"q": "Which is larger, 3 or 5?", "sol": "5 > 3.", "final": "5", "extra": 1},
+            {"q": None, "sol": "", "final": "x", "extra": 2}]
+    path = write_jsonl(tmp_path / "train.jsonl", rows)
+    records, report = data.load_hf(str(path), columns={"prompt": "q", "reasoning": "sol",
+                                                        "answer": "final"},
+                                   domain="general", cache_dir=str(tmp_path / "c"))
+    assert [(r["prompt"], r["reasoning"], r["answer"], r["domain"]) for r in records] == [
+        ("Which is larger, 3 or 5?", "5 > 3.", "5", "general")]
+    assert report.drops.counts == {"prompt not a string": 1}
+    assert "row 1" in report.drops.examples["prompt not a string"][0]
+    with pytest.raises(ValueError, match=r"no column\(s\) \['question'\]"):
+        data.load_hf(str(path), columns={"prompt": "question"}, cache_dir=str(tmp_path / "c"))
+    with pytest.raises(ValueError, match="unknown schema field"):
+        data.load_hf(str(path), columns={"question": "q"})
+
+
+def test_load_hf_detects_the_layout(tmp_path, monkeypatch):
+    datasets = pytest.importorskip("datasets")
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-cache")
+    rows = [{"instruction": "Reverse cat", "input": "", "output": "tac"},
+            {"instruction": "Reverse dog", "input": "", "output": "<answer>god</answer>"}]
+    path = write_parquet(tmp_path / "alpaca" / "train-00000-of-00001.parquet", rows)
+    records, report = data.load_source(f"hf:{path.parent}")
+    assert [r["answer"] for r in records] == ["tac", "god"] and report.kept == 2
+
+
+def test_load_preferences(tmp_path):
+    rows = [{"prompt": "3 * 4?", "chosen": "<reasoning>3 * 4 = 12.</reasoning>\n<answer>12"
+                                           "</answer>", "rejected": "12", "domain": "math"},
+            {"prompt": "Best color?", "chosen": "Blue, because...", "rejected": "I don't know"},
+            {"prompt": "No pair", "chosen": "a"},
+            {"prompt": "Same", "chosen": "x", "rejected": "x"}]
+    path = write_jsonl(tmp_path / "prefs.jsonl", rows)
+    records, report = data.load_preferences(path)
+    assert report.drops.counts == {"missing rejected": 1, "chosen equals rejected": 1}
+    first, second = records
+    assert (first["reasoning"], first["answer"], first["domain"]) == ("3 * 4 = 12.", "12", "math")
+    assert (second["reasoning"], second["answer"], second["domain"]) == (
+        "", "Blue, because...", "general")
+    assert all(r[k].endswith(END_OF_TURN) for r in records for k in ("chosen", "rejected"))
+    assert data.load_source(f"prefs:{path}")[0] == records
+
+
+def test_load_source_dispatch_and_errors(tmp_path):
+    cfg = DataConfig(num_records=5, seed=3)
+    records, report = data.load_source("tasks", cfg)
+    assert records == tasks.generate_all(5, seed=3) and report.kept == 30
+    path = write_jsonl(tmp_path / "x.jsonl", [rec(1)])
+    assert data.load_source(f"jsonl:{path}")[0] == [rec(1)]
+    for bad in ("nope", "jsonl:", "gsm8k:jsonl", "gsm8k:web", "hf:"):
+        with pytest.raises(ValueError, match="unknown data source"):
+            data.load_source(bad, cfg)
+    all_records, reports = data.load_sources(dataclasses.replace(
+        cfg, sources=("tasks", f"jsonl:{path}")))
+    assert len(all_records) == 31 and [r.source for r in reports] == ["tasks", f"jsonl:{path}"]
+
+
+# --- filters ---------------------------------------------------------------------------
+
+
+def test_drop_malformed_counts_each_reason():
+    rows = [rec(0), {"id": "x"}, rec(1, prompt=5), rec(2, answer=""), rec(3, domain="art"),
+            None, rec(4)]
+    rows[3]["answer"] = ""
+    drops = Drops()
+    kept = data.drop_malformed(rows, drops)
+    assert [r["id"] for r in kept] == ["r0", "r4"]
+    assert drops.counts == {"missing domain": 1, "prompt not a string": 1, "empty answer": 1,
+                            "unknown domain": 1, "not an object": 1}
+    assert drops.examples["empty answer"] == ["r2"]
+
+
+def test_drop_duplicates_ignores_case_and_whitespace():
+    rows = [rec(0, prompt="Sort 3 1 2."), rec(1, prompt="  sort 3  1\n2. "),
+            rec(2, prompt="Sort 3 1 2!"), rec(3, prompt="SORT 3 1 2.")]
+    drops = Drops()
+    assert [r["id"] for r in data.drop_duplicates(rows, drops)] == ["r0", "r2"]
+    assert drops.counts == {"duplicate prompt": 2} and drops.examples["duplicate prompt"] == [
+        "r1", "r3"]
+
+
+def test_drop_too_long_by_each_budget():
+    short = rec(0, prompt="hi")
+    long_prompt = rec(1, prompt="word " * 50)
+    long_target = dict(rec(2, prompt="hello"), reasoning="step " * 30)
+    pair = dict(rec(3, prompt="hey"), chosen="ok", rejected="bad " * 40)
+    p = words(data.format_prompt("hello"))
+    c = words(format_completion(long_target["reasoning"], long_target["answer"]))
+    cases = [(Limits(prompt=30), {"prompt too long": 1}),
+             (Limits(completion=20), {"completion too long": 2}),
+             (Limits(total=p + c - 1), {"prompt + completion too long": 3}),
+             (Limits(), {})]
+    for limits, expected in cases:
+        drops = Drops()
+        kept = data.drop_too_long([short, long_prompt, long_target, pair], drops,
+                                  count_tokens=words, limits=limits)
+        assert drops.counts == expected, limits
+        assert len(kept) == 4 - drops.total and short in kept
+    drops = Drops()
+    data.drop_too_long([long_prompt], drops, count_tokens=words, limits=Limits(prompt=30))
+    n = words(data.format_prompt(long_prompt["prompt"]))
+    assert drops.examples["prompt too long"] == [f"r1: {n} > 30 tokens"]
+
+
+def test_drop_bad_gold_and_pairs():
+    rows = [rec(0, answer="about five"), rec(1, domain="science", answer="3,000"),
+            rec(2, domain="general", answer="Ann"), rec(3, domain="general", answer="..."),
+            rec(4, domain="coding", answer="catcat")]
+    drops = Drops()
+    assert [r["id"] for r in data.drop_bad_gold(rows, drops)] == ["r1", "r2", "r4"]
+    assert drops.counts == {"gold answer not a number": 1, "empty gold answer": 1}
+    drops = Drops()
+    assert data.drop_pairs([rec(0), rec(1, chosen="a", rejected="b")], drops) == [rec(0)]
+    assert drops.counts == {"preference pair (DPO only)": 1}
+
+
+# --- rebalancing -----------------------------------------------------------------------
+
+SIZES = {"math": 8000, "coding": 5000, "science": 3000, "instruction": 2000,
+         "summarization": 1500, "general": 500}
+
+
+@pytest.fixture(scope="module")
+def big_sample():
+    """20k records, six domains of very unequal sizes."""
+    return [rec(i, domain=d, id=f"{d}-{i}") for d, n in SIZES.items() for i in range(n)]
+
+
+@pytest.mark.parametrize("weights", [
+    {d: 1.0 for d in DOMAINS},
+    {"math": 3, "coding": 2, "science": 1, "instruction": 1, "summarization": 1, "general": 2},
+])
+def test_rebalance_hits_the_target_mix(big_sample, weights):
+    out, info = data.rebalance(big_sample, weights, 6000, max_repeats=3, seed=0)
+    assert len(out) == 6000 and not info["shortfalls"]
+    mix = Counter(r["domain"] for r in out)
+    total = sum(weights.values())
+    for d in DOMAINS:
+        assert abs(mix[d] / 6000 - weights[d] / total) < 0.01, d
+    assert info["count"] == info["target"] == dict(mix)
+    assert max(Counter(r["id"] for r in out).values()) <= 3
+
+
+def test_rebalance_is_seeded(big_sample):
+    weights = {d: 1.0 for d in DOMAINS}
+    ids = lambda seed: [r["id"] for r in data.rebalance(big_sample, weights, 3000,
+                                                         max_repeats=3, seed=seed)[0]]
+    assert ids(1) == ids(1)
+    assert ids(1) != ids(2)
+
+
+def test_repeat_cap_is_respected_and_reported(big_sample):
+    weights = {"math": 1.0, "general": 1.0}  # general: 500 records, target 2000
+    out, info = data.rebalance(big_sample, weights, 4000, max_repeats=3, seed=0)
+    counts = Counter(r["id"] for r in out)
+    assert max(counts.values()) == 3
+    assert info["count"] == {"math": 2000, "general": 1500}
+    assert "max_repeats=3" in info["shortfalls"]["general"]
+    assert info["unused"] == {d: SIZES[d] for d in ("coding", "science", "instruction",
+                                                    "summarization")}
+    # Without the cap biting, upsampling spreads repeats evenly (2 or 3 copies each).
+    out, info = data.rebalance(big_sample, {"general": 1.0}, 1250, max_repeats=3, seed=0)
+    assert set(Counter(r["id"] for r in out).values()) == {2, 3} and not info["shortfalls"]
+
+
+def test_weights_are_checked():
+    recs = [rec(0)]
+    with pytest.raises(ValueError, match=r"domain_weights\['cooking'\]: unknown domain"):
+        data.rebalance(recs, {"math": 1, "cooking": 1}, 10, max_repeats=1, seed=0)
+    with pytest.raises(ValueError, match=r"domain_weights\['math'\]=-1"):
+        data.rebalance(recs, {"math": -1, "coding": 2}, 10, max_repeats=1, seed=0)
+    with pytest.raises(ValueError, match=r"domain_weights\['math'\]='1'"):
+        data.check_weights({"math": "1"})
+    with pytest.raises(ValueError, match="must sum to a positive number"):
+        data.check_weights({"math": 0, "coding": 0.0})
+    assert data.domain_targets({"math": 1, "coding": 1, "science": 1}, 10) == {
+        "math": 4, "coding": 3, "science": 3}
+
+
+# --- splits ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def task_records():
+    return tasks.generate_all(200, seed=4)
+
+
+def leaks(splits):
+    held = {normalize_prompt(r["prompt"]) for r in splits.eval}
+    return [r["id"] for name in ("sft", "dpo", "grpo") for r in getattr(splits, name)
+            if normalize_prompt(r["prompt"]) in held]
+
+
+def test_build_splits_on_tasks(task_records):
+    cfg = DataConfig(eval_per_domain=10, train_size=600, seed=1)
+    splits, report = data.build_splits(task_records, cfg)
+    assert splits.sizes() == {"eval": 60, "sft": 600, "dpo": 600, "grpo": 600}
+    assert Counter(r["domain"] for r in splits.eval) == {d: 10 for d in DOMAINS}
+    assert report.eval == {d: 10 for d in DOMAINS}
+    for name in ("sft", "grpo"):
+        assert Counter(r["domain"] for r in getattr(splits, name)) == {d: 100 for d in DOMAINS}
+    assert not leaks(splits)
+    assert all(data.validate_record(r) is None for r in splits.eval + splits.sft + splits.grpo)
+    assert report.input == {d: 200 for d in DOMAINS}
+    assert "| math | 200 | 10 | 100 | 100 | 100 |" in report.table()
+
+
+def test_eval_is_held_out_before_rebalancing(task_records):
+    a, _ = data.build_splits(task_records, DataConfig(eval_per_domain=10, train_size=600))
+    b, report = data.build_splits(task_records, DataConfig(
+        eval_per_domain=10, train_size=300, domain_weights={"math": 1.0}))
+    assert a.eval == b.eval  # weights and sizes do not touch the held-out set
+    assert {r["domain"] for r in b.sft} == {"math"}
+    assert any("records unused" in note for note in report.notes)
+
+
+def test_build_splits_same_seed_same_output(task_records):
+    cfg = DataConfig(eval_per_domain=5, train_size=200, seed=7)
+    a, ra = data.build_splits(task_records, cfg)
+    b, rb = data.build_splits(task_records, cfg)
+    c, _ = data.build_splits(task_records, dataclasses.replace(cfg, seed=8))
+    assert a == b and ra.to_dict() == rb.to_dict()
+    assert a.eval != c.eval and a.sft != c.sft and a.dpo != c.dpo
+
+
+def test_dpo_pairs_from_gold_answers(task_records):
+    splits, _ = data.build_splits(task_records, DataConfig(eval_per_domain=5, train_size=600))
+    kinds = Counter(p["rejected_kind"] for p in splits.dpo)
+    assert set(kinds) == {"wrong_answer", "missing_tags", "answer_outside_tag"}
+    assert 0.4 < kinds["wrong_answer"] / len(splits.dpo) < 0.6
+    for p in splits.dpo:
+        assert p["chosen"] == format_completion(p["reasoning"], p["answer"])
+        assert split_tagged(p["chosen"]) == (p["reasoning"], p["answer"])  # gold in good tags
+        assert p["rejected"] != p["chosen"] and p["rejected"].endswith(END_OF_TURN)
+        tagged = split_tagged(p["rejected"])
+        if p["rejected_kind"] == "wrong_answer":
+            wrong = tagged[1]
+            if parse_number(p["answer"]) is not None:
+                assert parse_number(wrong) != parse_number(p["answer"])
+            else:
+                assert normalize_answer(wrong) not in ("", normalize_answer(p["answer"]))
+        else:
+            assert tagged is None  # the answer is not inside answer tags
+
+
+def test_dataset_pairs_feed_dpo_only(task_records, tmp_path):
+    pairs = [{"id": f"p{i}", "domain": "general", "source": "prefs", "prompt": f"Pick one {i}",
+              "reasoning": "", "answer": "a", "chosen": f"a{END_OF_TURN}",
+              "rejected": f"b{END_OF_TURN}"} for i in range(40)]
+    splits, report = data.build_splits(task_records + pairs,
+                                       DataConfig(eval_per_domain=5, train_size=600))
+    dataset_pairs = [p for p in splits.dpo if p["rejected_kind"] == "dataset"]
+    assert dataset_pairs and all(p["rejected"] == f"b{END_OF_TURN}" for p in dataset_pairs)
+    assert not any(r["id"].startswith("p") for r in splits.sft + splits.grpo + splits.eval)
+    assert report.drops["sft"].counts["preference pair (DPO only)"] == 40
+    assert report.drops["grpo"].counts["preference pair (DPO only)"] == 40
+
+
+def test_grpo_needs_checkable_gold_and_every_drop_is_counted(task_records):
+    bad = [rec(900 + i, answer="about ten") for i in range(5)]  # math gold that is no number
+    broken = [dict(rec(950), prompt=None), rec(951, prompt=task_records[0]["prompt"].upper())]
+    splits, report = data.build_splits(task_records + bad + broken,
+                                       DataConfig(eval_per_domain=5, train_size=1800))
+    assert report.drops["clean"].counts == {"prompt not a string": 1, "duplicate prompt": 1}
+    assert report.drops["grpo"].counts == {"gold answer not a number": 5}
+    assert all(data.gold_problem(r) is None for r in splits.grpo + splits.eval)
+    assert any(r["answer"] == "about ten" for r in splits.sft)  # SFT does not need a checker
+
+
+def test_length_limits_per_stage(task_records):
+    preset = get_preset("tiny")
+    limits = data.stage_limits(preset)
+    assert limits["sft"] == Limits(prompt=96, total=160)
+    assert limits["grpo"] == Limits(prompt=96, completion=64)
+    count = lambda text: len(text) // 4  # a stand-in tokenizer: 4 characters a token
+    sizes = sorted(count(data.format_prompt(r["prompt"])) for r in task_records)
+    cut = sizes[len(sizes) * 3 // 4]  # a quarter of the prompts do not fit
+    tight = {k: dataclasses.replace(v, prompt=cut) for k, v in limits.items()}
+    splits, report = data.build_splits(task_records, DataConfig(eval_per_domain=5,
+                                                                train_size=300),
+                                       count_tokens=count, limits=tight)
+    for name in ("sft", "dpo", "grpo"):
+        assert report.drops[name].counts.get("prompt too long", 0) > 0
+        assert all(data.too_long(r, count, tight[name]) is None for r in getattr(splits, name))
+    assert all(count(data.format_prompt(r["prompt"])) <= cut for r in splits.eval)
+    with pytest.raises(ValueError, match="limits need count_tokens"):
+        data.build_splits(task_records, DataConfig(), limits=tight)
+    with pytest.raises(ValueError, match="unknown stage"):
+        data.build_splits(task_records, DataConfig(), count_tokens=count,
+                          limits={"pretrain": Limits()})
+
+
+def test_shortfalls_are_reported_not_hidden(task_records):
+    few = [r for r in task_records if r["domain"] != "general"] + [
+        r for r in task_records if r["domain"] == "general"][:20]
+    splits, report = data.build_splits(few, DataConfig(eval_per_domain=8, train_size=600))
+    assert report.eval["general"] == 8
+    assert report.stages["sft"]["count"]["general"] == 36  # 12 records x max_repeats 3
+    assert "max_repeats=3" in report.stages["sft"]["shortfalls"]["general"]
+    assert any(n.startswith("sft general: target 100") for n in report.notes)
+    tiny = [r for r in task_records if r["domain"] != "general"] + [
+        r for r in task_records if r["domain"] == "general"][:3]
+    _, report = data.build_splits(tiny, DataConfig(eval_per_domain=8, train_size=600))
+    assert "eval general: 1 of 8" in " ".join(report.notes)
+
+
+PROMPTS = st.sampled_from(["Sort 3 1 2.", "Which is larger, 4 or 9?", "Reverse dog.",
+                           "Count cats: cat dog cat.", "What is 2 + 2?", "Name a fruit."])
+
+
+@st.composite
+def messy_records(draw):
+    n = draw(st.integers(10, 60))
+    out = []
+    for i in range(n):
+        prompt = draw(PROMPTS) + " " * draw(st.integers(0, 2)) + str(draw(st.integers(0, 20)))
+        if draw(st.booleans()):
+            prompt = prompt.upper()
+        out.append(rec(i, domain=draw(st.sampled_from(DOMAINS)), prompt=prompt,
+                       answer=str(draw(st.integers(1, 9)))))
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(records=messy_records(), per_domain=st.integers(1, 5), seed=st.integers(0, 99))
+def test_no_eval_prompt_reaches_training(records, per_domain, seed):
+    splits, report = data.build_splits(records, DataConfig(eval_per_domain=per_domain,
+                                                           train_size=50, seed=seed))
+    assert not leaks(splits)
+    held = [normalize_prompt(r["prompt"]) for r in splits.eval]
+    assert len(set(held)) == len(held) and all(r in records for r in splits.eval)
+    assert all(n <= per_domain for n in report.eval.values())
+
+
+def test_write_read_round_trip(task_records, tmp_path):
+    splits, report = data.build_splits(task_records, DataConfig(eval_per_domain=5,
+                                                                train_size=100))
+    out = data.write_splits(splits, report, tmp_path / "data")
+    assert sorted(p.name for p in out.iterdir()) == [
+        "data_report.json", "dpo.jsonl", "eval.jsonl", "grpo.jsonl", "sft.jsonl"]
+    again, report_again = data.read_splits(out)
+    assert again == splits and report_again == report
+    assert json.loads((out / "data_report.json").read_text())["eval"] == report.eval
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        data.write_splits(splits, report, out)
+    data.write_splits(splits, report, out, overwrite=True)
+    with pytest.raises(FileNotFoundError, match="missing"):
+        data.read_splits(tmp_path / "missing")
+
+
+def test_wrong_answer_always_differs():
+    rng = random.Random(0)
+    for gold in ["0", "1", "42", "2.5", "cat, cat, cat", "god", "2 7 9", "Ann", "a"]:
+        for _ in range(20):
+            wrong = data.wrong_answer(gold, rng, others=[gold, "dog"])
+            if parse_number(gold) is not None:
+                assert parse_number(wrong) not in (None, parse_number(gold))
+                assert parse_number(wrong) >= 0
+            else:
+                assert normalize_answer(wrong) not in ("", normalize_answer(gold))
