@@ -1,0 +1,659 @@
+"""What am I running on: devices, memory, peak FLOP/s, and will each stage fit.
+
+``detect()`` describes the devices JAX sees; ``from_name("tpu-v5e-8")`` describes the
+machine a preset was sized for, from the table below. ``memory_budget`` estimates the
+bytes *per device* a stage needs, item by item, and suggests changes when it does not
+fit (each suggestion re-runs the estimate on a changed preset).
+
+A budget by hand, for the tiny preset on one device (bytes):
+
+>>> from reasonkit.config import get_preset
+>>> p = get_preset("tiny")  # float32, V=512, D=128, F=512, L=6, H=4, K=1, h=32, rank 8
+>>> b = memory_budget(p, "sft", hw=from_name("cpu-1"))
+>>> for name, n in b.items.items():
+...     print(f"{name:28s} {n:>10,d}")
+base params                   5,963,776
+LoRA params + grads + Adam    2,015,232
+activations                 180,879,360
+attention scores             78,643,200
+logits                       10,485,760
+>>> 4 * p.model.num_params == b.items["base params"]  # fp32, nothing to shard on 1 device
+True
+>>> 16 * 160 * 512 * 8 == b.items["logits"]  # batch x length x vocab x 2 fp32 copies
+True
+>>> per_token_layer = 6 * 128 + 3 * 512 + 4 * (4 + 1) * 32  # ACT_D*D + ACT_F*F + ...
+>>> 16 * 160 * 6 * per_token_layer * 4 == b.items["activations"]
+True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+import time
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from reasonkit.config import ModelConfig, Preset
+from reasonkit.mesh import STAGES, factorizations, resolve_shape, stage_mesh_config
+
+GiB = 2**30
+
+# --- the table ----------------------------------------------------------------------------
+
+# generation: (memory per JAX device in bytes, peak dense bf16 FLOP/s per JAX device).
+# TPU v2/v3 chips hold 2 TensorCores and JAX shows each core as a device, so a "v3-8"
+# is 4 chips = 8 devices and each device gets half a chip's HBM and FLOP/s. From v4 on
+# a chip is one device ("megacore"). A GPU is one device.
+PEAK_TABLE: dict[str, tuple[int, float]] = {
+    # cloud.google.com/tpu/docs/v2 (system architecture): 16 GiB HBM, 45 TFLOP/s per chip
+    "v2": (8 * GiB, 22.5e12),
+    # cloud.google.com/tpu/docs/v3: 32 GiB HBM (16 GiB per core), 123 TFLOP/s per chip
+    "v3": (16 * GiB, 61.5e12),
+    # cloud.google.com/tpu/docs/v4: 32 GiB HBM, 275 TFLOP/s bf16 per chip
+    "v4": (32 * GiB, 275e12),
+    # cloud.google.com/tpu/docs/v5e: 16 GiB HBM, 197 TFLOP/s bf16 per chip
+    "v5e": (16 * GiB, 197e12),
+    # cloud.google.com/tpu/docs/v5p: 95 GiB HBM, 459 TFLOP/s bf16 per chip
+    "v5p": (95 * GiB, 459e12),
+    # cloud.google.com/tpu/docs/v6e: 32 GiB HBM, 918 TFLOP/s bf16 per chip
+    "v6e": (32 * GiB, 918e12),
+    # NVIDIA H100 datasheet: SXM5 80 GB HBM3, 989 TFLOP/s dense bf16 (1979 "with sparsity")
+    "h100": (80 * GiB, 989e12),
+    # NVIDIA H200 datasheet: 141 GB HBM3e, same compute as H100 SXM
+    "h200": (141 * 10**9, 989e12),
+    # NVIDIA A100 datasheet: 40 or 80 GB, 312 TFLOP/s dense bf16 (80 GB: see _gpu_memory)
+    "a100": (40 * GiB, 312e12),
+    # NVIDIA L4 datasheet: 24 GB GDDR6, 121 TFLOP/s dense bf16 (242 with sparsity)
+    "l4": (24 * GiB, 121e12),
+    # NVIDIA T4 datasheet: 16 GB, 65 TFLOP/s fp16 tensor cores (no bf16: emulated, slower)
+    "t4": (16 * GiB, 65e12),
+    # NVIDIA P100 PCIe datasheet: 16 GB, 18.7 TFLOP/s fp16 (no tensor cores, no bf16)
+    "p100": (16 * GiB, 18.7e12),
+}
+
+# A representative jax ``device_kind`` per generation, for ``from_name``.
+DEVICE_KINDS = {"v2": "TPU v2", "v3": "TPU v3", "v4": "TPU v4", "v5e": "TPU v5 lite",
+                "v5p": "TPU v5", "v6e": "TPU v6 lite", "h100": "NVIDIA H100 80GB HBM3",
+                "h200": "NVIDIA H200", "a100": "NVIDIA A100-SXM4-40GB", "l4": "NVIDIA L4",
+                "t4": "Tesla T4", "p100": "Tesla P100-PCIE-16GB"}
+
+
+def generation_of(platform: str, device_kind: str) -> str:
+    """The table key for a jax ``(platform, device_kind)``.
+
+    >>> generation_of("tpu", "TPU v5 lite"), generation_of("tpu", "TPU v5p")
+    ('v5e', 'v5p')
+    >>> generation_of("tpu", "TPU v3"), generation_of("gpu", "NVIDIA A100-SXM4-80GB")
+    ('v3', 'a100')
+    >>> generation_of("cpu", "cpu"), generation_of("gpu", "Some New GPU")
+    ('cpu', 'some-new-gpu')
+    """
+    kind = device_kind.lower()
+    if platform == "cpu":
+        return "cpu"
+    if platform == "tpu" or kind.startswith("tpu"):
+        m = re.search(r"v(\d+)\s*(lite|e|p)?", kind)
+        if not m:
+            return re.sub(r"\W+", "-", kind).strip("-")
+        suffix = {"lite": "e", "e": "e", "p": "p"}.get(m.group(2) or "", "")
+        if m.group(1) == "5" and not suffix:
+            suffix = "p"  # jax calls a v5p chip "TPU v5"
+        if m.group(1) == "6" and not suffix:
+            suffix = "e"
+        return f"v{m.group(1)}{suffix}"
+    for gen in ("h200", "h100", "a100", "l4", "t4", "p100"):
+        if re.search(rf"\b{gen}\b", kind) or gen in kind.replace("-", " ").split():
+            return gen
+    return re.sub(r"[^a-z0-9]+", "-", kind).strip("-")
+
+
+def _gpu_memory(gen: str, device_kind: str) -> int | None:
+    if gen == "a100" and "80" in device_kind:
+        return 80 * GiB
+    return PEAK_TABLE[gen][0] if gen in PEAK_TABLE else None
+
+
+def _host_ram() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+# --- detection ----------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class HardwareInfo:
+    """The accelerator, as far as memory and speed are concerned."""
+
+    platform: str  # "tpu" | "gpu" | "cpu"
+    device_kind: str  # jax's string, e.g. "TPU v5 lite"
+    generation: str  # "v3" | "v5e" | "v5p" | "v6e" | "h100" | ... | "cpu"
+    device_count: int  # over all hosts
+    process_count: int = 1
+    memory_per_device: int  # bytes
+    memory_source: str  # "memory_stats" | "table" | "host RAM"
+    peak_flops_per_device: float | None  # dense bf16; None where unknown (CPU)
+
+    @property
+    def name(self) -> str:
+        """E.g. ``"tpu-v5e-8"``: the spelling presets use in ``Preset.hardware``."""
+        if self.platform == "cpu":
+            return f"cpu-{self.device_count}"
+        return f"{self.platform}-{self.generation}-{self.device_count}"
+
+    @property
+    def total_memory(self) -> int:
+        return self.memory_per_device * self.device_count
+
+    def summary(self) -> str:
+        """One line for a notebook."""
+        peak = (f"{self.peak_flops_per_device / 1e12:.1f} TFLOP/s bf16 per device"
+                if self.peak_flops_per_device else "peak FLOP/s not tabulated (measure it)")
+        return (f"{self.device_count} x {self.device_kind} ({self.generation}, "
+                f"{self.process_count} process(es)): {format_bytes(self.memory_per_device)} "
+                f"per device ({self.memory_source}), {peak}")
+
+
+def detect(devices: list | None = None) -> HardwareInfo:
+    """Describe the devices JAX sees (memory from ``memory_stats`` where it reports it)."""
+    devices = list(jax.devices() if devices is None else devices)
+    # this process's first device: another host's devices cannot report memory_stats
+    d0 = next((d for d in devices if d.process_index == jax.process_index()), devices[0])
+    platform, kind = d0.platform, d0.device_kind
+    if platform not in ("tpu", "gpu", "cpu"):  # "cuda" / "rocm" from some plugins
+        platform = "gpu" if platform in ("cuda", "rocm") else platform
+    gen = generation_of(platform, kind)
+    memory, source = 0, "unknown"
+    try:
+        stats = d0.memory_stats() or {}
+    except Exception:  # noqa: BLE001 - some backends raise instead of returning None
+        stats = {}
+    if stats.get("bytes_limit"):
+        memory, source = int(stats["bytes_limit"]), "memory_stats"
+    elif platform == "cpu":
+        local = sum(1 for d in devices if d.process_index == d0.process_index)
+        memory, source = _host_ram() // max(1, local), "host RAM"  # fake devices share it
+    elif (table := _gpu_memory(gen, kind)) is not None:
+        memory, source = table, "table"
+    peak = PEAK_TABLE[gen][1] if gen in PEAK_TABLE else None
+    return HardwareInfo(platform=platform, device_kind=kind, generation=gen,
+                        device_count=len(devices), process_count=jax.process_count(),
+                        memory_per_device=memory, memory_source=source,
+                        peak_flops_per_device=peak)
+
+
+def from_name(name: str) -> HardwareInfo:
+    """A machine by name, from the table: ``"tpu-v5e-8"``, ``"tpu-v3-8"``, ``"gpu-h100-1"``.
+
+    ``"cpu"`` / ``"cpu-N"`` is this host's RAM split over N devices.
+
+    >>> hw = from_name("tpu-v3-8")
+    >>> hw.device_count, hw.memory_per_device / 2**30, hw.peak_flops_per_device / 1e12
+    (8, 16.0, 61.5)
+    >>> from_name("tpu-v5e-8").name
+    'tpu-v5e-8'
+    """
+    m = re.fullmatch(r"cpu(?:-(\d+))?", name)
+    if m:
+        n = int(m.group(1) or 1)
+        return HardwareInfo(platform="cpu", device_kind="cpu", generation="cpu",
+                            device_count=n, memory_per_device=_host_ram() // n,
+                            memory_source="host RAM", peak_flops_per_device=None)
+    m = re.fullmatch(r"(tpu|gpu)-(\w+)-(\d+)", name)
+    if not m or m.group(2) not in PEAK_TABLE:
+        known = ", ".join(f"tpu-{g}-8" if g.startswith("v") else f"gpu-{g}-1"
+                          for g in PEAK_TABLE)
+        raise ValueError(f"unknown hardware name {name!r}; use cpu, cpu-N or one of {known}")
+    platform, gen, n = m.group(1), m.group(2), int(m.group(3))
+    memory, peak = PEAK_TABLE[gen]
+    return HardwareInfo(platform=platform, device_kind=DEVICE_KINDS[gen], generation=gen,
+                        device_count=n, memory_per_device=memory, memory_source="table",
+                        peak_flops_per_device=peak)
+
+
+def matmul_benchmark(n: int = 512, dtype: Any = None, repeats: int = 3, inner: int = 8,
+                     device: Any = None) -> dict[str, Any]:
+    """Measured FLOP/s of a jitted ``[n, n] @ [n, n]`` chain on one device.
+
+    Each timed call runs ``inner`` matmuls inside one jit (so dispatch overhead does not
+    dominate on fast chips); compilation and a warm-up call are excluded; the best of
+    ``repeats`` calls counts. ``dtype`` defaults to bfloat16 on accelerators and float32
+    on CPU (where bf16 is emulated). On a TPU try ``n=4096, inner=32``.
+    """
+    device = device or jax.devices()[0]
+    if dtype is None:
+        dtype = jnp.float32 if device.platform == "cpu" else jnp.bfloat16
+    dtype = jnp.dtype(dtype)
+    ka, kb = jax.random.split(jax.random.key(0))
+    a = jax.device_put(jax.random.normal(ka, (n, n), dtype), device)
+    b = jax.device_put((jax.random.normal(kb, (n, n), jnp.float32) / math.sqrt(n))
+                       .astype(dtype), device)  # keeps the chain's scale ~1
+
+    @jax.jit
+    def chain(x, w):
+        return jax.lax.fori_loop(0, inner, lambda _, y: y @ w, x)
+
+    chain(a, b).block_until_ready()  # compile + warm-up
+    times = []
+    for _ in range(max(1, repeats)):
+        start = time.perf_counter()
+        chain(a, b).block_until_ready()
+        times.append(time.perf_counter() - start)
+    best = min(times)
+    flops = 2 * n**3 * inner / best
+    gen = generation_of(device.platform, device.device_kind)
+    peak = PEAK_TABLE[gen][1] if gen in PEAK_TABLE else None
+    return {"n": n, "dtype": dtype.name, "inner": inner, "seconds": best,
+            "flops_per_s": flops, "peak_flops_per_s": peak,
+            "fraction_of_peak": flops / peak if peak else None,
+            "device_kind": device.device_kind}
+
+
+# --- the memory budget --------------------------------------------------------------------
+
+# Saved activations per token per decoder layer, in elements, for the backward pass
+# (the accounting of Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+# Transformer Models", redone for Gemma's block: no dropout, four RMSNorms, gated MLP):
+#   6 * D  the residual stream and the RMSNorms' inputs / outputs that feed matmuls
+#   3 * F  gate and up projections and gelu(gate) * up (the down projection's input)
+#   4 * (H + K) * h  q (projected, normed, scaled), k (projected, normed, rotated),
+#          v, and the attention output per head
+# XLA fuses and recomputes some elementwise ops, so the real figure may be a bit lower.
+ACT_D, ACT_F, ACT_HEADS = 6, 3, 4
+# The attention matrix Tunix's Gemma materialises, [B, H, T, S] per layer: the softmax
+# output (used by both backward einsums) and the masked logits (between 1 and 2 copies).
+ATTN_COPIES = 2
+# Logits at each position: an fp32 copy for the log-softmax (Tunix's DPO/GRPO losses
+# upcast with ``selective_log_softmax``) and its fp32 gradient: 2 x 4 bytes per entry.
+LOGIT_BYTES = 8
+# LoRA state per LoRA parameter: the parameter, its gradient and Adam's two moments, all
+# in the base dtype (qwix creates adapters in the frozen weight's dtype, optax keeps the
+# moments in the parameter's dtype).
+LORA_COPIES = 4
+FIT_FRACTION = 0.9  # leave 10% for XLA's scratch buffers and fragmentation
+
+
+class _Matrix(NamedTuple):
+    """One projection of a decoder layer, as Tunix's default ShardingConfig splits it."""
+
+    name: str
+    d_in: int
+    d_out: int
+    in_units: int  # the dimension the mesh axis splits (heads for per-head weights)
+    out_units: int
+    in_axis: str | None  # "fsdp" | "tp" | None
+    out_axis: str | None
+
+
+def _layer_matrices(m: ModelConfig) -> list[_Matrix]:
+    D, F, H, K, h = m.embed_dim, m.hidden_dim, m.num_heads, m.num_kv_heads, m.head_dim
+    attn = ([_Matrix("qkv_einsum", D, 3 * H * h, D, H, "fsdp", "tp")] if H == K else [
+        _Matrix("q_einsum", D, H * h, D, H, "fsdp", "tp"),  # (N, D, h): ("tp", "fsdp", None)
+        # (2, K, D, h): ("tp" on K) unless K == 1, which Tunix replicates
+        _Matrix("kv_einsum", D, 2 * K * h, D, K, "fsdp", "tp" if K > 1 else None)])
+    return attn + [
+        _Matrix("attn_vec_einsum", H * h, D, H, D, "tp", "fsdp"),  # (N, h, D)
+        _Matrix("gate_proj", D, F, D, F, "fsdp", "tp"),
+        _Matrix("up_proj", D, F, D, F, "fsdp", "tp"),
+        _Matrix("down_proj", F, D, F, D, "tp", "fsdp"),
+    ]
+
+
+def _split(units: int, axis: str | None, mesh: dict[str, int]) -> int:
+    """How many ways ``axis`` splits a dimension of ``units`` (1 if it does not divide)."""
+    size = mesh.get(axis, 1) if axis else 1
+    return size if units % size == 0 else 1
+
+
+def _targeted(name: str, module_path: str) -> bool:
+    sub = "mlp" if name.endswith("_proj") else "attn"
+    return re.fullmatch(module_path, f"layers/0/{sub}/{name}") is not None
+
+
+def _dtype_bytes(m: ModelConfig) -> int:
+    return 2 if m.dtype == "bfloat16" else 4
+
+
+def _params_bytes(preset: Preset, mesh: dict[str, int]) -> tuple[int, int]:
+    """(base params, LoRA params) bytes per device."""
+    m, lora = preset.model, preset.lora
+    nbytes = _dtype_bytes(m)
+    # embedding [V, D] sharded ("tp", "fsdp"); tied to the output layer
+    base = (m.vocab_size * m.embed_dim * nbytes
+            / _split(m.vocab_size, "tp", mesh) / _split(m.embed_dim, "fsdp", mesh))
+    lora_params = 0.0
+    for mat in _layer_matrices(m):
+        split_in = _split(mat.in_units, mat.in_axis, mesh)
+        split_out = _split(mat.out_units, mat.out_axis, mesh)
+        targeted = _targeted(mat.name, lora.module_path)
+        # QLoRA: 4-bit NF4 codes plus one scale (base dtype) per tile of the frozen weight
+        per_param = 0.5 + nbytes / lora.tile_size if (targeted and lora.qlora) else nbytes
+        base += m.num_layers * mat.d_in * mat.d_out * per_param / split_in / split_out
+        if targeted:  # lora_a [in, r] follows the input's axis, lora_b [r, out] the output's
+            lora_params += m.num_layers * lora.rank * (mat.d_in / split_in
+                                                       + mat.d_out / split_out)
+    return math.ceil(base), math.ceil(lora_params * nbytes)
+
+
+def _sequences_and_lengths(preset: Preset, stage: str) -> dict[str, int]:
+    if stage == "sft":
+        c = preset.sft
+        return {"train_seqs": c.batch_size, "train_len": c.max_target_length}
+    if stage == "dpo":  # chosen and rejected, concatenated on the batch axis
+        c = preset.dpo
+        return {"train_seqs": 2 * c.batch_size,
+                "train_len": c.max_prompt_length + c.max_response_length}
+    if stage == "grpo":
+        c = preset.grpo
+        rollouts = c.batch_size * c.num_generations
+        return {"train_seqs": rollouts,
+                "train_len": c.max_prompt_length + c.max_generation_length,
+                "gen_seqs": rollouts, "prompt_len": c.max_prompt_length,
+                "cache_len": c.max_prompt_length + c.max_generation_length}
+    c = preset.eval
+    return {"gen_seqs": c.batch_size, "prompt_len": c.max_prompt_length,
+            "cache_len": c.max_prompt_length + c.max_generation_length}
+
+
+def _training_items(m: ModelConfig, seqs: int, length: int,
+                    mesh: dict[str, int]) -> dict[str, int]:
+    """Forward + backward of ``seqs`` sequences of ``length`` tokens, per device."""
+    nbytes = _dtype_bytes(m)
+    local = math.ceil(seqs / mesh["fsdp"])  # the batch axis is split over fsdp
+    tokens = local * length
+    per_layer = (ACT_D * m.embed_dim + ACT_F * m.hidden_dim
+                 + ACT_HEADS * (m.num_heads + m.num_kv_heads) * m.head_dim)
+    tp = _split(m.num_heads, "tp", mesh)  # feature / head dims of activations go over tp
+    if m.remat:  # keep each block's input; recompute one block at a time in the backward
+        act = tokens * (m.num_layers * m.embed_dim + per_layer) * nbytes / tp
+        score_layers = 1
+    else:
+        act = tokens * m.num_layers * per_layer * nbytes / tp
+        score_layers = m.num_layers
+    scores = (local * score_layers * ATTN_COPIES * m.num_heads * length * length * nbytes
+              / tp)
+    logits = tokens * m.vocab_size * LOGIT_BYTES / _split(m.vocab_size, "tp", mesh)
+    return {"activations": math.ceil(act), "attention scores": math.ceil(scores),
+            "logits": math.ceil(logits)}
+
+
+def _generation_items(m: ModelConfig, seqs: int, prompt_len: int, cache_len: int,
+                      mesh: dict[str, int]) -> dict[str, int]:
+    """Sampling ``seqs`` sequences: the KV cache and the prefill's logits, per device."""
+    nbytes = _dtype_bytes(m)
+    local = math.ceil(seqs / mesh["fsdp"])
+    kv_split = _split(m.num_kv_heads, "tp", mesh) if m.num_kv_heads > 1 else 1
+    cache = (local * 2 * m.num_layers * m.num_kv_heads * m.head_dim * cache_len * nbytes
+             / kv_split)
+    # Tunix's sampler computes [B, prompt, V] logits in the model dtype during prefill
+    prefill = local * prompt_len * m.vocab_size * nbytes / _split(m.vocab_size, "tp", mesh)
+    return {"KV cache": math.ceil(cache), "prefill logits": math.ceil(prefill)}
+
+
+def format_bytes(n: float) -> str:
+    """Binary units, three significant digits.
+
+    >>> format_bytes(512), format_bytes(1536), format_bytes(32 * 1024 * 262144 * 4)
+    ('512 B', '1.50 KiB', '32.0 GiB')
+    """
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            if unit == "B":
+                return f"{int(n)} B"
+            digits = 2 if abs(n) < 10 else 1 if abs(n) < 100 else 0
+            return f"{n:.{digits}f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+@dataclasses.dataclass(frozen=True)
+class Advice:
+    """One change to a preset and the estimated per-device total after it."""
+
+    change: str
+    overrides: dict[str, Any]  # ``Preset.replace`` keys
+    total: int
+    fits: bool
+
+    def __str__(self) -> str:
+        verdict = "fits" if self.fits else "still too big"
+        return f"{self.change}: ~{format_bytes(self.total)} per device ({verdict})"
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    """Estimated bytes per device at a stage's peak, item by item."""
+
+    stage: str
+    mesh_shape: tuple[int, ...]
+    capacity: int  # bytes per device
+    items: dict[str, int]  # resident at the peak; ``total`` is their sum
+    off_peak: dict[str, int]  # GRPO: the other phase's transients (not in ``total``)
+    phase: str  # "train" | "rollout" | "generate": which phase is the peak
+    preset: Preset = dataclasses.field(repr=False)
+    hw: HardwareInfo = dataclasses.field(repr=False)
+
+    @property
+    def total(self) -> int:
+        return sum(self.items.values())
+
+    @property
+    def fits(self) -> bool:
+        return self.total <= FIT_FRACTION * self.capacity
+
+    def advice(self) -> list[Advice]:
+        """Concrete changes, smallest estimated total first; ``[]`` when it fits.
+
+        Each estimate re-runs :func:`memory_budget` on the changed preset. When no single
+        change fits, the last entry combines the best changes greedily until one does.
+        """
+        if self.fits:
+            return []
+        out = _single_changes(self.preset, self.stage, self.hw, self.mesh_shape)
+        out = [a for a in out if a.total < self.total]
+        out.sort(key=lambda a: a.total)
+        if out and not any(a.fits for a in out):
+            combined = _combine(self.preset, self.stage, self.hw, self.mesh_shape)
+            if combined is not None:
+                out.append(combined)
+        return out
+
+    def __str__(self) -> str:
+        shape = "x".join(map(str, self.mesh_shape))
+        lines = [f"{self.preset.name} {self.stage} on {self.hw.name}, mesh (fsdp x tp) "
+                 f"{shape}, peak in the {self.phase} phase:"]
+        lines += [f"  {k:28s} {format_bytes(v):>10s}" for k, v in self.items.items()]
+        other = "rollout" if self.phase == "train" else "train"
+        lines += [f"  ({k}, {other} phase: {format_bytes(v)})"
+                  for k, v in self.off_peak.items()]
+        verdict = "fits" if self.fits else "does NOT fit"
+        lines.append(f"  {'total':28s} {format_bytes(self.total):>10s} of "
+                     f"{format_bytes(self.capacity)} per device: {verdict} "
+                     f"(limit {FIT_FRACTION:.0%})")
+        lines += [f"  - {a}" for a in self.advice()]
+        return "\n".join(lines)
+
+
+def memory_budget(preset: Preset, stage: str, n_devices: int | None = None,
+                  hw: HardwareInfo | None = None) -> Budget:
+    """Estimated peak bytes per device for ``stage`` in ("sft", "dpo", "grpo", "eval").
+
+    ``hw`` defaults to :func:`detect` (pass ``from_name(preset.hardware)`` to check the
+    machine a preset was sized for); ``n_devices`` to ``hw.device_count``. The stage's
+    mesh comes from the preset (``eval`` uses GRPO's) and must fit ``n_devices``.
+
+    Assumptions (Tunix 0.1.7, its default Gemma ShardingConfig, qwix LoRA):
+
+    - Parameters split over fsdp x tp as Tunix shards them (embedding ("tp", "fsdp"),
+      projections over both axes; a single KV head is replicated over tp); LoRA ``a``
+      follows its weight's input axis and ``b`` its output axis, so on a pure-FSDP mesh
+      the ``b`` halves are replicated. Norms are ignored (< 0.1%).
+    - Batch-axis tensors split over fsdp; activations' feature dims, the attention
+      matrix's heads and the logits' vocabulary split over tp where they divide.
+    - Training keeps ``ACT_D*D + ACT_F*F + ACT_HEADS*(H+K)*h`` elements per token per
+      layer, plus the materialised ``[B, H, T, T]`` attention (``ATTN_COPIES`` copies):
+      Tunix's Gemma has no flash attention. ``model.remat`` keeps one block input per
+      layer and one block's worth of everything else.
+    - Logits cost ``LOGIT_BYTES`` = 8 bytes per position per vocabulary entry (fp32
+      log-softmax + fp32 gradient); Gemma's 262k vocabulary makes this the largest item:
+      32 x 1024 x 262144 x 4 B = 32 GiB per fp32 copy before sharding.
+    - DPO runs the policy on chosen + rejected (2 x batch sequences); the reference's
+      log-probs come from an earlier forward without gradients on the same backbone
+      (LoRA off: no second copy of the weights), so they are not at the peak.
+    - GRPO has two phases: rollouts (batch x num_generations sequences: KV cache of
+      ``2 * L * K * h * (prompt + generation)`` per sequence, prefill logits) and the
+      policy step on those rollouts (as SFT). The peak is the larger; the reference
+      model shares the backbone. Evaluation generates ``eval.batch_size`` sequences.
+    - Fits means total <= 90% of the device's memory.
+    """
+    if stage not in STAGES:
+        raise ValueError(f"stage={stage!r}: must be one of {', '.join(STAGES)}")
+    hw = hw or detect()
+    n_devices = n_devices or hw.device_count
+    cfg = stage_mesh_config(preset, stage)
+    shape = resolve_shape(cfg.shape, n_devices)
+    mesh = dict(zip(cfg.axis_names, shape, strict=True))
+    mesh.setdefault("fsdp", 1)
+    mesh.setdefault("tp", 1)
+    base, lora = _params_bytes(preset, mesh)
+    s = _sequences_and_lengths(preset, stage)
+    items = {"base params": base}
+    off_peak: dict[str, int] = {}
+    if stage == "eval":
+        items["LoRA params"] = lora
+        items.update(_generation_items(preset.model, s["gen_seqs"], s["prompt_len"],
+                                       s["cache_len"], mesh))
+        phase = "generate"
+    else:
+        items["LoRA params + grads + Adam"] = lora * LORA_COPIES
+        train = _training_items(preset.model, s["train_seqs"], s["train_len"], mesh)
+        phase = "train"
+        if stage == "grpo":
+            rollout = _generation_items(preset.model, s["gen_seqs"], s["prompt_len"],
+                                        s["cache_len"], mesh)
+            if sum(rollout.values()) > sum(train.values()):
+                train, rollout, phase = rollout, train, "rollout"
+            off_peak = rollout
+        items.update(train)
+    return Budget(stage=stage, mesh_shape=shape, capacity=hw.memory_per_device, items=items,
+                  off_peak=off_peak, phase=phase, preset=preset, hw=hw)
+
+
+# --- advice -------------------------------------------------------------------------------
+
+def _candidates(preset: Preset, stage: str, n_devices: int,
+                mesh_shape: tuple[int, ...]) -> list[tuple[str, dict[str, Any]]]:
+    """(description, Preset.replace overrides) for each single change worth trying."""
+    section = getattr(preset, stage)
+    out = []
+    if section.batch_size > 1:
+        out.append((f"halve {stage}.batch_size {section.batch_size} -> "
+                    f"{section.batch_size // 2}", {f"{stage}.batch_size":
+                                                   section.batch_size // 2}))
+    length_field = {"sft": "max_target_length", "dpo": "max_response_length",
+                    "grpo": "max_generation_length", "eval": "max_generation_length"}[stage]
+    length = getattr(section, length_field)
+    shorter = length // 2
+    if stage == "sft":
+        shorter = max(shorter, preset.sft.max_prompt_length + 1)
+    if 0 < shorter < length:
+        out.append((f"shorten {stage}.{length_field} {length} -> {shorter}",
+                    {f"{stage}.{length_field}": shorter}))
+    if stage == "grpo" and preset.grpo.num_generations >= 4:
+        g = preset.grpo.num_generations
+        out.append((f"halve grpo.num_generations {g} -> {g // 2}",
+                    {"grpo.num_generations": g // 2}))
+    if stage != "eval" and not preset.model.remat:
+        out.append(("enable remat (model.remat=True)", {"model.remat": True}))
+    if not preset.lora.qlora:
+        out.append(("QLoRA: NF4 base weights (lora.qlora=True)", {"lora.qlora": True}))
+    mesh_section = "grpo" if stage == "eval" else stage
+    mesh_cfg = getattr(preset, mesh_section).mesh
+    for shape in factorizations(n_devices, len(mesh_cfg.shape)):
+        if shape != tuple(mesh_shape):
+            out.append((f"use mesh {shape} for {mesh_section} "
+                        f"(fsdp x tp over {n_devices} devices)",
+                        {f"{mesh_section}.mesh": dataclasses.replace(mesh_cfg, shape=shape)}))
+    return out
+
+
+def _single_changes(preset: Preset, stage: str, hw: HardwareInfo,
+                    mesh_shape: tuple[int, ...]) -> list[Advice]:
+    n = math.prod(mesh_shape)
+    out, best_mesh = [], None
+    for change, overrides in _candidates(preset, stage, n, mesh_shape):
+        try:
+            b = memory_budget(preset.replace(**overrides), stage, n, hw)
+        except ValueError:  # e.g. a length that the config rejects
+            continue
+        advice = Advice(change, overrides, b.total, b.fits)
+        if change.startswith("use mesh"):  # only the best alternative mesh
+            if best_mesh is None or advice.total < best_mesh.total:
+                best_mesh = advice
+        else:
+            out.append(advice)
+    return out + ([best_mesh] if best_mesh else [])
+
+
+def _combine(preset: Preset, stage: str, hw: HardwareInfo,
+             mesh_shape: tuple[int, ...], max_steps: int = 5) -> Advice | None:
+    """Apply the best single change, then the best on top of it, ... until it fits."""
+    overrides: dict[str, Any] = {}
+    current, shape = preset, tuple(mesh_shape)
+    for _ in range(max_steps):
+        options = _single_changes(current, stage, hw, shape)
+        if not options:
+            return None
+        best = min(options, key=lambda a: a.total)
+        overrides.update(best.overrides)
+        current = preset.replace(**overrides)
+        budget = memory_budget(current, stage, math.prod(mesh_shape), hw)
+        shape = budget.mesh_shape
+        if budget.fits:
+            return Advice("together: " + ", ".join(
+                f"{k}={v.shape if hasattr(v, 'shape') else v}" for k, v in overrides.items()),
+                dict(overrides), budget.total, True)
+    return None
+
+
+# --- the notebook's table -----------------------------------------------------------------
+
+COLUMNS = ("base params", "LoRA state", "activations", "attention scores", "logits",
+           "KV cache", "prefill logits")
+
+
+def budget_table(preset: Preset, hw: HardwareInfo | None = None,
+                 n_devices: int | None = None) -> list[dict[str, Any]]:
+    """One row per stage: mesh, bytes per item (``COLUMNS``), total, capacity, fits."""
+    rows = []
+    for stage in STAGES:
+        b = memory_budget(preset, stage, n_devices, hw)
+        row: dict[str, Any] = {"stage": stage, "mesh": b.mesh_shape, "phase": b.phase}
+        for col in COLUMNS:
+            row[col] = 0
+        for name, n in b.items.items():
+            row["LoRA state" if name.startswith("LoRA") else name] = n
+        row.update(total=b.total, capacity=b.capacity, fits=b.fits)
+        rows.append(row)
+    return rows
+
+
+def format_budget_table(rows: list[dict[str, Any]]) -> str:
+    """The rows of :func:`budget_table` as a Markdown table (empty columns dropped)."""
+    cols = [c for c in COLUMNS if any(r[c] for r in rows)]
+    head = ["stage", "mesh", *cols, "total", "of", "fits"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [r["stage"], "x".join(map(str, r["mesh"])),
+                 *[format_bytes(r[c]) if r[c] else "-" for c in cols],
+                 format_bytes(r["total"]), format_bytes(r["capacity"]),
+                 "yes" if r["fits"] else "**no**"]
+        lines.append("| " + " | ".join(map(str, cells)) + " |")
+    return "\n".join(lines)

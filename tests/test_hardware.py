@@ -1,0 +1,244 @@
+"""Hardware detection, the peak table, the matmul benchmark and the memory budget."""
+
+import dataclasses
+
+import pytest
+
+from reasonkit import hardware as hwmod
+from reasonkit.config import (
+    DPOConfig,
+    EvalConfig,
+    GRPOConfig,
+    LoraConfig,
+    MeshConfig,
+    ModelConfig,
+    SFTConfig,
+    get_preset,
+)
+from reasonkit.hardware import GiB, from_name, memory_budget
+
+# --- detection -----------------------------------------------------------------------------
+
+
+def test_detect_on_cpu():
+    hw = hwmod.detect()
+    assert (hw.platform, hw.generation, hw.device_count, hw.process_count) == ("cpu", "cpu",
+                                                                              1, 1)
+    assert hw.device_kind == "cpu"
+    assert hw.memory_source == "host RAM" and hw.memory_per_device > 2**28
+    assert hw.peak_flops_per_device is None  # measured, not tabulated
+    assert hw.name == "cpu-1" and "cpu" in hw.summary()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        hw.device_count = 8
+
+
+@pytest.mark.parametrize("platform, kind, gen", [
+    ("tpu", "TPU v2", "v2"), ("tpu", "TPU v3", "v3"), ("tpu", "TPU v4", "v4"),
+    ("tpu", "TPU v5 lite", "v5e"), ("tpu", "TPU v5e", "v5e"), ("tpu", "TPU v5", "v5p"),
+    ("tpu", "TPU v5p", "v5p"), ("tpu", "TPU v6 lite", "v6e"), ("tpu", "TPU v6e", "v6e"),
+    ("gpu", "NVIDIA H100 80GB HBM3", "h100"), ("gpu", "NVIDIA A100-SXM4-40GB", "a100"),
+    ("gpu", "Tesla T4", "t4"), ("gpu", "NVIDIA L4", "l4"), ("gpu", "NVIDIA H200", "h200"),
+    ("cpu", "cpu", "cpu"),
+])
+def test_generation_of(platform, kind, gen):
+    assert hwmod.generation_of(platform, kind) == gen
+
+
+def test_peak_table_per_device():
+    # v3 exposes 2 cores per chip: half of a chip's 123 TFLOP/s and 32 GiB per device
+    assert hwmod.PEAK_TABLE["v3"] == (16 * GiB, 61.5e12)
+    assert hwmod.PEAK_TABLE["v5e"] == (16 * GiB, 197e12)
+    assert hwmod.PEAK_TABLE["v5p"][1] == 459e12 and hwmod.PEAK_TABLE["v6e"][1] == 918e12
+    assert hwmod._gpu_memory("a100", "NVIDIA A100-SXM4-80GB") == 80 * GiB
+    for gen, kind in hwmod.DEVICE_KINDS.items():  # the representative kinds round-trip
+        platform = "tpu" if gen.startswith("v") else "gpu"
+        assert hwmod.generation_of(platform, kind) == gen
+
+
+def test_from_name():
+    hw = from_name("tpu-v5e-8")
+    assert (hw.platform, hw.generation, hw.device_count) == ("tpu", "v5e", 8)
+    assert hw.memory_per_device == 16 * GiB and hw.peak_flops_per_device == 197e12
+    assert from_name("gpu-h100-1").memory_per_device == 80 * GiB
+    assert from_name("cpu-4").device_count == 4
+    for preset in ("gemma3-1b", "gemma3-1b-v3-8", "gemma2-2b", "gemma3-270m"):
+        assert from_name(get_preset(preset).hardware).name == get_preset(preset).hardware
+    with pytest.raises(ValueError, match="unknown hardware name 'tpu-v9-8'"):
+        from_name("tpu-v9-8")
+
+
+def test_matmul_benchmark():
+    r = hwmod.matmul_benchmark(n=128, repeats=2, inner=4)
+    assert r["flops_per_s"] > 0 and r["seconds"] > 0
+    assert r["dtype"] == "float32" and r["peak_flops_per_s"] is None
+    assert r["flops_per_s"] == pytest.approx(2 * 128**3 * 4 / r["seconds"])
+
+
+def test_format_bytes():
+    assert hwmod.format_bytes(0) == "0 B"
+    assert hwmod.format_bytes(32 * 1024 * 262144 * 4) == "32.0 GiB"
+    assert hwmod.format_bytes(238 * 2**20) == "238 MiB"
+    assert hwmod.format_bytes(6.5 * GiB) == "6.50 GiB"
+
+
+# --- the budget by hand ------------------------------------------------------------------
+
+# L=2, V=100, D=8, F=16, H=2, K=1, h=4, fp32; rank-2 LoRA on all six projections
+TOY_MODEL = ModelConfig(family="gemma3", source="tiny", num_layers=2, vocab_size=100,
+                        embed_dim=8, hidden_dim=16, num_heads=2, head_dim=4,
+                        num_kv_heads=1, sliding_window=4, dtype="float32")
+
+
+def toy_preset():
+    p = get_preset("tiny")
+    return dataclasses.replace(
+        p, name="toy", model=TOY_MODEL, lora=LoraConfig(rank=2, alpha=2.0),
+        sft=SFTConfig(mesh=MeshConfig(shape=(-1, 1)), batch_size=4, max_prompt_length=4,
+                      max_target_length=10),
+        dpo=DPOConfig(mesh=MeshConfig(shape=(-1, 1)), batch_size=2, max_prompt_length=4,
+                      max_response_length=6),
+        grpo=GRPOConfig(mesh=MeshConfig(shape=(1, -1)), batch_size=2, num_generations=2,
+                        max_prompt_length=4, max_generation_length=6),
+        eval=EvalConfig(batch_size=3, max_prompt_length=4, max_generation_length=6))
+
+
+TOY_HW = hwmod.HardwareInfo(platform="tpu", device_kind="toy", generation="toy",
+                            device_count=2, memory_per_device=100_000, memory_source="table",
+                            peak_flops_per_device=None)
+
+
+def test_toy_num_params():
+    # embedding 100*8 + 2 layers * (attention 8*4*(2*2 + 2*1) + MLP 3*8*16)
+    assert TOY_MODEL.num_params == 800 + 2 * (192 + 384) == 1952
+
+
+def test_budget_by_hand_sft_fsdp():
+    b = memory_budget(toy_preset(), "sft", hw=TOY_HW)
+    assert b.mesh_shape == (2, 1) and b.phase == "train"
+    # every weight splits 2 ways over fsdp; 4 bytes each
+    base = 1952 // 2 * 4
+    # LoRA a [in, 2] follows the input's axis (fsdp: D/2), b [2, out] the output's (tp=1):
+    #   q 2*(4+8), kv 2*(4+8), o 2*(8+4), gate 2*(4+16), up 2*(4+16), down 2*(16+4)
+    lora = 2 * (24 + 24 + 24 + 40 + 40 + 40) * 4 * 4  # 2 layers, fp32, param+grad+2 moments
+    # 4 sequences / fsdp 2 = 2 per device, 10 tokens: 20 tokens
+    per_token_layer = 6 * 8 + 3 * 16 + 4 * (2 + 1) * 4  # = 144 elements
+    act = 20 * 2 * per_token_layer * 4
+    scores = 2 * 2 * 2 * 2 * 10 * 10 * 4  # seqs x layers x copies x heads x T x T x 4 B
+    logits = 20 * 100 * 8  # tokens x vocab x (fp32 log-softmax + fp32 grad)
+    assert b.items == {"base params": base, "LoRA params + grads + Adam": lora,
+                       "activations": act, "attention scores": scores, "logits": logits}
+    assert (base, lora, act, scores, logits) == (3904, 6144, 23040, 6400, 16000)
+    assert b.total == 55488 and b.capacity == 100_000
+    assert b.fits  # 55488 <= 0.9 * 100000
+    assert b.advice() == []
+
+
+def test_budget_by_hand_grpo_tensor_parallel():
+    b = memory_budget(toy_preset(), "grpo", hw=TOY_HW)
+    assert b.mesh_shape == (1, 2) and b.phase == "train"
+    # tp=2 splits heads, F and the vocabulary; the single KV head is replicated
+    base = (400 + 2 * (32 + 64 + 32 + 64 + 64 + 64)) * 4
+    lora = 2 * (2 * (8 + 4) + 2 * (8 + 8) + 2 * (4 + 8) + 3 * 2 * (8 + 8)) * 16
+    tokens = 2 * 2 * 10  # 2 prompts x 2 generations, prompt 4 + generation 6
+    train = {"activations": tokens * 2 * 144 * 4 // 2,
+             "attention scores": 4 * 2 * 2 * 2 * 100 * 4 // 2,
+             "logits": tokens * 100 * 8 // 2}
+    rollout = {"KV cache": 4 * 2 * 2 * 1 * 4 * 10 * 4,  # seqs x (k,v) x L x K x h x S x 4 B
+               "prefill logits": 4 * 4 * 50 * 4}  # seqs x prompt x V/tp x 4 B
+    assert b.items == {"base params": base, "LoRA params + grads + Adam": lora, **train}
+    assert b.off_peak == rollout
+    assert (base, lora) == (4160, 5632)
+
+
+def test_budget_dpo_and_eval_shapes():
+    p = toy_preset()
+    dpo = memory_budget(p, "dpo", hw=TOY_HW)
+    # DPO: chosen + rejected = 2 x 2 sequences of 4 + 6 tokens: same tokens as SFT's 4 x 10
+    sft = memory_budget(p, "sft", hw=TOY_HW)
+    assert dpo.items["logits"] == sft.items["logits"]
+    ev = memory_budget(p, "eval", hw=TOY_HW)
+    assert ev.mesh_shape == (1, 2) and ev.phase == "generate"
+    assert set(ev.items) == {"base params", "LoRA params", "KV cache", "prefill logits"}
+    assert ev.items["KV cache"] == 3 * 2 * 2 * 1 * 4 * 10 * 4
+    assert ev.items["LoRA params"] * 4 == memory_budget(
+        p, "grpo", hw=TOY_HW).items["LoRA params + grads + Adam"]
+
+
+def test_base_params_match_num_params_on_one_device():
+    one = dataclasses.replace(TOY_HW, device_count=1)
+    for name in ("tiny", "gemma3-270m", "gemma3-1b-v5e-1", "gemma2-2b"):
+        p = get_preset(name, **{"sft.mesh": MeshConfig(shape=(1, 1))})
+        nbytes = 2 if p.model.dtype == "bfloat16" else 4
+        b = memory_budget(p, "sft", n_devices=1, hw=one)
+        assert b.items["base params"] == p.model.num_params * nbytes
+
+
+def test_logits_scale_with_vocab():
+    p = toy_preset()
+    big = p.replace(**{"model.vocab_size": 1000})
+    small_b, big_b = (memory_budget(x, "sft", hw=TOY_HW) for x in (p, big))
+    assert big_b.items["logits"] == 10 * small_b.items["logits"]
+    assert big_b.items["activations"] == small_b.items["activations"]
+    # the example from the docs: 32 x 1024 x 262144 x 4 B = 32 GiB per fp32 copy
+    assert 32 * 1024 * 262144 * 4 == 32 * GiB
+
+
+def test_remat_and_qlora_shrink_their_items():
+    p = get_preset("gemma3-1b")
+    v5e = from_name("tpu-v5e-8")
+    b = memory_budget(p, "sft", hw=v5e)
+    r = memory_budget(p.replace(**{"model.remat": True}), "sft", hw=v5e)
+    assert r.items["activations"] < b.items["activations"] / 10
+    assert r.items["logits"] == b.items["logits"]
+    q = memory_budget(p.replace(**{"lora.qlora": True}), "sft", hw=v5e)
+    assert q.items["base params"] < 0.6 * b.items["base params"]  # embedding stays bf16
+
+
+def test_gemma3_1b_on_v5e_8():
+    p, v5e = get_preset("gemma3-1b"), from_name("tpu-v5e-8")
+    sft = memory_budget(p, "sft", hw=v5e)
+    assert sft.mesh_shape == (8, 1)
+    # 32 x 1024 tokens over 8 devices; 262144-entry vocabulary, 8 bytes per logit
+    assert sft.items["logits"] == 4 * 1024 * 262144 * 8 == 8 * GiB
+    assert sft.items["base params"] == pytest.approx(p.model.num_params * 2 / 8, rel=1e-6)
+    rows = hwmod.budget_table(p, v5e)
+    assert [r["stage"] for r in rows] == ["sft", "dpo", "grpo", "eval"]
+    assert rows[3]["fits"] and rows[3]["activations"] == 0 and rows[3]["KV cache"] > 0
+    table = hwmod.format_budget_table(rows)
+    assert table.splitlines()[0].startswith("| stage | mesh | base params")
+    assert len(table.splitlines()) == 6
+
+
+def test_advice_when_it_does_not_fit():
+    p, v5e = get_preset("gemma2-2b"), from_name("tpu-v5e-8")
+    b = memory_budget(p, "dpo", hw=v5e)
+    assert not b.fits
+    advice = b.advice()
+    assert advice and all(a.total < b.total for a in advice)
+    assert [a.total for a in advice] == sorted(a.total for a in advice)
+    changes = " | ".join(a.change for a in advice)
+    for what in ("batch_size", "max_response_length", "remat", "qlora"):
+        assert what in changes
+    for a in advice:  # each estimate is a re-run of the budget on the changed preset
+        again = memory_budget(p.replace(**a.overrides), "dpo", hw=v5e)
+        assert again.total == a.total and again.fits == a.fits
+    assert any(a.fits for a in advice)
+    assert "does NOT fit" in str(b) and "fits" in str(advice[0])
+
+
+def test_combined_advice_when_no_single_change_fits():
+    tight = dataclasses.replace(TOY_HW, memory_per_device=30_000)
+    b = memory_budget(toy_preset(), "sft", hw=tight)
+    advice = b.advice()
+    assert not b.fits and not any(a.fits for a in advice[:-1])
+    last = advice[-1]
+    assert last.fits and last.change.startswith("together:")
+    assert memory_budget(toy_preset().replace(**last.overrides), "sft",
+                         hw=tight).total == last.total
+
+
+def test_budget_errors():
+    with pytest.raises(ValueError, match="stage='rl'"):
+        memory_budget(toy_preset(), "rl", hw=TOY_HW)
+    with pytest.raises(ValueError, match=r"\(2, 4\) uses 8 devices but 2 are available"):
+        memory_budget(get_preset("gemma3-1b"), "grpo", hw=TOY_HW)

@@ -1,0 +1,281 @@
+"""Mesh shapes, Auto axis types, per-stage layouts and resharding.
+
+Tests that need several devices run in one subprocess with
+``XLA_FLAGS=--xla_force_host_platform_device_count=8`` (the flag only works before JAX
+initialises), so the rest of the suite keeps its single CPU device.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import pytest
+
+from reasonkit import mesh as rkmesh
+from reasonkit.config import MeshConfig, get_preset
+
+# --- shapes (no devices needed) ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape, n, expected", [
+    ((-1, 1), 8, (8, 1)),
+    ((1, -1), 8, (1, 8)),
+    ((2, -1), 8, (2, 4)),
+    ((-1, 4), 8, (2, 4)),
+    ((2, 4), 8, (2, 4)),
+    ((-1, 1), 1, (1, 1)),
+    ((1, 1), 1, (1, 1)),
+    ((-1,), 6, (6,)),
+])
+def test_resolve_shape(shape, n, expected):
+    assert rkmesh.resolve_shape(shape, n) == expected
+
+
+def test_resolve_shape_must_use_every_device():
+    with pytest.raises(ValueError) as err:
+        rkmesh.resolve_shape((4, 1), 8)
+    msg = str(err.value)
+    assert msg.startswith("mesh shape (4, 1) uses 4 devices but 8 are available")
+    for shape in ["(8, 1)", "(4, 2)", "(2, 4)", "(1, 8)", "-1"]:
+        assert shape in msg
+
+
+def test_resolve_shape_errors():
+    with pytest.raises(ValueError, match=r"\(2, 4\) uses 8 devices but 1 are available"):
+        rkmesh.resolve_shape((2, 4), 1)
+    with pytest.raises(ValueError, match="not divisible by 3"):
+        rkmesh.resolve_shape((3, -1), 8)
+    with pytest.raises(ValueError, match="at most one entry may be -1"):
+        rkmesh.resolve_shape((-1, -1), 8)
+    with pytest.raises(ValueError, match="positive ints or -1"):
+        rkmesh.resolve_shape((0, 8), 8)
+
+
+def test_factorizations():
+    assert rkmesh.factorizations(8) == [(8, 1), (4, 2), (2, 4), (1, 8)]
+    assert rkmesh.factorizations(4, 3)[:3] == [(4, 1, 1), (2, 2, 1), (2, 1, 2)]
+    assert all(a * b == 12 for a, b in rkmesh.factorizations(12))
+
+
+def test_make_mesh_single_device_is_auto():
+    m = rkmesh.make_mesh(MeshConfig(shape=(-1, 1)))
+    assert dict(m.shape) == {"fsdp": 1, "tp": 1}
+    assert m.axis_types == (jax.sharding.AxisType.Auto,) * 2
+    with pytest.raises(ValueError, match="uses 8 devices but 1 are available"):
+        rkmesh.make_mesh((2, 4))
+    with pytest.raises(ValueError, match="one axis name per entry"):
+        rkmesh.make_mesh((1, 1, 1))
+
+
+def test_stage_mesh_config_eval_uses_grpo_layout():
+    p = get_preset("gemma3-1b")
+    assert rkmesh.stage_mesh_config(p, "sft").shape == (-1, 1)
+    assert rkmesh.stage_mesh_config(p, "eval") == p.grpo.mesh
+    with pytest.raises(ValueError, match="stage='rl'"):
+        rkmesh.stage_mesh_config(p, "rl")
+    tiny = rkmesh.stage_mesh(get_preset("tiny"), "eval")
+    assert dict(tiny.shape) == {"fsdp": 1, "tp": 1}
+
+
+def test_recommended_layouts():
+    for name in ("gemma3-1b", "gemma2-2b"):
+        lay = rkmesh.recommended_layouts(get_preset(name), 8)
+        assert lay["sft"].shape == lay["dpo"].shape == (8, 1)
+        assert lay["grpo"].shape == lay["eval"].shape == (2, 4)
+        assert "FSDP" in lay["sft"].why and "tensor parallel" in lay["grpo"].why
+        # the presets already use these layouts
+        p = get_preset(name)
+        assert rkmesh.resolve_shape(p.grpo.mesh.shape, 8) == lay["grpo"].shape
+    # Gemma 3 270M has 4 heads / 1 KV head: tp = 4 at most even on 8 devices
+    assert rkmesh.recommended_layouts(get_preset("gemma3-270m"), 8)["grpo"].shape == (2, 4)
+    one = rkmesh.recommended_layouts(get_preset("gemma3-1b"), 1)
+    assert {lay.shape for lay in one.values()} == {(1, 1)}
+    # a batch that does not split 8 ways keeps fsdp at what it can
+    p = get_preset("gemma3-1b", **{"sft.batch_size": 4})
+    assert rkmesh.recommended_layouts(p, 8)["sft"].shape == (4, 2)
+
+
+def test_fit_spec_drops_axes_that_do_not_divide():
+    P = jax.sharding.PartitionSpec
+    m = rkmesh.make_mesh((1, 1))
+    assert rkmesh.fit_spec(P("tp", "fsdp"), (4, 6), m) == P("tp", "fsdp")
+    assert rkmesh.fit_spec(P("data"), (4,), m) == P()  # axis not on this mesh
+    with pytest.raises(ValueError, match="does not fit"):
+        rkmesh.fit_spec(P("data"), (4,), m, strict=True)
+
+
+def test_reshard_pytree_single_device():
+    import jax.numpy as jnp
+
+    m = rkmesh.make_mesh((1, 1))
+    tree = {"w": jnp.arange(6.0).reshape(2, 3), "b": jnp.ones(3)}
+    out = rkmesh.reshard(tree, m)
+    assert out["w"].sharding.mesh == m and (out["w"] == tree["w"]).all()
+    assert rkmesh.mesh_of(out) == m
+
+
+def test_init_distributed_single_host_is_noop():
+    assert rkmesh.init_distributed({}) is False
+    assert rkmesh.init_distributed({"TPU_WORKER_HOSTNAMES": "localhost"}) is False
+    assert rkmesh._is_multi_process({"JAX_COORDINATOR_ADDRESS": "10.0.0.1:1234"})
+    assert rkmesh._is_multi_process({"TPU_WORKER_HOSTNAMES": "h0,h1,h2,h3"})
+    assert rkmesh._is_multi_process({"JAX_NUM_PROCESSES": "2"})
+    assert not rkmesh._is_multi_process({"JAX_NUM_PROCESSES": "1", "SLURM_NTASKS": "x"})
+    assert rkmesh.init_distributed() is False  # this test machine is one host
+
+
+# --- eight fake CPU devices, in a subprocess ----------------------------------------------
+
+_EIGHT_DEVICES = textwrap.dedent("""
+    import json, warnings
+    import jax, jax.numpy as jnp, numpy as np
+    from flax import nnx
+    from jax.sharding import PartitionSpec as P
+    from reasonkit import mesh as rkmesh
+    from reasonkit.config import get_preset
+
+    out = {"n_devices": jax.device_count()}
+    for shape in [(8, 1), (2, 4), (1, 8), (-1, 2)]:
+        m = rkmesh.make_mesh(shape)
+        out[str(shape)] = [list(m.shape.values()), [t.name for t in m.axis_types],
+                           sorted(d.id for d in m.devices.flat)]
+    p = get_preset("gemma3-1b")
+    out["stage_shapes"] = {s: list(rkmesh.stage_mesh(p, s).shape.values())
+                           for s in rkmesh.STAGES}
+    fsdp, tp = rkmesh.make_mesh((8, 1)), rkmesh.make_mesh((2, 4))
+
+    def spec(x):  # PartitionSpec as a JSON list
+        return [e if e is None or isinstance(e, str) else list(e) for e in x.sharding.spec]
+
+    def specs(model):
+        st = nnx.state(model)
+        return {jax.tree_util.keystr(k): spec(v)
+                for k, v in jax.tree_util.tree_leaves_with_path(st)}
+
+    def meshes(model):
+        return {str(dict(v.sharding.mesh.shape)) for v in jax.tree.leaves(nnx.state(model))}
+
+    # nnx.Linear with ("fsdp", "tp") metadata
+    # (flax shards a variable with metadata as it is created, so create it on a mesh)
+    with jax.set_mesh(rkmesh.make_mesh((1, 8))):
+        lin = nnx.Linear(16, 8, rngs=nnx.Rngs(0),
+                         kernel_init=nnx.with_partitioning(nnx.initializers.lecun_normal(),
+                                                           ("fsdp", "tp")))
+    before = np.asarray(lin.kernel.value)
+    rkmesh.reshard(lin, fsdp)
+    out["linear_fsdp"] = [spec(lin.kernel.value),
+                          list(lin.kernel.value.addressable_shards[0].data.shape)]
+    rkmesh.reshard(lin, tp)
+    k = lin.kernel.value
+    out["linear_tp"] = [spec(k), list(k.addressable_shards[0].data.shape),
+                        bool(np.array_equal(np.asarray(k), before)),
+                        rkmesh.mesh_of(lin) == tp]
+
+    # a pytree keeps each array's spec
+    tree = jax.device_put({"a": jnp.arange(32.0).reshape(8, 4)},
+                          jax.sharding.NamedSharding(fsdp, P("fsdp")))
+    moved = rkmesh.reshard(tree, tp)
+    out["tree"] = [spec(moved["a"]), moved["a"].sharding.mesh == tp,
+                   bool(np.array_equal(moved["a"], tree["a"]))]
+
+    # a tiny Tunix Gemma 3 + LoRA: SFT layout (8, 1) -> GRPO layout (2, 4)
+    from tunix.models.gemma3 import model as g3
+    cfg = g3.ModelConfig(num_layers=2, num_embed=64, embed_dim=32, hidden_dim=64,
+                         num_heads=2, head_dim=16, num_kv_heads=1, sliding_window_size=16,
+                         param_dtype=jnp.float32)
+    base = g3.Gemma3(cfg, rngs=nnx.Rngs(0))
+    rkmesh.reshard(base, fsdp)
+    tokens, positions = jnp.array([[2, 5, 7, 9]]), jnp.arange(4)[None]
+    mask = jnp.tril(jnp.ones((1, 4, 4), bool))
+    # with LoRA adapters, as SFT / DPO hand it to GRPO (qwix shards them like their weight)
+    import qwix
+    provider = qwix.LoraProvider(module_path=".*_einsum|.*_proj", rank=4, alpha=4.0)
+    with jax.set_mesh(fsdp):
+        gm = qwix.apply_lora_to_model(base, provider, tokens, positions, None, mask,
+                                      rngs=nnx.Rngs(1))
+    out["lora_count"] = sum(isinstance(v, nnx.LoRAParam) for _, v in nnx.iter_graph(gm))
+    out["gemma_fsdp_specs"] = specs(gm)
+    out["gemma_fsdp_meshes"] = sorted(meshes(gm))
+    values = [np.asarray(x) for x in jax.tree.leaves(nnx.state(gm))]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rkmesh.reshard(gm, tp)
+    out["gemma_warnings"] = [str(w.message) for w in caught]
+    out["gemma_tp_specs"] = specs(gm)
+    out["gemma_tp_meshes"] = sorted(meshes(gm))
+    out["gemma_same_values"] = all(np.array_equal(a, np.asarray(b)) for a, b in
+                                   zip(values, jax.tree.leaves(nnx.state(gm))))
+    try:
+        rkmesh.reshard(gm, tp, strict=True)
+        out["strict"] = "no error"
+    except ValueError as err:
+        out["strict"] = str(err)
+    # Tunix's own hand-off on the same model: fails where the heads do not split
+    from tunix.rl.reshard import reshard_model_to_mesh
+    rkmesh.reshard(gm, fsdp)
+    try:
+        reshard_model_to_mesh(gm, tp)
+        out["tunix"] = "ok"
+    except Exception as err:
+        out["tunix"] = type(err).__name__
+    print("RESULT" + json.dumps(out))
+""")
+
+
+@pytest.fixture(scope="module")
+def eight():
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+               JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-c", _EIGHT_DEVICES], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT")][-1]
+    return json.loads(line[len("RESULT"):])
+
+
+def test_make_mesh_on_eight_devices(eight):
+    assert eight["n_devices"] == 8
+    for shape, dims in [("(8, 1)", [8, 1]), ("(2, 4)", [2, 4]), ("(1, 8)", [1, 8]),
+                        ("(-1, 2)", [4, 2])]:
+        got_dims, types, ids = eight[shape]
+        assert got_dims == dims
+        assert types == ["Auto", "Auto"]
+        assert ids == list(range(8))
+    assert eight["stage_shapes"] == {"sft": [8, 1], "dpo": [8, 1], "grpo": [2, 4],
+                                     "eval": [2, 4]}
+
+
+def test_reshard_linear(eight):
+    assert eight["linear_fsdp"] == [["fsdp", "tp"], [2, 8]]
+    spec, shard, same, on_tp = eight["linear_tp"]
+    assert spec == ["fsdp", "tp"] and shard == [8, 2]
+    assert same and on_tp
+
+
+def test_reshard_pytree_keeps_spec(eight):
+    assert eight["tree"] == [["fsdp"], True, True]
+
+
+def test_reshard_gemma3_fsdp_to_tp(eight):
+    fsdp, tp = eight["gemma_fsdp_specs"], eight["gemma_tp_specs"]
+    emb = "['embedder']['input_embedding'].value"
+    q = "['layers'][0]['attn']['q_einsum']['w'].value"
+    up = "['layers'][0]['mlp']['up_proj']['kernel'].value"
+    assert fsdp[emb] == tp[emb] == ["tp", "fsdp"]
+    assert tp[up] == ["fsdp", "tp"]
+    # 2 query heads cannot split over tp=4: that dimension is replicated, with a warning
+    assert fsdp[q] == ["tp", "fsdp"] and tp[q] == [None, "fsdp"]
+    # LoRA a [D, r] follows the weight's input axis, b [r, F] its output axis
+    assert eight["lora_count"] == 2 * 6 * 2
+    assert tp[up.replace("kernel", "kernel_lora_a")] == ["fsdp"]
+    assert tp[up.replace("kernel", "kernel_lora_b")] == [None, "tp"]
+    assert any("do not divide" in w for w in eight["gemma_warnings"])
+    assert "does not fit" in eight["strict"]
+    assert eight["gemma_fsdp_meshes"] == ["{'fsdp': 8, 'tp': 1}"]
+    assert eight["gemma_tp_meshes"] == ["{'fsdp': 2, 'tp': 4}"]
+    assert eight["gemma_same_values"]
+    # Tunix's reshard_model_to_mesh keeps every axis and fails on this model
+    assert eight["tunix"] != "ok"
