@@ -432,7 +432,7 @@ def get_preset(name: str | None = None, **overrides: Any) -> Preset:
     >>> get_preset("gemma9")
     Traceback (most recent call last):
     ...
-    ValueError: unknown preset 'gemma9'; known presets: auto, gemma2-2b, gemma2-2b-v3-8, gemma3-1b, gemma3-1b-v3-8, gemma3-1b-v5e-1, gemma3-270m, tiny
+    ValueError: unknown preset 'gemma9'; known presets: auto, gemma2-2b, ..., tiny
     """
     if name is None:
         name = os.environ.get("REASONKIT_PRESET", "tiny") or "tiny"

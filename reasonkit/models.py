@@ -14,7 +14,6 @@ import hashlib
 import json
 import os
 import pathlib
-import re
 from typing import Any, Iterable
 
 import jax
@@ -308,7 +307,8 @@ def save_hf_checkpoint(model: nnx.Module, cfg: ModelConfig, out_dir: str | os.Pa
     return out
 
 
-def load_model(path: str | os.PathLike, cfg: ModelConfig, mesh: jax.sharding.Mesh | None = None) -> nnx.Module:
+def load_model(path: str | os.PathLike, cfg: ModelConfig,
+               mesh: jax.sharding.Mesh | None = None) -> nnx.Module:
     """Load a checked Hugging Face-layout directory with Tunix's safetensors loader."""
     check_checkpoint_dir(path, cfg)
     dtype = jnp.bfloat16 if cfg.dtype == "bfloat16" else jnp.float32
@@ -327,7 +327,8 @@ def cache_dir() -> pathlib.Path:
     return pathlib.Path(os.environ.get("REASONKIT_CACHE", pathlib.Path.home() / ".cache" / "reasonkit"))
 
 
-def read_platform_secrets(names: tuple[str, ...] = ("HF_TOKEN", "KAGGLE_USERNAME", "KAGGLE_KEY")) -> list[str]:
+def read_platform_secrets(
+        names: tuple[str, ...] = ("HF_TOKEN", "KAGGLE_USERNAME", "KAGGLE_KEY")) -> list[str]:
     """Copy credentials from Kaggle / Colab secrets into the environment, never printing them.
 
     Returns the names it set (not their values).
@@ -389,7 +390,8 @@ def load_base(cfg: ModelConfig, mesh: jax.sharding.Mesh | None = None):
 # --- LoRA ------------------------------------------------------------------------------
 
 
-def apply_lora(model: nnx.Module, lora: LoraConfig, mesh: jax.sharding.Mesh | None = None) -> nnx.Module:
+def apply_lora(model: nnx.Module, lora: LoraConfig, mesh: jax.sharding.Mesh | None = None,
+               seed: int = 0) -> nnx.Module:
     """Add qwix LoRA (or QLoRA: NF4 base) adapters to the preset's target projections."""
     import qwix
 
@@ -397,13 +399,14 @@ def apply_lora(model: nnx.Module, lora: LoraConfig, mesh: jax.sharding.Mesh | No
     if lora.qlora:
         kwargs.update(weight_qtype="nf4", tile_size=lora.tile_size)
     provider = qwix.LoraProvider(**kwargs)
-    lora_model = qwix.apply_lora_to_model(model, provider, **model.get_model_input())
+    lora_model = qwix.apply_lora_to_model(model, provider, rngs=nnx.Rngs(seed),
+                                          **model.get_model_input())
     if not any(isinstance(v, nnx.LoRAParam) for _, v in nnx.iter_graph(lora_model)):
         raise ValueError(f"LoraConfig.module_path={lora.module_path!r} matched no module")
-    if mesh is not None:
-        from tunix.rl import reshard
+    if mesh is not None:  # Tunix's reshard skips arrays already on the mesh, even if replicated
+        from reasonkit.mesh import reshard
 
-        lora_model = reshard.reshard_model_to_mesh(lora_model, mesh)
+        reshard(lora_model, mesh)
     return lora_model
 
 
@@ -425,7 +428,7 @@ def merge_lora(lora_model: nnx.Module, lora: LoraConfig) -> None:
     delta is ``einsum(a, b)`` laid out like the weight, scaled by alpha / rank.
     """
     scale = lora.alpha / lora.rank
-    for path, module in nnx.iter_graph(lora_model):
+    for _, module in nnx.iter_graph(lora_model):
         if not isinstance(module, nnx.Module):
             continue
         for name in ("w", "kernel"):
@@ -476,17 +479,33 @@ def tiny_corpus(records: list[dict]) -> list[str]:
             f"{data.END_OF_TURN}" for r in records]
 
 
-def build_tiny_checkpoint(cfg: ModelConfig, *, steps: int = 300, seed: int = 0,
-                          out_root: str | os.PathLike | None = None, force: bool = False) -> pathlib.Path:
-    """Build (once) the tiny base model: tokenizer + a short pretraining run, in HF layout.
+TINY_ASSET = pathlib.Path(__file__).parent / "assets" / "tiny"
+TINY_STEPS = 600
 
-    Deterministic for ``cfg``, ``steps`` and ``seed``; cached under
-    ``cache_dir()/tiny-<hash>`` and reused.
+
+def tiny_key(cfg: ModelConfig, steps: int = TINY_STEPS, seed: int = 0) -> str:
+    """What the tiny checkpoint is a function of: its config and the pretraining recipe."""
+    key = json.dumps([dataclasses.asdict(cfg), steps, seed, _TINY_VERSION], sort_keys=True)
+    return hashlib.sha1(key.encode()).hexdigest()[:10]
+
+
+def build_tiny_checkpoint(cfg: ModelConfig, *, steps: int = TINY_STEPS, seed: int = 0,
+                          out_root: str | os.PathLike | None = None, force: bool = False) -> pathlib.Path:
+    """The tiny base model: tokenizer + a short pretraining run, in HF layout.
+
+    The repo ships the result for the tiny preset in ``reasonkit/assets/tiny``
+    (rebuild it with ``python -m reasonkit.models``); any other config, step count
+    or seed is built on first use (about a second a step on a 2-core CPU) and
+    cached under ``cache_dir()/tiny-<key>``.
     """
     from reasonkit import tasks
 
-    key = json.dumps([dataclasses.asdict(cfg), steps, seed, _TINY_VERSION], sort_keys=True)
-    out = pathlib.Path(out_root or cache_dir()) / f"tiny-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
+    key = tiny_key(cfg, steps, seed)
+    shipped = TINY_ASSET / "pretrain.json"
+    if out_root is None and not force and shipped.is_file() and json.loads(
+            shipped.read_text()).get("key") == key:
+        return TINY_ASSET
+    out = pathlib.Path(out_root or cache_dir()) / f"tiny-{key}"
     if (out / "model.safetensors").is_file() and not force:
         return out
     records = tasks.generate_all(600, seed=10_000 + seed)  # disjoint seeds from the data stage
@@ -495,10 +514,13 @@ def build_tiny_checkpoint(cfg: ModelConfig, *, steps: int = 300, seed: int = 0,
                                cfg.vocab_size)
     tok = load_tokenizer(tok_path, vocab_size=cfg.vocab_size)
     model = new_model(cfg, seed)
-    pretrain(model, tok, docs, steps=steps, seed=seed)
+    losses = pretrain(model, tok, docs, steps=steps, seed=seed)
     save_hf_checkpoint(model, cfg, out, tok_path)
     (out / "tokenizer.vocab").unlink(missing_ok=True)
-    tok_path.unlink()
+    (out / "pretrain.json").write_text(json.dumps(
+        {"key": key, "steps": steps, "seed": seed, "first_loss": losses[0],
+         "final_loss": losses[-1], "documents": len(docs),
+         "loss_every_50": losses[::50]}, indent=2))
     return out
 
 
@@ -506,7 +528,7 @@ _TINY_VERSION = 1  # bump when the tiny recipe changes, so caches rebuild
 
 
 def pretrain(model: nnx.Module, tok: spm.SentencePieceProcessor, docs: list[str], *,
-             steps: int, seed: int = 0, batch_size: int = 16, seq_len: int = 160,
+             steps: int, seed: int = 0, batch_size: int = 16, seq_len: int = 128,
              lr: float = 3e-3) -> list[float]:
     """Full-parameter next-token training (AdamW, warm-up + cosine); returns the losses."""
     import optax
@@ -544,3 +566,17 @@ def pretrain(model: nnx.Module, tok: spm.SentencePieceProcessor, docs: list[str]
         batch = tokens[rng.integers(0, len(tokens), batch_size)]
         losses.append(float(step(model, optimizer, jnp.asarray(batch))))
     return losses
+
+
+if __name__ == "__main__":  # rebuild the shipped tiny checkpoint: python -m reasonkit.models
+    import shutil
+    import sys
+
+    from reasonkit.config import get_preset
+
+    built = build_tiny_checkpoint(get_preset("tiny").model, force=True,
+                                  out_root=sys.argv[1] if len(sys.argv) > 1 else None)
+    TINY_ASSET.mkdir(parents=True, exist_ok=True)
+    for name in ("config.json", "model.safetensors", "tokenizer.model", "pretrain.json"):
+        shutil.copy(built / name, TINY_ASSET / name)
+    print(f"tiny checkpoint -> {TINY_ASSET}")

@@ -17,7 +17,8 @@ False
 >>> run.require("sft")
 Traceback (most recent call last):
 ...
-FileNotFoundError: stage 'sft' of run 'demo' has not finished (no .../demo/sft/finished.json); run notebooks/03_sft first
+FileNotFoundError: stage 'sft' of run 'demo' has not finished (no .../demo/sft/finished.json);
+    run notebooks/03_sft first
 """
 
 from __future__ import annotations

@@ -1,0 +1,27 @@
+"""Shared fixtures: a small SentencePiece tokenizer and the tiny base model directory."""
+
+import random
+
+import pytest
+
+from reasonkit import models
+from reasonkit.config import get_preset
+
+WORDS = ("apple pear fig plum cat dog red blue green sort larger smaller how many times does "
+         "appear word letters reverse upper case car moves speed meters seconds far print value "
+         "box boxes eats left has gives answer the is of and").split()
+
+
+@pytest.fixture(scope="session")
+def tokenizer_path(tmp_path_factory):
+    """A 512-piece Gemma-style tokenizer trained on a random word corpus (no task data)."""
+    rng = random.Random(0)
+    texts = [" ".join(rng.choice(WORDS) for _ in range(12)) + f" {a} + {b} = {a + b}\n"
+             for a in range(60) for b in range(40)]
+    return models.train_tokenizer(texts, tmp_path_factory.mktemp("tok") / "tok", 512)
+
+
+@pytest.fixture(scope="session")
+def tiny_dir():
+    """The tiny preset's base model directory (built once, cached in $REASONKIT_CACHE)."""
+    return models.build_tiny_checkpoint(get_preset("tiny").model)

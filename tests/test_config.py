@@ -1,0 +1,84 @@
+import dataclasses
+
+import pytest
+
+from reasonkit import config
+from reasonkit.config import (
+    DataConfig,
+    GRPOConfig,
+    LoraConfig,
+    MeshConfig,
+    ModelConfig,
+    SFTConfig,
+    get_preset,
+)
+
+
+@pytest.mark.parametrize("name", sorted(config.PRESETS))
+def test_every_preset_builds_and_is_frozen(name):
+    p = get_preset(name)
+    assert p.name == name
+    assert p.sft.max_prompt_length < p.sft.max_target_length
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.sft.batch_size = 1  # type: ignore[misc]
+
+
+def test_gemma_presets_follow_the_write_up():
+    p = get_preset("gemma2-2b")
+    assert (p.lora.rank, p.sft.learning_rate, p.dpo.learning_rate, p.grpo.learning_rate) == (
+        64, 2e-5, 3e-6, 3e-6)
+    for t in ("q_einsum", "kv_einsum", "attn_vec_einsum", "gate_proj", "up_proj", "down_proj"):
+        assert t in p.lora.module_path
+    assert p.sft.mesh.axis_names == ("fsdp", "tp") and p.sft.mesh.shape == (-1, 1)
+    assert p.grpo.mesh.shape[1] > 1  # tensor parallel for rollouts
+    assert 0.05 <= p.sft.warmup_ratio <= 0.1
+
+
+def test_tiny_is_default_and_env_selects(monkeypatch):
+    monkeypatch.delenv("REASONKIT_PRESET", raising=False)
+    assert get_preset().name == "tiny"
+    monkeypatch.setenv("REASONKIT_PRESET", "gemma3-270m")
+    assert get_preset().name == "gemma3-270m"
+
+
+def test_unknown_preset_names_the_known_ones():
+    with pytest.raises(ValueError, match="unknown preset 'nope'.*gemma3-1b.*tiny"):
+        get_preset("nope")
+
+
+def test_auto_on_this_cpu_is_tiny():
+    assert get_preset("auto").name == "tiny"
+
+
+@pytest.mark.parametrize("make, field, value", [
+    (lambda: LoraConfig(rank=0, alpha=1.0), "rank", "0"),
+    (lambda: MeshConfig(shape=(-1, -1)), "shape", r"\(-1, -1\)"),
+    (lambda: MeshConfig(shape=(8,)), "shape", r"\(8,\)"),
+    (lambda: SFTConfig(max_prompt_length=300, max_target_length=256), "max_prompt_length", "300"),
+    (lambda: SFTConfig(warmup_ratio=1.5), "warmup_ratio", "1.5"),
+    (lambda: GRPOConfig(num_generations=1), "num_generations", "1"),
+    (lambda: GRPOConfig(loss="ppo"), "loss", "'ppo'"),
+    (lambda: DataConfig(domain_weights={"poetry": 1.0}), "domain_weights", "poetry"),
+    (lambda: DataConfig(domain_weights={"math": 0.0}), "domain_weights", "positive"),
+    (lambda: dataclasses.replace(get_preset("tiny").model, num_kv_heads=3), "num_kv_heads", "3"),
+    (lambda: dataclasses.replace(get_preset("tiny").model, family="llama"), "family", "llama"),
+])
+def test_validation_names_field_and_value(make, field, value):
+    with pytest.raises(ValueError, match=rf"\.{field}=.*{value}"):
+        make()
+
+
+def test_replace_nested_and_errors():
+    p = get_preset("tiny").replace(**{"sft.max_steps": 7, "grpo.mesh.shape": (1, 1)})
+    assert p.sft.max_steps == 7 and p.grpo.mesh.shape == (1, 1)
+    with pytest.raises(ValueError, match="no field 'max_stepz'"):
+        get_preset("tiny").replace(**{"sft.max_stepz": 7})
+    with pytest.raises(ValueError, match="GRPOConfig.num_generations"):
+        get_preset("tiny", **{"grpo.num_generations": 1})
+
+
+def test_num_params_matches_gemma3_1b_order_of_magnitude():
+    # Gemma 3 1B has ~1.0e9 parameters, 302M of them in the 262k x 1152 embedding.
+    n = get_preset("gemma3-1b").model.num_params
+    assert 0.9e9 < n < 1.1e9
+    assert ModelConfig.__dataclass_params__.frozen

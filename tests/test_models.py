@@ -1,0 +1,242 @@
+import dataclasses
+import json
+import sys
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+from safetensors.numpy import save_file
+
+from reasonkit import data, masks, models
+from reasonkit.config import LoraConfig, ModelConfig, get_preset
+
+G3 = ModelConfig(family="gemma3", source="unused", num_layers=2, vocab_size=512, embed_dim=32,
+                 hidden_dim=64, num_heads=2, head_dim=16, num_kv_heads=1, sliding_window=16,
+                 dtype="float32")
+G2 = dataclasses.replace(G3, family="gemma2", num_heads=4, num_kv_heads=2)
+LORA = LoraConfig(rank=4, alpha=8.0)
+
+
+def forward(model, tokens):
+    tokens = jnp.asarray(tokens)
+    mask = tokens != 0
+    logits, _ = model(tokens, masks.positions_from_mask(mask), None, masks.causal_mask(mask))
+    return np.asarray(logits)
+
+
+TOKENS = np.array([[2, 17, 40, 5, 99, 7, 0, 0], [2, 300, 12, 8, 9, 11, 13, 21]])
+
+
+# --- tokenizer -------------------------------------------------------------------------
+
+def test_tokenizer_is_gemma_shaped_and_byte_exact(tokenizer_path):
+    tok = models.load_tokenizer(tokenizer_path, vocab_size=512)
+    assert (tok.pad_id(), tok.eos_id(), tok.bos_id(), tok.unk_id()) == (0, 1, 2, 3)
+    for sym in data.SPECIAL_TOKENS:
+        assert tok.EncodeAsPieces(sym) == [sym]
+    text = data.format_prompt("Sort 3  1 2.") + data.format_completion("1 < 2 < 3.", "1 2 3")
+    assert tok.DecodeIds(tok.EncodeAsIds(text)) == text  # newlines and double spaces survive
+    assert models.stop_token_ids(tok) == [1, tok.PieceToId(data.END_OF_TURN)]
+
+
+def test_tokenizer_vocab_mismatch_and_garbage(tokenizer_path, tmp_path):
+    with pytest.raises(models.CheckpointError, match="512 pieces but the model's vocab_size"):
+        models.load_tokenizer(tokenizer_path, vocab_size=262144)
+    bad = tmp_path / "tokenizer.model"
+    bad.write_bytes(b"not a model")
+    with pytest.raises(models.CheckpointError, match="not a SentencePiece model"):
+        models.load_tokenizer(bad)
+    with pytest.raises(FileNotFoundError):
+        models.load_tokenizer(tmp_path / "missing.model")
+
+
+# --- the real loading path on a checkpoint written here, in HF's layout ---------------
+
+def write_hf_checkpoint(path, cfg, tokenizer_path, seed=0, skip=(), reshape=None):
+    """Gemma 3 / Gemma 2 tensors with HF key names and random weights, written by hand."""
+    rng = np.random.default_rng(seed)
+    tensors = {k: rng.normal(0, 0.05, shape).astype(np.float32)
+               for k, shape in models.hf_shapes(cfg).items() if k not in skip}
+    for k, shape in (reshape or {}).items():
+        tensors[k] = np.zeros(shape, np.float32)
+    path.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(path / "model.safetensors"))
+    text = {"model_type": "gemma3_text" if cfg.family == "gemma3" else "gemma2",
+            "hidden_size": cfg.embed_dim, "intermediate_size": cfg.hidden_dim,
+            "num_hidden_layers": cfg.num_layers, "num_attention_heads": cfg.num_heads,
+            "num_key_value_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim,
+            "vocab_size": cfg.vocab_size, "sliding_window": cfg.sliding_window}
+    (path / "config.json").write_text(json.dumps(text))
+    (path / "tokenizer.model").write_bytes(tokenizer_path.read_bytes())
+    return tensors
+
+
+@pytest.mark.parametrize("cfg", [G3, G2], ids=["gemma3", "gemma2"])
+def test_loader_places_every_hf_tensor(tmp_path, tokenizer_path, cfg):
+    tensors = write_hf_checkpoint(tmp_path / "ckpt", cfg, tokenizer_path)
+    model = models.load_model(tmp_path / "ckpt", cfg)
+    flat = models.base_params(model)
+    d, n, h = cfg.embed_dim, cfg.num_heads, cfg.head_dim
+    np.testing.assert_array_equal(flat["embedder.input_embedding"], tensors["model.embed_tokens.weight"])
+    q = tensors["model.layers.1.self_attn.q_proj.weight"]  # [N*H, D]
+    q_nnx = flat.get("layers.1.attn.q_einsum.w")
+    if q_nnx is None:  # fused qkv when num_heads == num_kv_heads
+        q_nnx = flat["layers.1.attn.qkv_einsum.w"][0]
+    np.testing.assert_array_equal(q_nnx, q.reshape(n, h, d).transpose(0, 2, 1))  # [N, D, H]
+    np.testing.assert_array_equal(flat["layers.0.mlp.down_proj.kernel"],
+                                  tensors["model.layers.0.mlp.down_proj.weight"].T)
+    # ...and writing it back gives the very same file contents.
+    back = models.to_hf_tensors(model, cfg)
+    assert back.keys() == tensors.keys()
+    for k in tensors:
+        np.testing.assert_array_equal(back[k], tensors[k], err_msg=k)
+
+
+def test_config_from_hf_reads_multimodal_gemma3(tmp_path):
+    cfg_json = {"model_type": "gemma3", "text_config": {
+        "hidden_size": 2560, "intermediate_size": 10240, "num_hidden_layers": 34,
+        "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+        "vocab_size": 262208, "sliding_window": 1024}}
+    (tmp_path / "config.json").write_text(json.dumps(cfg_json))
+    got = models.config_from_hf(tmp_path / "config.json")
+    assert (got.family, got.num_layers, got.embed_dim, got.vocab_size) == ("gemma3", 34, 2560, 262208)
+
+
+@pytest.mark.parametrize("problem, match", [
+    ("no_config", "missing config.json"),
+    ("no_tokenizer", "missing tokenizer.model"),
+    ("no_weights", r"missing \*.safetensors"),
+    ("missing_tensor", "tensors missing.*layers.1.mlp.up_proj"),
+    ("bad_shape", r"shape mismatch.*embed_tokens.*\(10, 32\)"),
+    ("other_model", "does not match the preset's model: num_layers: preset 2 vs checkpoint 3"),
+])
+def test_bad_checkpoint_dirs_say_what_is_wrong(tmp_path, tokenizer_path, problem, match):
+    path = tmp_path / "ckpt"
+    write_hf_checkpoint(
+        path, G3, tokenizer_path,
+        skip=("model.layers.1.mlp.up_proj.weight",) if problem == "missing_tensor" else (),
+        reshape={"model.embed_tokens.weight": (10, 32)} if problem == "bad_shape" else None)
+    if problem == "no_config":
+        (path / "config.json").unlink()
+    if problem == "no_tokenizer":
+        (path / "tokenizer.model").unlink()
+    if problem == "no_weights":
+        (path / "model.safetensors").unlink()
+    if problem == "other_model":
+        cfg = json.loads((path / "config.json").read_text())
+        (path / "config.json").write_text(json.dumps({**cfg, "num_hidden_layers": 3}))
+    with pytest.raises(models.CheckpointError, match=match):
+        models.load_model(path, G3)
+
+
+def test_tokenizer_vocab_must_match_checkpoint(tmp_path, tokenizer_path):
+    cfg = dataclasses.replace(G3, vocab_size=640)
+    write_hf_checkpoint(tmp_path / "c", cfg, tokenizer_path)
+    with pytest.raises(models.CheckpointError, match="512 pieces but the model's vocab_size.* 640"):
+        models.load_model(tmp_path / "c", cfg)
+
+
+@pytest.mark.parametrize("cfg", [G3, G2], ids=["gemma3", "gemma2"])
+def test_save_load_round_trip_keeps_logits(tmp_path, tokenizer_path, cfg):
+    model = models.new_model(cfg, seed=3)
+    models.save_hf_checkpoint(model, cfg, tmp_path / "out", tokenizer_path)
+    again = models.load_model(tmp_path / "out", cfg)
+    np.testing.assert_array_equal(forward(model, TOKENS), forward(again, TOKENS))
+
+
+# --- sources --------------------------------------------------------------------------
+
+def test_resolve_source_kaggle_hf_local_and_bad(tmp_path, monkeypatch):
+    calls = []
+    kagglehub = types.SimpleNamespace(model_download=lambda h: calls.append(("kaggle", h)) or str(tmp_path))
+    hub = types.SimpleNamespace(snapshot_download=lambda r, allow_patterns: calls.append(
+        ("hf", r, tuple(allow_patterns))) or str(tmp_path))
+    monkeypatch.setitem(sys.modules, "kagglehub", kagglehub)
+    monkeypatch.setitem(sys.modules, "huggingface_hub", hub)
+    k = dataclasses.replace(G3, source="kaggle:google/gemma-3/transformers/gemma-3-1b-it")
+    assert models.resolve_source(k) == tmp_path
+    assert models.resolve_source(dataclasses.replace(G3, source="hf:google/gemma-3-1b-it")) == tmp_path
+    assert calls[0] == ("kaggle", "google/gemma-3/transformers/gemma-3-1b-it")
+    assert calls[1][:2] == ("hf", "google/gemma-3-1b-it") and "tokenizer.model" in calls[1][2]
+    assert models.resolve_source(dataclasses.replace(G3, source=str(tmp_path))) == tmp_path
+    with pytest.raises(models.CheckpointError, match="'nowhere' is not 'tiny'"):
+        models.resolve_source(dataclasses.replace(G3, source="nowhere"))
+
+
+def test_platform_secrets_are_set_not_printed(monkeypatch, capsys):
+    for name in ("HF_TOKEN", "KAGGLE_USERNAME", "KAGGLE_KEY"):
+        monkeypatch.delenv(name, raising=False)
+
+    class Client:
+        def get_secret(self, name):
+            if name != "HF_TOKEN":
+                raise KeyError(name)
+            return "hf_secret_value"
+
+    monkeypatch.setitem(sys.modules, "kaggle_secrets", types.SimpleNamespace(UserSecretsClient=Client))
+    assert models.read_platform_secrets() == ["HF_TOKEN"]
+    import os
+    assert os.environ["HF_TOKEN"] == "hf_secret_value"
+    out = capsys.readouterr()
+    assert "hf_secret_value" not in out.out + out.err
+
+
+# --- LoRA ------------------------------------------------------------------------------
+
+def test_lora_training_step_moves_adapters_only():
+    model = models.apply_lora(models.new_model(G3, seed=0), LORA)
+    base0, lora0 = models.base_params(model), models.lora_params(model)
+    assert lora0 and all("lora" in k for k in lora0)
+    opt = nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.LoRAParam)
+
+    @nnx.jit
+    def step(model, opt, tokens):
+        def loss(model):
+            mask = tokens != 0
+            logits, _ = model(tokens, masks.positions_from_mask(mask), None, masks.causal_mask(mask))
+            return -jnp.mean(jax.nn.log_softmax(logits)[:, :-1].max(-1))
+        value, grads = nnx.value_and_grad(loss, argnums=nnx.DiffState(0, nnx.LoRAParam))(model)
+        opt.update(model, grads)
+        return value
+
+    for _ in range(3):
+        step(model, opt, jnp.asarray(TOKENS))
+    lora1, base1 = models.lora_params(model), models.base_params(model)
+    assert any(not np.array_equal(lora0[k], lora1[k]) for k in lora0)
+    for k in base0:
+        np.testing.assert_array_equal(base0[k], base1[k], err_msg=k)
+
+
+def test_lora_targets_that_match_nothing():
+    with pytest.raises(ValueError, match="matched no module"):
+        models.apply_lora(models.new_model(G3), LoraConfig(rank=2, alpha=2.0, module_path=".*nope"))
+
+
+@pytest.mark.parametrize("cfg", [G3, G2], ids=["gemma3", "gemma2"])
+def test_merged_export_reloads_to_the_lora_models_logits(tmp_path, tokenizer_path, cfg):
+    model = models.apply_lora(models.new_model(cfg, seed=1), LORA)
+    for path, v in nnx.iter_graph(model):  # adapters start at b=0: give them a real delta
+        if isinstance(v, nnx.LoRAParam) and str(path[-1]).endswith("lora_b"):
+            v[...] = 0.05 * jax.random.normal(jax.random.key(len(path)), v.shape)
+    want = forward(model, TOKENS)
+    out = models.export_merged(model, cfg, LORA, tmp_path / "merged", tokenizer_path)
+    np.testing.assert_array_equal(forward(model, TOKENS), want)  # the LoRA model is untouched
+    got = forward(models.load_model(out, cfg), TOKENS)
+    plain = forward(models.new_model(cfg, seed=1), TOKENS)
+    assert np.abs(plain - want).max() > 1e-2  # the adapters matter...
+    np.testing.assert_allclose(got, want, atol=1e-4)  # ...and the export carries them
+
+
+# --- the tiny base model ---------------------------------------------------------------
+
+def test_tiny_base_model_builds_and_loads(tiny_dir):
+    cfg = get_preset("tiny").model
+    assert models.check_checkpoint_dir(tiny_dir, cfg).vocab_size == cfg.vocab_size
+    log = json.loads((tiny_dir / "pretrain.json").read_text())
+    assert log["final_loss"] < 0.5 * log["first_loss"]  # it learned something
+    model, tok, _ = models.load_base(cfg)
+    assert model.num_embed == tok.GetPieceSize() == cfg.vocab_size
