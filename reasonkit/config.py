@@ -361,15 +361,19 @@ def _tiny() -> Preset:
 
 
 def _gemma(name: str, hardware: str, model: ModelConfig, *, batch: int, grpo_mesh: tuple,
-           lora: LoraConfig = _LORA64, description: str = "") -> Preset:
+           dpo_batch: int | None = None, lora: LoraConfig = _LORA64,
+           description: str = "") -> Preset:
+    # Sized with reasonkit.hardware.memory_budget: remat on everywhere (Gemma's 262k-vocab
+    # logits and activations dominate), DPO at half the SFT batch (chosen + rejected).
     return Preset(
-        name=name, hardware=hardware, description=description, model=model, lora=lora,
+        name=name, hardware=hardware, description=description,
+        model=dataclasses.replace(model, remat=True), lora=lora,
         data=DataConfig(sources=("gsm8k:hf", "tasks"), num_records=2000,
                         eval_per_domain=80, train_size=6000),
         sft=SFTConfig(mesh=_FSDP, batch_size=batch, max_steps=1000, learning_rate=2e-5,
                       warmup_ratio=0.05, checkpoint_every=200, max_prompt_length=256,
                       max_target_length=1024),
-        dpo=DPOConfig(mesh=_FSDP, batch_size=batch, max_steps=600, learning_rate=3e-6,
+        dpo=DPOConfig(mesh=_FSDP, batch_size=dpo_batch or max(1, batch // 2), max_steps=600, learning_rate=3e-6,
                       warmup_ratio=0.1, checkpoint_every=200, max_prompt_length=256,
                       max_response_length=512),
         grpo=GRPOConfig(mesh=MeshConfig(shape=grpo_mesh), batch_size=max(1, batch // 4),
@@ -383,7 +387,7 @@ def _gemma(name: str, hardware: str, model: ModelConfig, *, batch: int, grpo_mes
 PRESETS: dict[str, Any] = {
     "tiny": _tiny,
     "gemma3-270m": lambda: _gemma(
-        "gemma3-270m", "tpu-v5e-1", _GEMMA3_270M, batch=8, grpo_mesh=(1, 1),
+        "gemma3-270m", "tpu-v5e-1", _GEMMA3_270M, batch=4, dpo_batch=2, grpo_mesh=(1, 1),
         lora=LoraConfig(rank=32, alpha=32.0), description="Gemma 3 270M on a Colab v5e-1"),
     "gemma3-1b": lambda: _gemma(
         "gemma3-1b", "tpu-v5e-8", _GEMMA3_1B, batch=32, grpo_mesh=(2, 4),
@@ -392,8 +396,8 @@ PRESETS: dict[str, Any] = {
         "gemma3-1b-v3-8", "tpu-v3-8", _GEMMA3_1B, batch=32, grpo_mesh=(2, 4),
         description="Gemma 3 1B on a Kaggle v3-8"),
     "gemma3-1b-v5e-1": lambda: _gemma(
-        "gemma3-1b-v5e-1", "tpu-v5e-1", dataclasses.replace(_GEMMA3_1B, remat=True),
-        batch=4, grpo_mesh=(1, 1), description="Gemma 3 1B on a Colab v5e-1 (remat on)"),
+        "gemma3-1b-v5e-1", "tpu-v5e-1", _GEMMA3_1B, batch=4, dpo_batch=2, grpo_mesh=(1, 1),
+        description="Gemma 3 1B on a Colab v5e-1"),
     "gemma2-2b": lambda: _gemma(
         "gemma2-2b", "tpu-v5e-8", _GEMMA2_2B, batch=32, grpo_mesh=(2, 4),
         description="Gemma 2 2B on a Kaggle v5e-8, as in the write-up"),

@@ -6,6 +6,7 @@ import pytest
 
 from reasonkit import hardware as hwmod
 from reasonkit.config import (
+    PRESETS,
     DPOConfig,
     EvalConfig,
     GRPOConfig,
@@ -15,6 +16,7 @@ from reasonkit.config import (
     SFTConfig,
     get_preset,
 )
+from reasonkit.config import get_preset as PRESET_OF
 from reasonkit.hardware import GiB, from_name, memory_budget
 
 # --- detection -----------------------------------------------------------------------------
@@ -184,7 +186,7 @@ def test_logits_scale_with_vocab():
 
 
 def test_remat_and_qlora_shrink_their_items():
-    p = get_preset("gemma3-1b")
+    p = get_preset("gemma3-1b", **{"model.remat": False})
     v5e = from_name("tpu-v5e-8")
     b = memory_budget(p, "sft", hw=v5e)
     r = memory_budget(p.replace(**{"model.remat": True}), "sft", hw=v5e)
@@ -210,7 +212,8 @@ def test_gemma3_1b_on_v5e_8():
 
 
 def test_advice_when_it_does_not_fit():
-    p, v5e = get_preset("gemma2-2b"), from_name("tpu-v5e-8")
+    p = get_preset("gemma2-2b", **{"model.remat": False, "dpo.batch_size": 32})
+    v5e = from_name("tpu-v5e-8")
     b = memory_budget(p, "dpo", hw=v5e)
     assert not b.fits
     advice = b.advice()
@@ -242,3 +245,12 @@ def test_budget_errors():
         memory_budget(toy_preset(), "rl", hw=TOY_HW)
     with pytest.raises(ValueError, match=r"\(2, 4\) uses 8 devices but 2 are available"):
         memory_budget(get_preset("gemma3-1b"), "grpo", hw=TOY_HW)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_fits_the_hardware_it_was_sized_for(name):
+    preset = PRESET_OF(name)
+    hw = hwmod.detect() if preset.hardware == "cpu" else from_name(preset.hardware)
+    for stage in ("sft", "dpo", "grpo", "eval"):
+        budget = memory_budget(preset, stage, hw=hw)
+        assert budget.fits, f"{name} {stage}: {budget}"

@@ -1,0 +1,164 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 01 · Hardware check
+#
+# **What you will do:** find out what this session runs on, measure how fast it
+# multiplies matrices, and check that every training stage of your preset fits in
+# accelerator memory *before* spending hours on it.
+#
+# **What you will learn:** where the memory of LoRA post-training goes (for Gemma the
+# 262k-token vocabulary makes the logits one of the largest items), and why SFT / DPO
+# use an FSDP mesh while GRPO prefers tensor parallelism.
+#
+# **What you need:** any runtime. On Kaggle pick *TPU v5e-8* or *TPU v3-8*, on Colab
+# *v5e-1*; on a CPU the `tiny` preset runs everything.
+
+# %% [markdown]
+# ## Setup
+# Locally `bash scripts/setup.sh` already installed everything and this cell does
+# nothing. On Kaggle / Colab it installs reasonkit the first time, from
+# `$REASONKIT_PIP` (a git URL, or the path of this repo uploaded as a Kaggle dataset),
+# and JAX for TPUs when the runtime has one.
+
+# %%
+import importlib.util
+import os
+import subprocess
+import sys
+
+if importlib.util.find_spec("reasonkit") is None:  # Kaggle / Colab, first run only
+    source = os.environ.get("REASONKIT_PIP", "git+https://github.com/reasonkit/reasonkit")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", source], check=True)
+    if os.path.exists("/dev/accel0") or os.environ.get("TPU_NAME"):  # a TPU VM
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "jax[tpu]==0.10.2"],
+                       check=True)
+
+# %%
+import jax
+import matplotlib.pyplot as plt
+
+from reasonkit import hardware, mesh
+from reasonkit.config import get_preset
+from reasonkit.runs import RunDir
+
+mesh.init_distributed()  # a no-op on one host; joins the pod on several
+preset = get_preset()  # $REASONKIT_PRESET, default "tiny"; "auto" picks from the hardware
+run = RunDir.create()
+print(f"preset {preset.name!r}: {preset.description}")
+print(f"outputs go to {run.path}")
+
+# %% [markdown]
+# ## What is here
+
+# %%
+import importlib.metadata as md
+
+for pkg in ("jax", "jaxlib", "flax", "google-tunix", "qwix", "optax", "orbax-checkpoint", "grain"):
+    print(f"{pkg:18s} {md.version(pkg)}")
+hw = hardware.detect()
+print()
+print(hw.summary())
+for d in jax.devices()[:8]:
+    print(" ", d)
+
+# %% [markdown]
+# ## How fast is it?
+# A jitted chain of square matmuls, warm-up excluded. On a TPU the measured rate should
+# be a large fraction of the table's bf16 peak; if it is far below, something else
+# (host input, small shapes) will bound training too.
+
+# %%
+bench = hardware.matmul_benchmark()
+print(f"measured {bench['flops_per_s'] / 1e12:.3f} TFLOP/s per device "
+      f"({bench['dtype']}, n={bench['n']})")
+if bench["peak_flops_per_s"]:
+    print(f"table peak {bench['peak_flops_per_s'] / 1e12:.1f} TFLOP/s -> "
+          f"{bench['fraction_of_peak']:.0%} of peak")
+
+# %% [markdown]
+# ## Does every stage fit?
+# Bytes **per device** for each stage of the preset: base weights, LoRA weights with
+# their gradients and Adam moments, activations, attention scores, logits, and for
+# generation the KV cache. First on this machine, then on the machine the preset was
+# sized for.
+
+# %%
+from IPython.display import Markdown, display
+
+rows = hardware.budget_table(preset, hw)
+display(Markdown(hardware.format_budget_table(rows)))
+
+# %%
+if preset.hardware != "cpu":
+    target = hardware.from_name(preset.hardware)
+    print(f"on the preset's target, {target.name}:")
+    display(Markdown(hardware.format_budget_table(hardware.budget_table(preset, target))))
+
+# %% [markdown]
+# When a stage does not fit, the budget says what to change, each suggestion priced by
+# re-running the same arithmetic on the changed preset:
+
+# %%
+for stage in ("sft", "dpo", "grpo", "eval"):
+    budget = hardware.memory_budget(preset, stage, hw=hw)
+    print(f"{stage:5s} {'fits' if budget.fits else 'DOES NOT FIT'}: "
+          f"{hardware.format_bytes(budget.total)} of {hardware.format_bytes(budget.capacity)}")
+    for advice in budget.advice()[:3]:
+        print("      try:", advice)
+
+# %% [markdown]
+# ## Where the memory goes
+
+# %%
+items = [k for k in rows[0] if k not in ("stage", "mesh", "phase", "total", "capacity", "fits")]
+gib = 2**30
+fig, ax = plt.subplots(figsize=(8, 3.5))
+bottom = [0.0] * len(rows)
+for item in items:
+    values = [r[item] / gib for r in rows]
+    ax.bar([r["stage"] for r in rows], values, bottom=bottom, label=item)
+    bottom = [b + v for b, v in zip(bottom, values)]
+limit = 0.9 * rows[0]["capacity"] / gib
+if limit < 2 * max(bottom):  # draw the limit only when it is in the picture
+    ax.axhline(limit, color="k", ls="--", label="90% of device memory")
+ax.set_ylabel("GiB per device")
+ax.set_title(f"{preset.name} on {hw.name} (device memory {rows[0]['capacity'] / gib:.1f} GiB)")
+ax.legend(fontsize=7, ncol=2)
+fig.tight_layout()
+fig.savefig(run.path / "hardware_budget.png", dpi=120)
+plt.show()
+
+# %% [markdown]
+# ## Which mesh for which stage?
+# SFT and DPO shard parameters, gradients, optimizer state and the batch over all
+# devices (FSDP). GRPO spends most of its time generating one token at a time, where
+# FSDP would all-gather every weight per token; tensor parallelism keeps the shards
+# resident.
+
+# %%
+for stage, layout in mesh.recommended_layouts(preset, hw.device_count).items():
+    configured = mesh.resolve_shape(mesh.stage_mesh_config(preset, stage).shape, hw.device_count)
+    print(f"{stage:5s} preset {configured}  recommended {layout.shape}: {layout.why}")
+m = mesh.stage_mesh(preset, "sft")
+print("SFT mesh:", dict(m.shape), [str(t) for t in m.axis_types])
+
+# %% [markdown]
+# ## What next
+# - Run `02_dataset_rebalance` to build the data splits.
+# - If a stage does not fit, apply one of the suggestions with
+#   `get_preset(name, **{"sft.batch_size": 16})` and re-run this notebook.
+# - Try `REASONKIT_PRESET=auto` to let the hardware pick the preset.
