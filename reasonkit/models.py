@@ -403,10 +403,14 @@ def apply_lora(model: nnx.Module, lora: LoraConfig, mesh: jax.sharding.Mesh | No
                                           **model.get_model_input())
     if not any(isinstance(v, nnx.LoRAParam) for _, v in nnx.iter_graph(lora_model)):
         raise ValueError(f"LoraConfig.module_path={lora.module_path!r} matched no module")
-    if mesh is not None:  # Tunix's reshard skips arrays already on the mesh, even if replicated
+    if mesh is not None:
+        # Shard the new adapters only. The base arrays must stay the very objects the base
+        # model holds: Tunix shares the frozen backbone between a LoRA actor and its
+        # reference by identity, and would silently copy it otherwise. (Tunix's own
+        # reshard also skips arrays already on the mesh even when they are replicated.)
         from reasonkit.mesh import reshard
 
-        reshard(lora_model, mesh)
+        nnx.update(lora_model, reshard(nnx.state(lora_model, nnx.LoRAParam), mesh))
     return lora_model
 
 

@@ -23,5 +23,5 @@ def tokenizer_path(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_dir():
-    """The tiny preset's base model directory (built once, cached in $REASONKIT_CACHE)."""
-    return models.build_tiny_checkpoint(get_preset("tiny").model)
+    """The tiny preset's base model directory (shipped in reasonkit/assets/tiny)."""
+    return models.resolve_source(get_preset("tiny").model)
