@@ -131,7 +131,7 @@ bottom = [0.0] * len(rows)
 for item in items:
     values = [r[item] / gib for r in rows]
     ax.bar([r["stage"] for r in rows], values, bottom=bottom, label=item)
-    bottom = [b + v for b, v in zip(bottom, values)]
+    bottom = [b + v for b, v in zip(bottom, values, strict=True)]
 limit = 0.9 * rows[0]["capacity"] / gib
 if limit < 2 * max(bottom):  # draw the limit only when it is in the picture
     ax.axhline(limit, color="k", ls="--", label="90% of device memory")

@@ -1,0 +1,301 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 02 · Dataset rebalance
+#
+# **What you will do:** load the preset's data sources into one record schema, look at
+# one example per domain the way the model will see it (text and tokens), measure token
+# lengths against each stage's budget, filter and rebalance the six domains, and write
+# the evaluation split and the SFT / DPO / GRPO training sets to `runs/<run>/data/`.
+#
+# **What you will learn:** why every stage uses one prompt template, why the evaluation
+# set is held out *before* rebalancing, how up- and down-sampling reach a target domain
+# mix (and where they cannot), and how many rows each filter dropped, and why.
+#
+# **What you need:** a CPU is enough. The `tiny` preset uses synthetic tasks and needs
+# no network; the Gemma presets also read GSM8K from the Hugging Face Hub.
+
+# %% [markdown]
+# ## Setup
+# Locally `bash scripts/setup.sh` already installed everything and this cell does
+# nothing. On Kaggle / Colab it installs reasonkit the first time, from
+# `$REASONKIT_PIP` (a git URL, or the path of this repo uploaded as a Kaggle dataset).
+# This notebook needs no accelerator, so it does not install JAX for TPUs.
+
+# %%
+import importlib.util
+import os
+import subprocess
+import sys
+
+if importlib.util.find_spec("reasonkit") is None:  # Kaggle / Colab, first run only
+    source = os.environ.get("REASONKIT_PIP", "git+https://github.com/reasonkit/reasonkit")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", source], check=True)
+
+# %%
+import matplotlib.pyplot as plt
+from IPython.display import Markdown, display
+
+from reasonkit import data, models
+from reasonkit.config import DOMAINS, get_preset
+from reasonkit.runs import RunDir
+
+preset = get_preset()  # $REASONKIT_PRESET, default "tiny"
+run = RunDir.create()
+print(f"preset {preset.name!r}: {preset.description}")
+print(f"sources {preset.data.sources}, outputs go to {run.stage('data')}")
+
+# %% [markdown]
+# ## The tokenizer
+# Lengths are budgets in *tokens*, so we count them with the model's own tokenizer. For
+# `tiny` it ships with the repo (or is built on first use); for Gemma it comes with the
+# weights (Kaggle or Hugging Face: attach `HF_TOKEN` or `KAGGLE_USERNAME` /
+# `KAGGLE_KEY` as notebook secrets, `read_platform_secrets` copies them without printing).
+
+# %%
+models.read_platform_secrets()
+model_dir = models.resolve_source(preset.model)
+tok = models.load_tokenizer(model_dir / "tokenizer.model", vocab_size=preset.model.vocab_size)
+
+
+def count_tokens(text: str) -> int:
+    return len(tok.EncodeAsIds(text))
+
+
+print(f"{tok.GetPieceSize()} pieces, from {model_dir}")
+for tag in data.SPECIAL_TOKENS:
+    print(f"{tag:16s} -> {tok.EncodeAsPieces(tag)}")
+
+# %% [markdown]
+# The tiny tokenizer keeps every tag as one piece, so the model writes `<answer>` in one
+# step. Gemma's has `<start_of_turn>` / `<end_of_turn>` as single tokens (ids 105, 106);
+# the other tags are plain text to it and may take a few pieces each. That works too, at
+# the cost of a few tokens: the cell above shows what this preset's tokenizer does.
+#
+# ## Load the sources
+# Each source turns its rows into one schema (`id`, `domain`, `source`, `prompt`,
+# `reasoning`, `answer`) and reports what it read, kept and dropped, by reason.
+
+# %%
+records, source_reports = data.load_sources(preset.data)
+for report in source_reports:
+    print(f"{report.source}: read {report.read}, kept {report.kept}, "
+          f"dropped {report.drops.counts or 'none'}")
+    for note in report.notes:
+        print("   ", note)
+print(f"{len(records)} records in all")
+
+# %% [markdown]
+# ## One example per domain
+# Every stage formats a record with the same template: `format_prompt` wraps the
+# question in a Gemma user turn that asks for the tagged answer, `format_completion` is
+# what the model learns to write. Keeping one template means the reward functions of
+# GRPO and the evaluation parse exactly what SFT taught.
+
+# %%
+first = {}
+for r in records:
+    first.setdefault(r["domain"], r)
+for domain, r in first.items():
+    print(f"--- {domain} ({r['source']}, id {r['id']})")
+    print(data.format_prompt(r["prompt"]) + data.format_completion(r["reasoning"], r["answer"]))
+
+# %% [markdown]
+# The same completion as the model sees it: token ids, each decoded on its own. The
+# decoded pieces joined back give the text exactly, so nothing is lost on the way.
+
+# %%
+example = next(iter(first.values()))
+completion = data.format_completion(example["reasoning"], example["answer"])
+ids = tok.EncodeAsIds(completion)
+print(f"{count_tokens(data.format_prompt(example['prompt']))} prompt tokens, "
+      f"{len(ids)} completion tokens:")
+print("  ".join(f"{i}:{tok.IdToPiece(i)!r}" for i in ids))
+assert tok.DecodeIds(ids) == completion
+
+# %% [markdown]
+# ## Token lengths against the budgets
+# Each stage has a token budget (from the preset): SFT trains on prompt + completion up
+# to `sft.max_target_length`; DPO and GRPO cap the response; every stage caps the
+# prompt. A record over a budget is dropped from that stage (and counted), never cut:
+# a truncated completion would teach the model to stop before `</answer>`.
+
+# %%
+limits = data.stage_limits(preset)
+lengths = {key: {d: [] for d in first} for key in ("prompt", "completion", "prompt + completion")}
+for r in records:
+    p = count_tokens(data.format_prompt(r["prompt"]))
+    c = count_tokens(data.format_completion(r["reasoning"], r["answer"]))
+    for key, n in (("prompt", p), ("completion", c), ("prompt + completion", p + c)):
+        lengths[key][r["domain"]].append(n)
+cuts = {}  # (panel, tokens) -> stages with that budget
+for stage, lim in limits.items():
+    for key, n in (("prompt", lim.prompt), ("completion", lim.completion),
+                   ("prompt + completion", lim.total)):
+        if n:
+            cuts.setdefault((key, n), []).append(stage)
+for (key, n), stages in cuts.items():
+    print(f"{key:20s} budget {n:5d} tokens: {', '.join(stages)}")
+
+# %%
+fig_lengths, axes = plt.subplots(1, 3, figsize=(12, 3.4))
+for ax, (key, per_domain) in zip(axes, lengths.items(), strict=True):
+    ax.hist(list(per_domain.values()), bins=30, stacked=True, label=list(per_domain))
+    for (panel, n), stages in cuts.items():
+        if panel == key:
+            ax.axvline(n, color="k", ls="--")
+            ax.annotate(f"{'/'.join(stages)} ≤ {n}", (n, 1), xycoords=("data", "axes fraction"),
+                        xytext=(-3, -4), textcoords="offset points", rotation=90, va="top",
+                        ha="right", fontsize=8)
+    ax.set_xlabel(f"{key} tokens")
+axes[0].set_ylabel("records")
+axes[-1].legend(fontsize=7, loc="center right")
+fig_lengths.suptitle(f"token lengths of {len(records)} records; dashed: stage budgets")
+fig_lengths.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ## Filter, hold out, rebalance
+# `build_splits` does it in this order:
+# 1. drop malformed records and duplicate prompts;
+# 2. hold out `eval_per_domain` records per domain **before** rebalancing, so no eval
+#    prompt is ever repeated into training, and drop training records whose prompt is
+#    an eval prompt;
+# 3. per stage, drop what does not fit the stage (too long; for GRPO a gold answer
+#    that cannot be checked), then sample `train_size` records in the target mix:
+#    down-sampling large domains, repeating small ones at most `max_repeats` times;
+# 4. turn the DPO set into preference pairs (a right, well-formatted answer against a
+#    wrong answer or a broken format).
+
+# %%
+splits, report = data.build_splits(records, preset.data, count_tokens=count_tokens,
+                                   limits=limits, source_reports=source_reports)
+print("records per split:", splits.sizes())
+display(Markdown(report.table()))
+
+# %% [markdown]
+# ### The drop report
+# Every row that did not make it into a set is counted under the step and the reason,
+# with the first few ids (or `file:line`) to look at. Notes name the domains that missed
+# their target, and why.
+
+# %%
+rows = ["| step | reason | rows | e.g. |", "|---|---|---|---|"]
+for step, drops in report.drops.items():
+    for reason, n in drops.counts.items():
+        rows.append(f"| {step} | {reason} | {n} | {', '.join(drops.examples[reason][:2])} |")
+display(Markdown("\n".join(rows) if len(rows) > 2 else "nothing was dropped"))
+print("\n".join(report.notes) or "no shortfalls: every domain reached its target")
+
+# %% [markdown]
+# ## The domain mix, before and after
+# Before: the records the sources gave, per domain. After: each stage's set. The black
+# marks are the target mix from `data.domain_weights`.
+
+# %%
+def plot_mix(report: data.DataReport, title: str):
+    """Grouped bars: % of records per domain in the input and in each stage's set."""
+    sets = {"input": report.input, **{s: info["count"] for s, info in report.stages.items()}}
+    weights, x, width = report.settings["domain_weights"], range(len(DOMAINS)), 0.8 / len(sets)
+    fig, ax = plt.subplots(figsize=(9, 3.4))
+    for i, (name, counts) in enumerate(sets.items()):
+        pct = [100 * counts.get(d, 0) / (sum(counts.values()) or 1) for d in DOMAINS]
+        ax.bar([j + (i - (len(sets) - 1) / 2) * width for j in x], pct, width, label=name)
+    target = [100 * weights.get(d, 0) / sum(weights.values()) for d in DOMAINS]
+    ax.hlines(target, [j - 0.42 for j in x], [j + 0.42 for j in x], colors="k", label="target")
+    ax.set_xticks(x, DOMAINS)
+    ax.set(ylabel="% of records", title=title)
+    ax.legend(fontsize=8, ncol=len(sets) + 1, loc="upper center", bbox_to_anchor=(0.5, -0.1))
+    fig.tight_layout()
+    return fig
+
+
+# %%
+fig_mix = plot_mix(report, f"domain mix, {preset.name} preset")
+plt.show()
+
+# %% [markdown]
+# ## Write the splits
+# `runs/<run>/data/` gets `eval.jsonl`, `sft.jsonl`, `dpo.jsonl`, `grpo.jsonl`,
+# `data_report.json` and the two plots; `finished.json` marks the stage done, and the
+# next notebooks read from here. A finished data stage is never replaced silently:
+# this cell reads it back instead, and says so. Set `REBUILD = True` to replace it.
+
+# %%
+REBUILD = False  # True: replace splits an earlier run of this notebook wrote
+out = run.stage("data")
+if run.is_finished("data") and not REBUILD:
+    built = splits
+    splits, report = data.read_splits(out)
+    print(f"{out} already holds finished splits: using those, not the ones built above "
+          "(set REBUILD = True to replace them)")
+    if splits != built:
+        print("WARNING: they differ from what this notebook just built (preset changed?)")
+else:
+    data.write_splits(splits, report, out, overwrite=True)  # unfinished or REBUILD
+    fig_lengths.savefig(out / "token_lengths.png", dpi=120)
+    fig_mix.savefig(out / "domain_mix.png", dpi=120)
+    run.mark_finished("data", preset=preset.name, **splits.sizes())
+    print(f"wrote {splits.sizes()} to {out}")
+print(sorted(p.name for p in out.iterdir()))
+
+# %% [markdown]
+# ## What the next stages read
+# One record of the SFT set, as SFT will train on it, and one DPO pair: the same prompt
+# with a chosen and a rejected completion. Look at *why* the rejected one is worse
+# (`rejected_kind`): a wrong answer, missing tags, or the answer outside its tag.
+
+# %%
+sft = splits.sft[0]
+print(f"--- sft ({sft['domain']}, id {sft['id']})")
+print(data.format_prompt(sft["prompt"]) + data.format_completion(sft["reasoning"], sft["answer"]))
+pair = splits.dpo[0]
+print(f"\n--- dpo ({pair['domain']}, id {pair['id']}), rejected_kind={pair['rejected_kind']!r}")
+print(data.format_prompt(pair["prompt"]), end="")
+print("chosen:  ", pair["chosen"])
+print("rejected:", pair["rejected"])
+
+# %% [markdown]
+# ## Try it: a lopsided input
+# The tiny preset's tasks are already balanced, so the chart above barely moves. Real
+# mixes are not: GSM8K alone adds 7,473 math problems. Here, in memory only (nothing is
+# written), we keep 30 summarization records and ask for more math and coding. Large
+# domains are down-sampled; summarization cannot reach its target without repeating
+# each record more than `max_repeats` times, and the notes say so. Its set is then
+# smaller than `train_size`, so the other domains' shares end up a little above target.
+
+# %%
+lopsided = [r for r in records if r["domain"] != "summarization"]
+lopsided += [r for r in records if r["domain"] == "summarization"][:30]
+weights = {"math": 3, "coding": 2, "science": 1, "instruction": 1, "summarization": 1,
+           "general": 1}
+config = preset.replace(**{"data.domain_weights": weights}).data
+_, demo = data.build_splits(lopsided, config, count_tokens=count_tokens, limits=limits)
+plot_mix(demo, "lopsided input, weights 3:2:1:1:1:1")
+plt.show()
+print("\n".join(demo.notes))
+
+# %% [markdown]
+# ## What next
+# - Run `03_sft` to teach the format on `runs/<run>/data/sft.jsonl`.
+# - Add GSM8K to the tiny run: `get_preset("tiny", **{"data.sources": ("gsm8k:hf",
+#   "tasks")})` (GSM8K is public: no `HF_TOKEN` needed, only network). Its math
+#   problems are longer than the tiny budgets, so watch the "too long" drops.
+# - Change the mix: `get_preset(name, **{"data.domain_weights": {"math": 2, ...}})`;
+#   a domain with weight 0 is left out. Then run this notebook with `REBUILD = True`,
+#   or with another run name (`REASONKIT_RUN=...`) to keep both.
+# - Your own data: `"jsonl:/path/file.jsonl"` (records or `instruction`/`output`
+#   rows), `"prefs:/path/pairs.jsonl"` (DPO pairs), `"hf:<dataset>"`.
