@@ -1,0 +1,467 @@
+"""Build and run Tunix SFT / DPO / GRPO from a preset: LoRA, resume, hand-off, deadline, export.
+
+Each stage trains LoRA adapters on a frozen base and checkpoints them with Orbax
+under ``runs/<run>/<stage>/checkpoints`` (adapters, optimizer state, step) every
+``checkpoint_every`` steps and at the end. Re-running a stage resumes from its last
+complete checkpoint: Tunix restores the step and optimizer state and skips the
+batches it already consumed, and every batch stream here is a deterministic
+function of the data and the seed, so a resumed run ends where an uninterrupted one
+would. The hand-off: DPO starts from the SFT adapters, GRPO from DPO's (or SFT's
+when DPO was skipped); adapters are restored onto the new stage's mesh.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import json
+import os
+import pathlib
+import random
+import time
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+import jax
+import numpy as np
+import optax
+
+from reasonkit import collate, data, masks, models, rewards
+from reasonkit import mesh as mesh_lib
+from reasonkit.config import Preset, TrainConfig
+from reasonkit.runs import RunDir
+
+PREVIOUS = {"sft": (), "dpo": ("sft",), "grpo": ("dpo", "sft")}
+
+
+# --- optimisation ------------------------------------------------------------------------
+
+
+def schedule(cfg: TrainConfig) -> optax.Schedule:
+    """Linear warm-up over ``warmup_ratio`` of the steps, then cosine decay to 0."""
+    warmup = max(1, int(round(cfg.warmup_ratio * cfg.max_steps)))
+    return optax.warmup_cosine_decay_schedule(0.0, cfg.learning_rate, warmup,
+                                              max(cfg.max_steps, warmup + 1), 0.0)
+
+
+def make_optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
+    """AdamW + global-norm clipping; the learning rate is logged (inject_hyperparams)."""
+    return optax.inject_hyperparams(
+        lambda learning_rate: optax.chain(
+            optax.clip_by_global_norm(cfg.max_grad_norm),
+            optax.adamw(learning_rate, weight_decay=cfg.weight_decay)))(learning_rate=schedule(cfg))
+
+
+# --- metrics -----------------------------------------------------------------------------
+
+
+class JsonlBackend:
+    """A metrax logging backend that appends ``{"event", "step", "value"}`` lines."""
+
+    def __init__(self, path: str | os.PathLike):
+        pathlib.Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._f = open(path, "a")
+
+    def log_scalar(self, event: str, value: Any, **kwargs: Any) -> None:
+        # jax.monitoring listeners are process-wide: JAX / Orbax internals arrive here
+        # too, and a closed logger may still be called. Ignore both.
+        if self._f.closed or event.startswith("/jax/"):
+            return
+        self._f.write(json.dumps({"event": event.lstrip("/"), "step": int(kwargs.get("step") or 0),
+                                  "value": float(np.asarray(value))}) + "\n")
+        self._f.flush()
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def metrics_options(run: RunDir, stage: str):
+    """Tunix metrics to ``<stage>/metrics.jsonl`` and TensorBoard ``<stage>/tensorboard``."""
+    import tunix
+    from metrax.logging import TensorboardBackend
+
+    tb = str(run.stage(stage) / "tensorboard")
+    jsonl = run.stage(stage) / "metrics.jsonl"
+    return tunix.MetricsLoggerOptions(log_dir=tb, backend_kwargs={"custom_backend": [
+        lambda: JsonlBackend(jsonl), lambda: TensorboardBackend(log_dir=tb)]})
+
+
+def _detach(logger: Any) -> None:
+    """Unregister a finished MetricsLogger's listeners (Tunix leaves them registered)."""
+    for backend in getattr(logger, "_backends", []):
+        try:
+            jax.monitoring.unregister_scalar_listener(backend.log_scalar)
+        except Exception:  # noqa: BLE001 - it was not registered
+            pass
+
+
+def read_metrics(run: RunDir, stage: str) -> dict[str, tuple[list[int], list[float]]]:
+    """``{event: (steps, values)}`` from a stage's metrics.jsonl (last value per step wins)."""
+    series: dict[str, dict[int, float]] = {}
+    for row in run.read_metrics(stage):
+        if "event" in row:
+            series.setdefault(row["event"], {})[row["step"]] = row["value"]
+    return {k: (sorted(v), [v[s] for s in sorted(v)]) for k, v in series.items()}
+
+
+# --- time budget -------------------------------------------------------------------------
+
+
+def deadline_from_env(default_hours: float | None = None) -> float | None:
+    """Absolute wall-clock deadline from ``$REASONKIT_DEADLINE_HOURS`` (hours from now)."""
+    hours = os.environ.get("REASONKIT_DEADLINE_HOURS") or default_hours
+    return time.time() + float(hours) * 3600 if hours else None
+
+
+def until(stream: Iterable[Any], deadline: float | None, margin_s: float = 120.0) -> Iterator[Any]:
+    """Yield from ``stream`` while there is time for another step before ``deadline``.
+
+    The trainer stops when its data ends and saves a final checkpoint, so stopping the
+    stream is a clean stop; re-running the notebook resumes from there. The margin
+    grows to twice the slowest step seen, plus ``margin_s`` for the checkpoint write.
+    """
+    last, slowest = time.time(), 0.0
+    for item in stream:
+        now = time.time()
+        slowest = max(slowest, now - last)
+        if deadline is not None and now + 2 * slowest + margin_s > deadline:
+            print(f"time budget: stopping cleanly, {deadline - now:.0f}s before the deadline")
+            return
+        yield item
+        last = time.time()
+
+
+# --- data ------------------------------------------------------------------------------
+
+
+def epochs(items: Sequence[Any], seed: int) -> Iterator[Any]:
+    """``items`` reshuffled each epoch (seeded), forever; the same seed gives the same stream."""
+    if not items:
+        raise ValueError("no training examples: the data split is empty (run 02_dataset_rebalance)")
+    for epoch in range(1_000_000):
+        order = list(range(len(items)))
+        random.Random(seed * 1_000_003 + epoch).shuffle(order)
+        yield from (items[i] for i in order)
+
+
+def take(stream: Iterable[Any], n: int) -> Iterator[Any]:
+    for i, item in enumerate(stream):
+        if i >= n:
+            return
+        yield item
+
+
+def sft_examples(records: Sequence[dict], tok) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, completion ids) in the one template, BOS added by the collator."""
+    return [(tok.EncodeAsIds(data.format_prompt(r["prompt"])),
+             tok.EncodeAsIds(data.format_completion(r["reasoning"], r["answer"]))) for r in records]
+
+
+def dpo_examples(records: Sequence[dict], tok) -> list[tuple[list[int], list[int], list[int]]]:
+    """(BOS + prompt, chosen, rejected) token triples."""
+    return [([tok.bos_id()] + tok.EncodeAsIds(data.format_prompt(r["prompt"])),
+             tok.EncodeAsIds(r["chosen"]), tok.EncodeAsIds(r["rejected"])) for r in records]
+
+
+def grpo_records(records: Sequence[dict]) -> list[dict[str, Any]]:
+    """Rows for Tunix's GRPO: formatted prompt, gold answer, domain (reaches the rewards)."""
+    return [{"prompts": data.format_prompt(r["prompt"]), "answer": r["answer"],
+             "domain": r["domain"]} for r in records]
+
+
+def sft_batches(examples, preset: Preset, tok, *, seed: int | None = None):
+    """Exactly ``max_steps`` fixed-shape SFT batches (a deterministic stream) and the collator."""
+    cfg = preset.sft
+    collator = collate.SFTCollator(layout=collate.StaticLayout(max_length=cfg.max_target_length),
+                                   pad_id=tok.pad_id(), bos_id=tok.bos_id())
+    stream = collate.batches(epochs(examples, cfg.seed if seed is None else seed), cfg.batch_size,
+                             collator)
+    return take(stream, cfg.max_steps), collator
+
+
+def dpo_batches(examples, preset: Preset, tok, *, seed: int | None = None):
+    cfg = preset.dpo
+    collator = collate.DPOCollator(
+        prompt_layout=collate.StaticLayout(max_length=cfg.max_prompt_length),
+        response_layout=collate.StaticLayout(max_length=cfg.max_response_length),
+        pad_id=tok.pad_id())
+    stream = collate.batches(epochs(examples, cfg.seed if seed is None else seed), cfg.batch_size,
+                             collator)
+    return take(stream, cfg.max_steps), collator
+
+
+def grpo_batches(rows, preset: Preset, tok, *, seed: int | None = None):
+    cfg = preset.grpo
+    # The sampler adds BOS: leave it one token of room.
+    collator = collate.GRPOCollator(tokenizer=tok, max_prompt_length=cfg.max_prompt_length - 1)
+    stream = collate.batches(epochs(rows, cfg.seed if seed is None else seed), cfg.batch_size,
+                             collator)
+    return take(stream, cfg.max_steps), collator
+
+
+# --- models and checkpoints ------------------------------------------------------------
+
+
+def checkpoint_dir(run: RunDir, stage: str) -> pathlib.Path:
+    return run.stage(stage) / "checkpoints"
+
+
+def latest_step(run: RunDir, stage: str) -> int | None:
+    """The newest complete checkpoint step of ``stage``, or None."""
+    root = checkpoint_dir(run, stage)
+    for sub in ("", "actor"):  # GRPO's RLCluster nests the actor's checkpoints
+        d = root / sub
+        steps = [int(p.name) for p in d.glob("[0-9]*") if (p / "model_params").is_dir()] \
+            if d.is_dir() else []
+        if steps:
+            return max(steps)
+    return None
+
+
+def restore_lora(model, run: RunDir, stage: str) -> int:
+    """Load ``stage``'s latest LoRA params into ``model`` (resharded onto its mesh)."""
+    from tunix.sft.checkpoint_manager import CheckpointManager
+
+    root = checkpoint_dir(run, stage)
+    if (root / "actor").is_dir():
+        root = root / "actor"
+    manager = CheckpointManager(str(root))
+    try:
+        step, _ = manager.maybe_restore(model, restore_only_lora_params=True)
+    finally:
+        manager.close()
+    if not step:
+        raise FileNotFoundError(f"no checkpoint of stage {stage!r} under {root}")
+    return step
+
+
+def start_from(run: RunDir, stage: str) -> str | None:
+    """Which earlier stage's adapters ``stage`` starts from (None: fresh LoRA on the base)."""
+    for prev in PREVIOUS[stage]:
+        if run.is_finished(prev):
+            return prev
+    if PREVIOUS[stage]:
+        run.require(PREVIOUS[stage][-1])  # raises: says which notebook to run first
+    return None
+
+
+def load_policy(preset: Preset, run: RunDir | None, stage: str | None, mesh, *, seed: int = 0):
+    """``(base, lora_model, tokenizer, model_dir)`` on ``mesh``; adapters from ``stage`` if given.
+
+    ``stage=None`` gives fresh adapters (lora_b = 0: the model equals the base).
+    """
+    model_dir = models.resolve_source(preset.model)
+    base = models.load_model(model_dir, preset.model, mesh=mesh)
+    tok = models.load_tokenizer(model_dir / "tokenizer.model", vocab_size=preset.model.vocab_size)
+    policy = models.apply_lora(base, preset.lora, mesh=mesh, seed=seed)
+    if stage is not None:
+        restore_lora(policy, run, stage)
+    return base, policy, tok, model_dir
+
+
+def gen_model_input_fn(pad_id: int) -> Callable[[Any], dict[str, Any]]:
+    """SFT batch -> model inputs; attention and positions come from the padding, not the loss mask."""
+    def fn(x):
+        valid = masks.padding_mask(x["input_tokens"], pad_id)  # [B, S]
+        return {"input_tokens": x["input_tokens"], "input_mask": x["input_mask"],
+                "positions": masks.positions_from_mask(valid),  # [B, S]
+                "attention_mask": masks.causal_mask(valid)}  # [B, S, S]
+    return fn
+
+
+def _checkpointing(cfg: TrainConfig):
+    import orbax.checkpoint as ocp
+
+    return ocp.CheckpointManagerOptions(save_interval_steps=cfg.checkpoint_every, max_to_keep=2)
+
+
+def free() -> None:
+    """Release device buffers of trainers and models the caller has already deleted."""
+    gc.collect()
+    jax.clear_caches()
+
+
+# --- stages ----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class StageResult:
+    """What a stage run did: steps, whether it finished, where, and the live objects."""
+
+    stage: str
+    steps: int
+    finished: bool
+    started_from: str | None
+    seconds: float
+    stats: dict[str, Any]
+    policy: Any = None
+    tokenizer: Any = None
+    model_dir: pathlib.Path | None = None
+
+    def summary(self) -> dict[str, Any]:
+        return {"stage": self.stage, "steps": self.steps, "finished": self.finished,
+                "started_from": self.started_from, "seconds": round(self.seconds, 1), **self.stats}
+
+
+def _begin(run: RunDir, stage: str, overwrite: bool) -> None:
+    if run.is_finished(stage) and not overwrite:
+        info = run.finished_info(stage)
+        raise FileExistsError(
+            f"stage {stage!r} of run {run.name!r} already finished ({info.get('steps')} steps, "
+            f"{info.get('finished_at')}); its checkpoints are in {checkpoint_dir(run, stage)}. "
+            "Pass overwrite=True to train it again from scratch, or use another run name.")
+    if overwrite:
+        import shutil
+
+        for name in ("checkpoints", "metrics.jsonl", "tensorboard", "finished.json"):
+            path = run.stage(stage) / name
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+
+
+def _finish(run: RunDir, stage: str, cfg: TrainConfig, steps: int, t0: float, started: str | None,
+            stats: dict[str, Any], policy, tok, model_dir) -> StageResult:
+    done = steps >= cfg.max_steps
+    result = StageResult(stage, steps, done, started, time.time() - t0, stats, policy, tok, model_dir)
+    if done:
+        run.mark_finished(stage, **{k: v for k, v in result.summary().items() if k != "stage"})
+    else:
+        print(f"{stage}: stopped at step {steps}/{cfg.max_steps}; run the notebook again to resume")
+    return result
+
+
+def train_sft(preset: Preset, run: RunDir, *, deadline: float | None = None,
+              overwrite: bool = False) -> StageResult:
+    """Supervised fine-tuning with completion-only loss, resuming from the last checkpoint."""
+    import tunix
+
+    _begin(run, "sft", overwrite)
+    t0, cfg = time.time(), preset.sft
+    splits, _ = data.read_splits(run.require("data"))
+    mesh = mesh_lib.stage_mesh(preset, "sft")
+    with mesh:
+        _, policy, tok, model_dir = load_policy(preset, run, None, mesh, seed=cfg.seed)
+        train, collator = sft_batches(sft_examples(splits.sft, tok), preset, tok)
+        held_out = collate.batches(sft_examples(splits.eval, tok), cfg.batch_size, collate.SFTCollator(
+            layout=collate.StaticLayout(max_length=cfg.max_target_length), pad_id=tok.pad_id(),
+            bos_id=tok.bos_id()))
+        trainer = tunix.PeftTrainer(policy, make_optimizer(cfg), tunix.TrainingConfig(
+            eval_every_n_steps=cfg.checkpoint_every, max_steps=cfg.max_steps,
+            checkpoint_root_directory=str(checkpoint_dir(run, "sft")),
+            checkpointing_options=_checkpointing(cfg), metrics_logging_options=metrics_options(run, "sft"),
+            pbar_description="SFT")).with_gen_model_input_fn(gen_model_input_fn(tok.pad_id()))
+        trainer.train(until(train, deadline), list(take(held_out, 2)))
+        _detach(trainer.metrics_logger)
+        steps = trainer.train_steps
+    return _finish(run, "sft", cfg, steps, t0, None, {"collate": collator.stats.to_dict()},
+                   policy, tok, model_dir)
+
+
+def train_dpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
+              overwrite: bool = False) -> StageResult:
+    """DPO (or ORPO) from the SFT adapters; the reference is the frozen base itself."""
+    import tunix
+    from tunix.sft.dpo.dpo_trainer import DPOTrainingConfig
+
+    _begin(run, "dpo", overwrite)
+    t0, cfg = time.time(), preset.dpo
+    splits, _ = data.read_splits(run.require("data"))
+    started = start_from(run, "dpo")
+    mesh = mesh_lib.stage_mesh(preset, "dpo")
+    with mesh:
+        base, policy, tok, model_dir = load_policy(preset, run, started, mesh, seed=cfg.seed)
+        # The reference is the policy DPO starts from (SFT's adapters), not the raw base:
+        # a second set of adapters on the same frozen backbone, so no second base in memory.
+        reference = None
+        if cfg.algorithm == "dpo":
+            reference = models.apply_lora(base, preset.lora, mesh=mesh, seed=cfg.seed)
+            if started is not None:
+                restore_lora(reference, run, started)
+        train, collator = dpo_batches(dpo_examples(splits.dpo, tok), preset, tok)
+        trainer = tunix.DPOTrainer(
+            model=policy, ref_model=reference, optimizer=make_optimizer(cfg),
+            training_config=DPOTrainingConfig(
+                algorithm=cfg.algorithm, beta=cfg.beta, lambda_orpo=cfg.lambda_orpo,
+                eval_every_n_steps=cfg.max_steps + 1, max_steps=cfg.max_steps,
+                max_prompt_length=cfg.max_prompt_length,
+                max_response_length=cfg.max_response_length,
+                checkpoint_root_directory=str(checkpoint_dir(run, "dpo")),
+                checkpointing_options=_checkpointing(cfg),
+                metrics_logging_options=metrics_options(run, "dpo"),
+                pbar_description=cfg.algorithm.upper()))
+        trainer.train(until(train, deadline))
+        _detach(trainer.metrics_logger)
+        steps = trainer.train_steps
+    return _finish(run, "dpo", cfg, steps, t0, started, {"collate": collator.stats.to_dict()},
+                   policy, tok, model_dir)
+
+
+def reward_functions(preset: Preset) -> list[Callable]:
+    """The GRPO rewards: format (exact, approximate) and answer (exact, close, numeric backup)."""
+    del preset
+    return list(rewards.MATH_REWARDS)
+
+
+def grpo_algorithm(preset: Preset):
+    """``(learner class, algorithm config)`` for the preset's policy-loss variant."""
+    from tunix.rl.grpo import dapo_learner, drgrpo_learner, grpo_learner
+
+    cfg = preset.grpo
+    common = dict(num_generations=cfg.num_generations, num_iterations=cfg.num_iterations,
+                  epsilon=cfg.epsilon)
+    if cfg.loss == "dapo":  # no KL term, clip-higher, token-mean loss
+        return dapo_learner.DAPOLearner, dapo_learner.DAPOConfig(
+            **common, overlong_buffer={"enable": False})
+    if cfg.loss == "dr-grpo":  # no length / std normalisation
+        return drgrpo_learner.DrGRPOLearner, drgrpo_learner.DrGRPOConfig(**common, beta=cfg.beta)
+    return grpo_learner.GRPOLearner, grpo_learner.GRPOConfig(**common, beta=cfg.beta,
+                                                             loss_algo=cfg.loss)
+
+
+def train_grpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
+               overwrite: bool = False, reward_fns: Sequence[Callable] | None = None) -> StageResult:
+    """GRPO from the DPO (or SFT) adapters; the reference is the base sharing the backbone."""
+    import tunix
+    from tunix.rl import rl_cluster as rl
+    from tunix.rl.rollout import base_rollout
+
+    _begin(run, "grpo", overwrite)
+    t0, cfg = time.time(), preset.grpo
+    splits, _ = data.read_splits(run.require("data"))
+    started = start_from(run, "grpo")
+    mesh = mesh_lib.stage_mesh(preset, "grpo")
+    with mesh:
+        base, policy, tok, model_dir = load_policy(preset, run, started, mesh, seed=cfg.seed)
+        train, collator = grpo_batches(grpo_records(splits.grpo), preset, tok)
+        training = rl.RLTrainingConfig(
+            actor_optimizer=make_optimizer(cfg), eval_every_n_steps=cfg.max_steps + 1,
+            max_steps=cfg.max_steps, mini_batch_size=cfg.batch_size,
+            train_micro_batch_size=cfg.batch_size,
+            checkpoint_root_directory=str(checkpoint_dir(run, "grpo")),
+            checkpointing_options=_checkpointing(cfg), metrics_logging_options=metrics_options(run, "grpo"))
+        rollout = base_rollout.RolloutConfig(
+            max_tokens_to_generate=cfg.max_generation_length, max_prompt_length=cfg.max_prompt_length,
+            kv_cache_size=cfg.max_prompt_length + cfg.max_generation_length,
+            temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
+            eos_tokens=models.stop_token_ids(tok))
+        cluster = rl.RLCluster(actor=policy, reference=base, tokenizer=tok,
+                               cluster_config=rl.ClusterConfig(
+                                   role_to_mesh={rl.Role.ACTOR: mesh, rl.Role.REFERENCE: mesh,
+                                                 rl.Role.ROLLOUT: mesh},
+                                   rollout_engine="vanilla", offload_to_cpu=False,
+                                   training_config=training, rollout_config=rollout))
+        learner_cls, algo = grpo_algorithm(preset)
+        learner = learner_cls(rl_cluster=cluster, reward_fns=list(reward_fns or reward_functions(preset)),
+                              algo_config=algo)
+        learner.train(until(train, deadline))
+        _detach(cluster._rl_metrics_logger)
+        steps = cluster.actor_trainer.train_steps
+        policy = cluster.actor_trainer.model
+    del tunix
+    return _finish(run, "grpo", cfg, steps, t0, started, {"collate": collator.stats.to_dict()},
+                   policy, tok, model_dir)
+
+
+def export(result: StageResult, preset: Preset, run: RunDir) -> pathlib.Path:
+    """Merge the stage's adapters into the base; save HF safetensors under ``<stage>/merged``."""
+    return models.export_merged(result.policy, preset.model, preset.lora,
+                                run.stage(result.stage) / "merged",
+                                result.model_dir / "tokenizer.model")

@@ -1,0 +1,163 @@
+"""A few real Tunix steps per stage on the tiny model: adapters move, the base does not."""
+
+import time
+
+import numpy as np
+import pytest
+
+from reasonkit import data, models, train
+from reasonkit.config import SFTConfig, get_preset
+from reasonkit.runs import RunDir
+
+SMALL = {
+    "sft.max_steps": 4, "sft.checkpoint_every": 2, "sft.batch_size": 4,
+    "dpo.max_steps": 3, "dpo.checkpoint_every": 2, "dpo.batch_size": 2,
+    "grpo.max_steps": 2, "grpo.checkpoint_every": 1, "grpo.batch_size": 2,
+    "grpo.max_generation_length": 24,
+    "data.num_records": 40, "data.eval_per_domain": 2, "data.train_size": 60,
+}
+
+
+@pytest.fixture(scope="module")
+def preset():
+    return get_preset("tiny", **SMALL)
+
+
+def make_run(root, name, preset):
+    """A run directory whose data stage is done (the tiny preset's synthetic tasks)."""
+    run = RunDir.create(name, root=root)
+    tok = models.load_tokenizer(models.resolve_source(preset.model) / "tokenizer.model")
+    records, reports = data.load_sources(preset.data)
+    splits, report = data.build_splits(records, preset.data,
+                                       count_tokens=lambda s: len(tok.EncodeAsIds(s)),
+                                       limits=data.stage_limits(preset), source_reports=reports)
+    data.write_splits(splits, report, run.stage("data"))
+    run.mark_finished("data")
+    return run
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory, preset):
+    """SFT -> DPO -> GRPO, a few steps each, in one run directory."""
+    run = make_run(tmp_path_factory.mktemp("runs"), "pipe", preset)
+    base = models.base_params(models.load_model(models.resolve_source(preset.model), preset.model))
+    fresh = models.lora_params(train.load_policy(preset, None, None, None)[1])
+    results = {"sft": train.train_sft(preset, run)}
+    results["dpo"] = train.train_dpo(preset, run)
+    results["grpo"] = train.train_grpo(preset, run)
+    return run, base, fresh, results
+
+
+def changed(a, b):
+    return max(float(np.abs(a[k] - b[k]).max()) for k in a)
+
+
+@pytest.mark.parametrize("stage", ["sft", "dpo", "grpo"])
+def test_each_stage_moves_the_adapters_and_not_the_base(pipeline, preset, stage):
+    run, base, fresh, results = pipeline
+    result = results[stage]
+    assert result.finished and result.steps == getattr(preset, stage).max_steps
+    assert run.is_finished(stage) and train.latest_step(run, stage) == result.steps
+    assert changed(fresh, models.lora_params(result.policy)) > 0
+    after = models.base_params(result.policy)
+    for k in base:
+        np.testing.assert_array_equal(after[k], base[k], err_msg=k)
+
+
+def test_hand_off_chain_and_metrics(pipeline):
+    run, _, _, results = pipeline
+    assert results["sft"].started_from is None
+    assert results["dpo"].started_from == "sft" and results["grpo"].started_from == "dpo"
+    # each stage starts from the previous stage's adapters, then moves away from them
+    assert changed(models.lora_params(results["sft"].policy),
+                   models.lora_params(results["dpo"].policy)) > 0
+    sft, dpo, grpo = (train.read_metrics(run, s) for s in ("sft", "dpo", "grpo"))
+    assert len(sft["train/loss"][1]) == 4 and all(np.isfinite(sft["train/loss"][1]))
+    assert "train/rewards/margin" in dpo and "train/rewards/accuracy" in dpo
+    for fn in ("format_exact", "answer_correct", "numeric_backup"):
+        assert f"rewards/train/{fn}" in grpo
+    assert "actor/train/kl" in grpo
+
+
+def test_restored_adapters_reproduce_the_stage(pipeline, preset):
+    run, _, _, results = pipeline
+    _, policy, _, _ = train.load_policy(preset, run, "dpo", None)
+    want = models.lora_params(results["dpo"].policy)
+    got = models.lora_params(policy)
+    assert changed(want, got) == 0
+
+
+def test_finished_stage_is_not_silently_retrained(pipeline, preset):
+    run, _, _, _ = pipeline
+    with pytest.raises(FileExistsError, match="already finished.*overwrite=True"):
+        train.train_sft(preset, run)
+
+
+def test_dpo_before_sft_says_which_notebook(tmp_path, preset):
+    run = make_run(tmp_path, "nosft", preset)
+    with pytest.raises(FileNotFoundError, match="run notebooks/03_sft first"):
+        train.train_dpo(preset, run)
+
+
+def test_resume_after_a_crash_ends_like_an_uninterrupted_run(tmp_path, preset, monkeypatch):
+    p = preset.replace(**{"sft.max_steps": 6, "sft.checkpoint_every": 2})
+    whole = train.train_sft(p, make_run(tmp_path, "whole", p))
+
+    run = make_run(tmp_path, "crashed", p)
+    real_until = train.until
+
+    def dies_after_five(stream, deadline, margin_s=120.0):
+        for i, batch in enumerate(real_until(stream, deadline, margin_s)):
+            if i == 5:
+                raise KeyboardInterrupt("kernel died")  # mid-step 6, last checkpoint at 4
+            yield batch
+
+    monkeypatch.setattr(train, "until", dies_after_five)
+    with pytest.raises(KeyboardInterrupt):
+        train.train_sft(p, run)
+    assert not run.is_finished("sft") and train.latest_step(run, "sft") == 4
+    monkeypatch.setattr(train, "until", real_until)
+    resumed = train.train_sft(p, run)
+    assert resumed.finished and resumed.steps == 6
+    assert changed(models.lora_params(whole.policy), models.lora_params(resumed.policy)) < 1e-5
+
+
+def test_deadline_stops_the_stream_cleanly(monkeypatch):
+    clock = iter(range(0, 1000, 10))  # every call to time.time() advances 10 s
+    monkeypatch.setattr(train.time, "time", lambda: next(clock))
+    got = list(train.until(range(100), deadline=200, margin_s=50))
+    assert 0 < len(got) < 100  # stopped early, with room for a step and the checkpoint
+    assert list(train.until(range(5), deadline=None)) == list(range(5))
+
+
+def test_time_budget_stop_leaves_a_resumable_checkpoint(tmp_path, preset):
+    run = make_run(tmp_path, "budget", preset)
+    result = train.train_sft(preset, run, deadline=time.time() - 1)  # already out of time
+    assert not result.finished and not run.is_finished("sft")
+    assert train.train_sft(preset, run).finished  # the next session resumes and completes
+
+
+def test_grpo_loss_variants_are_selectable(preset):
+    from tunix.rl.grpo import dapo_learner, drgrpo_learner, grpo_learner
+
+    for loss, cls in [("grpo", grpo_learner.GRPOLearner), ("gspo-token", grpo_learner.GRPOLearner),
+                      ("dapo", dapo_learner.DAPOLearner), ("dr-grpo", drgrpo_learner.DrGRPOLearner)]:
+        learner, algo = train.grpo_algorithm(preset.replace(**{"grpo.loss": loss}))
+        assert learner is cls and algo.num_generations == preset.grpo.num_generations
+    assert train.grpo_algorithm(preset.replace(**{"grpo.loss": "gspo-token"}))[1].loss_algo == "gspo-token"
+
+
+def test_schedule_warms_up_then_decays():
+    s = train.schedule(SFTConfig(max_steps=100, warmup_ratio=0.1, learning_rate=1.0))
+    assert float(s(0)) == 0.0 and abs(float(s(10)) - 1.0) < 1e-6 and float(s(100)) < 1e-6
+    assert float(s(5)) == pytest.approx(0.5) and float(s(55)) < float(s(20))
+
+
+def test_merged_export_matches_the_lora_model(pipeline, preset, tmp_path):
+    run, _, _, results = pipeline
+    out = train.export(results["grpo"], preset, run)
+    assert (out / "model.safetensors").is_file() and (out / "tokenizer.model").is_file()
+    from test_models import TOKENS, forward  # tests/ is on sys.path under pytest
+
+    want = forward(results["grpo"].policy, TOKENS)
+    np.testing.assert_allclose(forward(models.load_model(out, preset.model), TOKENS), want, atol=1e-4)
