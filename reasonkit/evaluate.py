@@ -1,0 +1,361 @@
+"""One fixed evaluation for every stage: generate, score, tabulate, plot, compare.
+
+The same held-out prompts and the same decoding settings for the base model and each
+stage, so a row of the stage table differs from the next only by what the stage did.
+Answers are judged by the same code the GRPO rewards use (:mod:`reasonkit.rewards`).
+
+Scoring one completion:
+
+>>> row = score({"domain": "math", "answer": "12"},
+...             "<reasoning>3 * 4 = 12.</reasoning>\\n<answer>12</answer><end_of_turn>")
+>>> row["format_ok"], row["correct"], row["reason"]
+(True, True, 'ok')
+>>> score({"domain": "math", "answer": "12"}, "The answer is 12.")["reason"]
+'no_answer_tag'
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import math
+import pathlib
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from reasonkit import rewards
+from reasonkit.config import EvalConfig, ModelConfig
+
+STAGE_ORDER = ("base", "sft", "dpo", "grpo")
+NUMERIC = ("math", "science")
+METRICS = ("format_rate", "accuracy", "partial", "pass_at_k", "maj_at_k")
+LABELS = {"format_rate": "format pass", "accuracy": "accuracy", "partial": "partial accuracy",
+          "pass_at_k": "pass@k", "maj_at_k": "maj@k", "mean_length": "mean length (tokens)"}
+
+
+# --- generation -----------------------------------------------------------------------
+
+
+def make_sampler(model, tokenizer, model_cfg: ModelConfig, cfg: EvalConfig):
+    """A Tunix sampler whose KV cache covers prompt + generation."""
+    import tunix
+
+    cache = tunix.CacheConfig(cache_size=cfg.max_prompt_length + cfg.max_generation_length,
+                              num_layers=model_cfg.num_layers, num_kv_heads=model_cfg.num_kv_heads,
+                              head_dim=model_cfg.head_dim)
+    return tunix.Sampler(transformer=model, tokenizer=tokenizer, cache_config=cache)
+
+
+def generate(sampler, prompts: Sequence[str], cfg: EvalConfig, stop_ids: Sequence[int], *,
+             sample: bool = False, seed: int = 0, desc: str = "generate") -> list[str]:
+    """Completions for ``prompts``, greedy or sampled, in fixed-size batches.
+
+    The last batch is topped up with copies of its last prompt (and the extra outputs
+    dropped) so every call has the same shape and XLA compiles once.
+    """
+    from tqdm.auto import tqdm
+
+    out: list[str] = []
+    # top_p must be set for Tunix to sample: top_k alone silently decodes greedily.
+    kw = dict(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k) if sample else {}
+    starts = range(0, len(prompts), cfg.batch_size)
+    for i, start in enumerate(tqdm(starts, desc=desc, leave=False)):
+        batch = list(prompts[start:start + cfg.batch_size])
+        n = len(batch)
+        batch += [batch[-1]] * (cfg.batch_size - n)
+        result = sampler(batch, max_generation_steps=cfg.max_generation_length,
+                         max_prompt_length=cfg.max_prompt_length, eos_tokens=list(stop_ids),
+                         seed=seed * 100_003 + i if sample else None, **kw)
+        out.extend(result.text[:n])
+    return out
+
+
+# --- scoring --------------------------------------------------------------------------
+
+
+def _items(text: str) -> set[str]:
+    return set(rewards.normalize_text(text).split())
+
+
+def partial_credit(domain: str, predicted: str | None, gold: str) -> float:
+    """1 for a correct answer; otherwise numeric closeness (within 10%) or item overlap.
+
+    >>> partial_credit("math", "11", "10"), partial_credit("general", "2 7", "2 7 9")
+    (0.0, 0.6666666666666666)
+    >>> round(partial_credit("science", "10.5", "10"), 2)
+    0.5
+    """
+    if predicted is None:
+        return 0.0
+    if rewards.check_answer(domain, predicted, gold):
+        return 1.0
+    if domain in NUMERIC:
+        p, g = rewards.normalize_number(predicted), rewards.normalize_number(gold)
+        if p is None or g is None or g == 0:
+            return 0.0
+        err = abs(p - g) / abs(g)
+        return max(0.0, 1.0 - err / rewards.CLOSE_TOLERANCE)
+    pred, want = _items(predicted), _items(gold)
+    return len(pred & want) / len(pred | want) if pred | want else 0.0
+
+
+def score(record: dict, completion: str, num_tokens: int | None = None) -> dict[str, Any]:
+    """Format, extracted answer, correctness and why extraction failed, for one completion."""
+    ext = rewards.extract_answer(completion)
+    domain = record.get("domain", "general")
+    correct = ext.ok and rewards.check_answer(domain, ext.answer, record["answer"])
+    return {"format_ok": rewards.has_exact_format(completion), "reason": ext.reason,
+            "answer": ext.answer, "correct": bool(correct),
+            "partial": partial_credit(domain, ext.answer if ext.ok else None, record["answer"]),
+            "length": num_tokens if num_tokens is not None else len(completion.split())}
+
+
+def majority(answers: Sequence[str | None]) -> str | None:
+    """The most common extracted answer (normalised), ignoring failed extractions.
+
+    >>> majority(["12", " 12 ", "13", None])
+    '12'
+    """
+    keyed = [(rewards.normalize_text(a), a.strip()) for a in answers if a]
+    if not keyed:
+        return None
+    top = collections.Counter(k for k, _ in keyed).most_common(1)[0][0]
+    return next(a for k, a in keyed if k == top)
+
+
+def score_stage(records: Sequence[dict], greedy: Sequence[str], samples: Sequence[Sequence[str]],
+                count_tokens: Callable[[str], int] | None = None) -> list[dict[str, Any]]:
+    """Per-record rows: the greedy completion scored, plus pass@k / maj@k over the samples."""
+    rows = []
+    for rec, text, group in zip(records, greedy, samples, strict=True):
+        row = score(rec, text, count_tokens(text) if count_tokens else None)
+        sampled = [rewards.extract_answer(s) for s in group]
+        answers = [e.answer if e.ok else None for e in sampled]
+        domain = rec.get("domain", "general")
+        maj = majority(answers)
+        row.update(id=rec.get("id"), domain=domain, gold=rec["answer"], prompt=rec["prompt"],
+                   completion=text,
+                   pass_at_k=any(a is not None and rewards.check_answer(domain, a, rec["answer"])
+                                 for a in answers) if group else row["correct"],
+                   maj_at_k=bool(maj is not None and rewards.check_answer(domain, maj, rec["answer"]))
+                   if group else row["correct"])
+        rows.append(row)
+    return rows
+
+
+def summarize(rows: Sequence[dict]) -> dict[str, Any]:
+    """Overall and per-domain metrics, failure reasons and lengths, from scored rows."""
+    def block(rs):
+        n = len(rs)
+        if not n:
+            return {"n": 0}
+        mean = lambda key: float(np.mean([float(r[key]) for r in rs]))
+        return {"n": n, "format_rate": mean("format_ok"), "accuracy": mean("correct"),
+                "partial": mean("partial"), "pass_at_k": mean("pass_at_k"),
+                "maj_at_k": mean("maj_at_k"), "mean_length": mean("length"),
+                "failures": dict(collections.Counter(r["reason"] for r in rs if r["reason"] != "ok"))}
+    domains = sorted({r["domain"] for r in rows})
+    return {"overall": block(rows), "per_domain": {d: block([r for r in rows if r["domain"] == d])
+                                                   for d in domains}}
+
+
+def evaluate_model(model, tokenizer, records: Sequence[dict], model_cfg: ModelConfig,
+                   cfg: EvalConfig, *, stage: str = "model") -> dict[str, Any]:
+    """Generate (greedy + ``cfg.num_samples`` sampled) and score; returns summary and rows."""
+    from reasonkit import data, models
+
+    sampler = make_sampler(model, tokenizer, model_cfg, cfg)
+    stops = models.stop_token_ids(tokenizer)
+    prompts = [data.format_prompt(r["prompt"]) for r in records]
+    greedy = generate(sampler, prompts, cfg, stops, desc=f"{stage}: greedy")
+    rounds = [generate(sampler, prompts, cfg, stops, sample=True, seed=cfg.seed + k,
+                       desc=f"{stage}: sample {k + 1}/{cfg.num_samples}")
+              for k in range(cfg.num_samples)]
+    samples = [list(g) for g in zip(*rounds, strict=True)] if rounds else [[] for _ in records]
+    rows = score_stage(records, greedy, samples, lambda t: len(tokenizer.EncodeAsIds(t)))
+    return {"stage": stage, "summary": summarize(rows), "rows": rows}
+
+
+def standard_error(p: float, n: int) -> float:
+    """Binomial standard error of a rate ``p`` measured on ``n`` prompts."""
+    return math.sqrt(max(p * (1 - p), 1e-12) / max(n, 1))
+
+
+# --- reporting ------------------------------------------------------------------------
+
+
+def ordered(results: dict[str, Any]) -> list[str]:
+    """Stage names in pipeline order (base, sft, dpo, grpo), unknown ones last."""
+    return sorted(results, key=lambda s: (STAGE_ORDER.index(s) if s in STAGE_ORDER else 99, s))
+
+
+def stage_table(results: dict[str, dict], k: int | None = None) -> str:
+    """The per-stage table (rows base / SFT / DPO / GRPO), as Markdown.
+
+    >>> r = {"base": {"summary": {"overall": {"n": 10, "format_rate": 0.0, "accuracy": 0.1,
+    ...       "partial": 0.2, "pass_at_k": 0.3, "maj_at_k": 0.1, "mean_length": 40.0}}}}
+    >>> print(stage_table(r, k=4))
+    | stage | n | format pass | accuracy | partial accuracy | pass@4 | maj@4 | mean length (tokens) |
+    |---|---|---|---|---|---|---|---|
+    | base | 10 | 0.0% | 10.0% | 20.0% | 30.0% | 10.0% | 40.0 |
+    """
+    kk = "k" if k is None else str(k)
+    head = ["stage", "n"] + [LABELS[m].replace("@k", f"@{kk}") for m in (*METRICS, "mean_length")]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for stage in ordered(results):
+        o = results[stage]["summary"]["overall"]
+        cells = [stage, str(o["n"])] + [f"{100 * o[m]:.1f}%" for m in METRICS] + [f"{o['mean_length']:.1f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def describe_changes(results: dict[str, dict], metrics: Sequence[str] = ("format_rate", "accuracy"),
+                     min_points: float = 2.0) -> list[str]:
+    """Plain-language lines: what each stage improved or regressed versus the one before.
+
+    A change counts when it exceeds both ``min_points`` percentage points and two
+    standard errors of the earlier rate; smaller moves are reported as unchanged.
+
+    >>> r = {s: {"summary": {"overall": {"n": 400, "format_rate": f, "accuracy": a}}}
+    ...      for s, f, a in [("base", 0.5, 0.2), ("sft", 0.9, 0.3), ("dpo", 0.77, 0.31)]}
+    >>> for line in describe_changes(r): print(line)
+    sft vs base: format pass improved 50.0% -> 90.0% (+40.0 points)
+    sft vs base: accuracy improved 20.0% -> 30.0% (+10.0 points)
+    dpo vs sft: format pass REGRESSED 90.0% -> 77.0% (-13.0 points)
+    dpo vs sft: accuracy unchanged within noise (30.0% -> 31.0%)
+    """
+    lines = []
+    stages = ordered(results)
+    for prev, cur in zip(stages, stages[1:], strict=False):
+        a, b = results[prev]["summary"]["overall"], results[cur]["summary"]["overall"]
+        for m in metrics:
+            delta = 100 * (b[m] - a[m])
+            noise = 200 * standard_error(a[m], a["n"])
+            what = f"{cur} vs {prev}: {LABELS[m]}"
+            if abs(delta) < max(min_points, noise):
+                lines.append(f"{what} unchanged within noise ({100 * a[m]:.1f}% -> {100 * b[m]:.1f}%)")
+            else:
+                word = "improved" if delta > 0 else "REGRESSED"
+                lines.append(f"{what} {word} {100 * a[m]:.1f}% -> {100 * b[m]:.1f}% ({delta:+.1f} points)")
+    return lines
+
+
+def side_by_side(results: dict[str, dict], n: int = 3, width: int = 160) -> str:
+    """A few held-out prompts with each stage's greedy completion, as Markdown."""
+    stages = ordered(results)
+    lines = []
+    for i, row in enumerate(results[stages[0]]["rows"][:n]):
+        lines.append(f"**{row['domain']}** · {row['prompt'][:width]!r} · gold `{row['gold']}`\n")
+        for stage in stages:
+            r = results[stage]["rows"][i]
+            mark = "✓" if r["correct"] else "✗"
+            text = r["completion"].replace("\n", " ")[:width].replace("|", "/")
+            lines.append(f"- {stage} {mark}: `{text}`")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_results(results: dict[str, dict], out_dir: str | pathlib.Path, settings: dict) -> None:
+    """results.json (summaries + settings), completions_<stage>.jsonl and stage_table.md."""
+    out = pathlib.Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    summary = {"settings": settings, "stages": {s: results[s]["summary"] for s in ordered(results)}}
+    (out / "results.json").write_text(json.dumps(summary, indent=2, default=str))
+    for stage, res in results.items():
+        with open(out / f"completions_{stage}.jsonl", "w") as f:
+            for row in res["rows"]:
+                f.write(json.dumps(row, default=str) + "\n")
+    (out / "stage_table.md").write_text(stage_table(results, settings.get("num_samples")) + "\n")
+
+
+def plot_stages(results: dict[str, dict], path: str | pathlib.Path | None = None):
+    """Grouped bars: each metric for each stage, with binomial error bars."""
+    import matplotlib.pyplot as plt
+
+    stages = ordered(results)
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    width = 0.8 / len(stages)
+    for j, stage in enumerate(stages):
+        o = results[stage]["summary"]["overall"]
+        vals = [100 * o[m] for m in METRICS]
+        errs = [100 * standard_error(o[m], o["n"]) for m in METRICS]
+        ax.bar(np.arange(len(METRICS)) + j * width, vals, width, yerr=errs, capsize=2, label=stage)
+    ax.set_xticks(np.arange(len(METRICS)) + width * (len(stages) - 1) / 2)
+    ax.set_xticklabels([LABELS[m] for m in METRICS])
+    ax.set_ylabel("% of held-out prompts")
+    ax.set_ylim(0, 105)
+    ax.legend()
+    ax.set_title("Every stage on the same held-out set")
+    fig.tight_layout()
+    if path:
+        fig.savefig(path, dpi=120)
+    return fig
+
+
+def plot_domains(results: dict[str, dict], metric: str = "accuracy",
+                 path: str | pathlib.Path | None = None):
+    """Per-domain bars of one metric, one bar per stage."""
+    import matplotlib.pyplot as plt
+
+    stages = ordered(results)
+    domains = sorted({d for s in stages for d in results[s]["summary"]["per_domain"]})
+    fig, ax = plt.subplots(figsize=(9, 3.5))
+    width = 0.8 / len(stages)
+    for j, stage in enumerate(stages):
+        per = results[stage]["summary"]["per_domain"]
+        ax.bar(np.arange(len(domains)) + j * width,
+               [100 * per.get(d, {}).get(metric, 0.0) for d in domains], width, label=stage)
+    ax.set_xticks(np.arange(len(domains)) + width * (len(stages) - 1) / 2)
+    ax.set_xticklabels(domains)
+    ax.set_ylabel(f"{LABELS[metric]} (%)")
+    ax.set_ylim(0, 105)
+    ax.legend(fontsize=8)
+    ax.set_title(f"{LABELS[metric]} per domain")
+    fig.tight_layout()
+    if path:
+        fig.savefig(path, dpi=120)
+    return fig
+
+
+def plot_lengths(results: dict[str, dict], path: str | pathlib.Path | None = None):
+    """Histogram of greedy completion lengths (tokens) per stage."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 3.2))
+    for stage in ordered(results):
+        ax.hist([r["length"] for r in results[stage]["rows"]], bins=30, histtype="step",
+                linewidth=1.5, label=stage)
+    ax.set_xlabel("completion length (tokens)")
+    ax.set_ylabel("completions")
+    ax.legend()
+    fig.tight_layout()
+    if path:
+        fig.savefig(path, dpi=120)
+    return fig
+
+
+def judge(rows: Sequence[dict], judge_fn: Callable[[str, str, str], dict[str, float]]) -> dict[str, float]:
+    """Mean 1-10 scores from a user-supplied LLM judge ``judge_fn(prompt, completion, gold)``.
+
+    ``judge_fn`` returns e.g. ``{"reasoning": 7, "answer": 6}``; scores outside 1-10 or
+    a judge that raises are skipped and counted, never silently averaged in.
+
+    >>> judge([{"prompt": "p", "completion": "c", "gold": "g"}] * 2,
+    ...       lambda p, c, g: {"reasoning": 6, "answer": 8})
+    {'reasoning': 6.0, 'answer': 8.0, 'judged': 2, 'skipped': 0}
+    """
+    scores: dict[str, list[float]] = collections.defaultdict(list)
+    skipped = 0
+    for row in rows:
+        try:
+            got = judge_fn(row["prompt"], row["completion"], row["gold"])
+            if not all(1 <= float(v) <= 10 for v in got.values()):
+                raise ValueError(f"score outside 1-10: {got}")
+        except Exception:  # noqa: BLE001 - a judge is user code; count and move on
+            skipped += 1
+            continue
+        for key, value in got.items():
+            scores[key].append(float(value))
+    out = {k: float(np.mean(v)) for k, v in scores.items()}
+    return {**out, "judged": len(rows) - skipped, "skipped": skipped}

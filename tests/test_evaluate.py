@@ -1,0 +1,105 @@
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from reasonkit import evaluate, models, tasks
+from reasonkit.config import get_preset
+
+GOOD = "<reasoning>3 * 4 = 12.</reasoning>\n<answer>12</answer><end_of_turn>"
+
+
+@pytest.mark.parametrize("completion, fmt, correct, reason", [
+    (GOOD, True, True, "ok"),
+    ("<reasoning>x</reasoning>\n<answer>13</answer>", True, False, "ok"),
+    ("So the answer is 12.", False, False, "no_answer_tag"),
+    ("<answer>12</answer>", False, True, "ok"),  # right answer, wrong format
+    ("<reasoning>x</reasoning><answer>12 or 13</answer>", True, False, "hedged"),
+    ("<reasoning>x</reasoning><answer>12", False, False, "unclosed_tag"),
+])
+def test_score_one_completion(completion, fmt, correct, reason):
+    row = evaluate.score({"domain": "math", "answer": "12"}, completion)
+    assert (row["format_ok"], row["correct"], row["reason"]) == (fmt, correct, reason)
+
+
+def test_pass_and_majority_at_k():
+    rec = {"domain": "math", "answer": "12", "prompt": "p", "id": 1}
+    samples = [["<answer>11</answer>", "<answer>12</answer>", "<answer>11</answer>"]]
+    row = evaluate.score_stage([rec], ["<answer>11</answer>"], samples)[0]
+    assert (row["correct"], row["pass_at_k"], row["maj_at_k"]) == (False, True, False)
+    samples = [["<answer>12</answer>", "<answer> 12 </answer>", "<answer>11</answer>"]]
+    assert evaluate.score_stage([rec], ["x"], samples)[0]["maj_at_k"] is True
+
+
+def results_of(**stages):
+    """Fake stage results: a fraction ``acc`` answered right, ``fmt`` well formatted."""
+    out = {}
+    for stage, (fmt, acc) in stages.items():
+        rows = []
+        for i in range(100):
+            ans = "12" if i < 100 * acc else "13"
+            text = (f"<reasoning>r</reasoning><answer>{ans}</answer>" if i < 100 * fmt
+                    else f"<answer>{ans}</answer>")  # readable answer, no reasoning block
+            rec = {"domain": ["math", "general"][i % 2], "answer": "12", "prompt": f"q{i}", "id": i}
+            rows += evaluate.score_stage([rec], [text], [[text]])
+        out[stage] = {"summary": evaluate.summarize(rows), "rows": rows}
+    return out
+
+
+def test_summary_table_and_what_regressed(tmp_path):
+    res = results_of(grpo=(0.95, 0.75), base=(0.0, 0.1), dpo=(0.7, 0.5), sft=(0.9, 0.4))
+    assert evaluate.ordered(res) == ["base", "sft", "dpo", "grpo"]
+    assert res["sft"]["summary"]["overall"]["format_rate"] == pytest.approx(0.9)
+    assert set(res["sft"]["summary"]["per_domain"]) == {"math", "general"}
+    assert res["base"]["summary"]["overall"]["failures"] == {}  # readable, just unformatted
+    table = evaluate.stage_table(res, k=1)
+    assert [line.split("|")[1].strip() for line in table.splitlines()[2:]] == [
+        "base", "sft", "dpo", "grpo"]
+    lines = evaluate.describe_changes(res)
+    assert "dpo vs sft: format pass REGRESSED 90.0% -> 70.0% (-20.0 points)" in lines
+    assert "grpo vs dpo: accuracy improved 50.0% -> 75.0% (+25.0 points)" in lines
+    evaluate.write_results(res, tmp_path, {"num_samples": 1})
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert list(saved["stages"]) == ["base", "sft", "dpo", "grpo"]
+    assert (tmp_path / "stage_table.md").read_text().startswith("| stage |")
+    assert len((tmp_path / "completions_dpo.jsonl").read_text().splitlines()) == 100
+    for plot in (evaluate.plot_stages, evaluate.plot_domains, evaluate.plot_lengths):
+        plot(res, path=tmp_path / f"{plot.__name__}.png")
+        assert (tmp_path / f"{plot.__name__}.png").stat().st_size > 1000
+    assert "**math**" in evaluate.side_by_side(res, n=2)
+
+
+def test_small_moves_are_called_noise():
+    res = results_of(base=(0.5, 0.50), sft=(0.5, 0.53))
+    assert ("sft vs base: accuracy unchanged within noise (50.0% -> 53.0%)"
+            in evaluate.describe_changes(res))
+
+
+def test_judge_counts_failures():
+    rows = [{"prompt": "p", "completion": "c", "gold": "g"}] * 3
+    calls = iter([{"reasoning": 5}, {"reasoning": 11}, RuntimeError("api down")])
+
+    def judge_fn(p, c, g):
+        got = next(calls)
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    assert evaluate.judge(rows, judge_fn) == {"reasoning": 5.0, "judged": 1, "skipped": 2}
+
+
+def test_evaluate_the_tiny_base_model_for_real():
+    preset = get_preset("tiny", **{"eval.batch_size": 4, "eval.num_samples": 2,
+                                   "eval.max_generation_length": 24})
+    model, tok, _ = models.load_base(preset.model)
+    records = tasks.generate_all(1, seed=123)  # 6 prompts: the last batch is topped up
+    res = evaluate.evaluate_model(model, tok, records, preset.model, preset.eval, stage="base")
+    rows, overall = res["rows"], res["summary"]["overall"]
+    assert len(rows) == 6 and overall["n"] == 6
+    assert all(0 < r["length"] <= 25 for r in rows)
+    assert overall["format_rate"] == 0.0  # the base model never saw the tags: it answers in prose
+    assert np.isfinite(overall["mean_length"])
+    greedy_only = dataclasses.replace(preset.eval, num_samples=1)
+    again = evaluate.evaluate_model(model, tok, records[:4], preset.model, greedy_only)
+    assert [r["completion"] for r in again["rows"]] == [r["completion"] for r in rows[:4]]
