@@ -251,7 +251,9 @@ def test_tiny_build_script_runs_and_is_deterministic(tmp_path):
     a = models.build_tiny_checkpoint(cfg, steps=3, out_root=tmp_path / "a")
     b = models.build_tiny_checkpoint(cfg, steps=3, out_root=tmp_path / "b")
     assert a.name == b.name == f"tiny-{models.tiny_key(cfg, steps=3)}"
-    assert (a / "tokenizer.model").read_bytes() == (b / "tokenizer.model").read_bytes()
+    pieces = [[t.IdToPiece(i) for i in range(t.GetPieceSize())]
+              for t in (models.load_tokenizer(d / "tokenizer.model") for d in (a, b))]
+    assert pieces[0] == pieces[1]  # (the files differ only in the recorded output path)
     np.testing.assert_array_equal(forward(models.load_model(a, cfg), TOKENS),
                                   forward(models.load_model(b, cfg), TOKENS))
     assert models.build_tiny_checkpoint(cfg, steps=3, out_root=tmp_path / "a") == a  # cached
