@@ -53,21 +53,38 @@ def generate(sampler, prompts: Sequence[str], cfg: EvalConfig, stop_ids: Sequenc
 
     The last batch is topped up with copies of its last prompt (and the extra outputs
     dropped) so every call has the same shape and XLA compiles once.
+
+    With ``cfg.buckets > 1`` prompts are sorted by length and each batch is padded to
+    the smallest of ``cfg.buckets`` prompt lengths that holds it (one compilation per
+    bucket); completions come back in the order of ``prompts``.
     """
     from tqdm.auto import tqdm
 
-    out: list[str] = []
     # top_p must be set for Tunix to sample: top_k alone silently decodes greedily.
     kw = dict(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k) if sample else {}
+    order, sizes = list(range(len(prompts))), None
+    if cfg.buckets > 1:
+        from reasonkit.collate import bucket_lengths
+
+        sizes = [len(sampler.tokenizer.encode(p)) + 1 for p in prompts]  # + BOS
+        order.sort(key=lambda j: sizes[j])
+        buckets = bucket_lengths(cfg.max_prompt_length, cfg.buckets)
+    out: list[str] = [""] * len(prompts)
     starts = range(0, len(prompts), cfg.batch_size)
     for i, start in enumerate(tqdm(starts, desc=desc, leave=False)):
-        batch = list(prompts[start:start + cfg.batch_size])
+        index = order[start:start + cfg.batch_size]
+        batch = [prompts[j] for j in index]
         n = len(batch)
         batch += [batch[-1]] * (cfg.batch_size - n)
+        length = cfg.max_prompt_length
+        if sizes is not None:
+            longest = max(sizes[j] for j in index)
+            length = next((b for b in buckets if b >= longest), cfg.max_prompt_length)
         result = sampler(batch, max_generation_steps=cfg.max_generation_length,
-                         max_prompt_length=cfg.max_prompt_length, eos_tokens=list(stop_ids),
+                         max_prompt_length=length, eos_tokens=list(stop_ids),
                          seed=seed * 100_003 + i if sample else None, **kw)
-        out.extend(result.text[:n])
+        for j, text in zip(index, result.text[:n], strict=True):
+            out[j] = text
     return out
 
 
@@ -182,6 +199,20 @@ def standard_error(p: float, n: int) -> float:
     return math.sqrt(max(p * (1 - p), 1e-12) / max(n, 1))
 
 
+def noise_points(a: float, b: float, n_a: int, n_b: int) -> float:
+    """Two standard errors of the difference of two rates, in percentage points.
+
+    Rates are smoothed to (x + 1) / (n + 2) first, so a rate of 0% or 100% does not
+    claim zero uncertainty.
+
+    >>> round(noise_points(0.0, 0.042, 96, 96), 1)  # 4 of 96 right is still noise
+    5.0
+    """
+    def se(p, n):
+        return standard_error((p * n + 1) / (n + 2), n)
+    return 200 * math.hypot(se(a, n_a), se(b, n_b))
+
+
 # --- reporting ------------------------------------------------------------------------
 
 
@@ -215,7 +246,8 @@ def describe_changes(results: dict[str, dict], metrics: Sequence[str] = ("format
     """Plain-language lines: what each stage improved or regressed versus the one before.
 
     A change counts when it exceeds both ``min_points`` percentage points and two
-    standard errors of the earlier rate; smaller moves are reported as unchanged.
+    standard errors of the difference (:func:`noise_points`); smaller moves are
+    reported as unchanged.
 
     >>> r = {s: {"summary": {"overall": {"n": 400, "format_rate": f, "accuracy": a}}}
     ...      for s, f, a in [("base", 0.5, 0.2), ("sft", 0.9, 0.3), ("dpo", 0.77, 0.31)]}
@@ -231,7 +263,7 @@ def describe_changes(results: dict[str, dict], metrics: Sequence[str] = ("format
         a, b = results[prev]["summary"]["overall"], results[cur]["summary"]["overall"]
         for m in metrics:
             delta = 100 * (b[m] - a[m])
-            noise = 200 * standard_error(a[m], a["n"])
+            noise = noise_points(a[m], b[m], a["n"], b["n"])
             what = f"{cur} vs {prev}: {LABELS[m]}"
             if abs(delta) < max(min_points, noise):
                 lines.append(f"{what} unchanged within noise ({100 * a[m]:.1f}% -> {100 * b[m]:.1f}%)")
@@ -262,6 +294,8 @@ def write_results(results: dict[str, dict], out_dir: str | pathlib.Path, setting
     out.mkdir(parents=True, exist_ok=True)
     summary = {"settings": settings, "stages": {s: results[s]["summary"] for s in ordered(results)}}
     (out / "results.json").write_text(json.dumps(summary, indent=2, default=str))
+    for stale in out.glob("completions_*.jsonl"):  # stages evaluated before, not now
+        stale.unlink()
     for stage, res in results.items():
         with open(out / f"completions_{stage}.jsonl", "w") as f:
             for row in res["rows"]:
@@ -323,8 +357,10 @@ def plot_lengths(results: dict[str, dict], path: str | pathlib.Path | None = Non
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 3.2))
+    longest = max(r["length"] for s in results for r in results[s]["rows"])
+    bins = np.linspace(0, max(longest, 1), 31)  # shared, so the stages line up
     for stage in ordered(results):
-        ax.hist([r["length"] for r in results[stage]["rows"]], bins=30, histtype="step",
+        ax.hist([r["length"] for r in results[stage]["rows"]], bins=bins, histtype="step",
                 linewidth=1.5, label=stage)
     ax.set_xlabel("completion length (tokens)")
     ax.set_ylabel("completions")

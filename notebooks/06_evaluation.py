@@ -1,0 +1,375 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 06 · Evaluation
+#
+# **What you will do:** evaluate the base model and every stage this run has finished
+# (SFT, DPO, GRPO) on the same held-out prompts with the same decoding settings; look at
+# the per-stage table, the per-domain breakdown, why answers failed to extract, and a few
+# completions side by side; and read, in words, what each stage improved and what it
+# regressed. Results go to `runs/<run>/eval/`.
+#
+# **What you will learn:** why one fixed evaluation is the only fair way to compare
+# stages; what format pass, accuracy, pass@k and maj@k each measure; and that a stage
+# can make one thing better and another worse: the Gemma 2 write-up's DPO stage lowered
+# format compliance. This notebook is built to surface such things, not hide them.
+#
+# **What you need:** the data splits from `02_dataset_rebalance`, and whichever of
+# `03_sft`, `04_dpo`, `05_grpo` you have run: stages that have not finished are skipped
+# with a note, so with data alone you get the base model's row. The `tiny` preset runs
+# on a CPU; the Gemma presets need the TPU they trained on.
+
+# %% [markdown]
+# ## Setup
+# Locally `bash scripts/setup.sh` already installed everything and this cell does
+# nothing. On Kaggle / Colab it installs reasonkit the first time, from
+# `$REASONKIT_PIP` (a git URL, or the path of this repo uploaded as a Kaggle dataset),
+# and JAX for TPUs when the runtime has one.
+
+# %%
+import importlib.util
+import os
+import subprocess
+import sys
+
+if importlib.util.find_spec("reasonkit") is None:  # Kaggle / Colab, first run only
+    source = os.environ.get("REASONKIT_PIP", "git+https://github.com/reasonkit/reasonkit")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", source], check=True)
+    if os.path.exists("/dev/accel0") or os.environ.get("TPU_NAME"):  # a TPU VM
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "jax[tpu]==0.10.2"],
+                       check=True)
+
+# %%
+import collections
+import dataclasses
+import time
+
+import matplotlib.pyplot as plt
+from IPython.display import Markdown, display
+
+from reasonkit import data, evaluate, mesh, models, rewards, train
+from reasonkit.config import get_preset
+from reasonkit.runs import NOTEBOOK_OF, RunDir
+
+mesh.init_distributed()  # a no-op on one host; joins the pod on several
+preset = get_preset()  # $REASONKIT_PRESET, default "tiny"
+run = RunDir.create()
+splits, _ = data.read_splits(run.require("data"))
+print(f"preset {preset.name!r}: {preset.description}")
+print(f"run {run.path}, outputs go to {run.stage('eval')}")
+
+# %% [markdown]
+# ## The held-out set and the decoding settings
+# `02_dataset_rebalance` held these prompts out *before* rebalancing, so none of them
+# (nor a duplicate) was trained on by any stage. Every stage is decoded the same way:
+# **greedy** for format pass, accuracy and the lengths, plus `num_samples` **sampled**
+# completions per prompt (fixed seeds) for pass@k and maj@k.
+
+# %%
+per_domain = collections.Counter(r["domain"] for r in splits.eval)
+print(f"{len(splits.eval)} held-out prompts:",
+      ", ".join(f"{d} {n}" for d, n in sorted(per_domain.items())))
+print("decoding:", ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(preset.eval).items()))
+example = splits.eval[0]
+print(f"\n--- one held-out prompt ({example['domain']}, gold answer {example['answer']!r})")
+print(data.format_prompt(example["prompt"]))
+
+# %% [markdown]
+# ## Which stages are there?
+# The base model always; then each stage whose `finished.json` exists. A stage that
+# stopped early (a session deadline) has checkpoints but no `finished.json`: it is
+# skipped too, because its adapters are not what the stage set out to train. Run its
+# notebook again to resume it, then come back here.
+
+# %%
+stages = ["base"]
+for name in ("sft", "dpo", "grpo"):
+    if run.is_finished(name):
+        info = run.finished_info(name)
+        print(f"{name:5s} {info.get('steps')} steps from {info.get('started_from') or 'base'}, "
+              f"finished {info.get('finished_at')}")
+        stages.append(name)
+    else:
+        step = train.latest_step(run, name)
+        partial = f" (checkpoint at step {step}, not finished)" if step else ""
+        print(f"{name:5s} skipped: not finished{partial}; run notebooks/{NOTEBOOK_OF[name]}")
+print("evaluating:", " -> ".join(stages))
+
+# %% [markdown]
+# ## Generate and score
+# One stage at a time: load the base weights (plus the stage's LoRA adapters), generate
+# greedy and sampled completions for every held-out prompt, score them with the same
+# answer extraction the GRPO rewards use, then free the model before loading the next.
+# Evaluation runs on the mesh GRPO uses (`mesh.stage_mesh(preset, "eval")`): it is
+# generation, like GRPO's rollouts.
+#
+# Nothing here is cached: re-running recomputes every row from the checkpoints and gives
+# the same numbers (greedy decoding is deterministic, and the samples use fixed seeds).
+
+# %%
+models.read_platform_secrets()  # Gemma weights: HF_TOKEN or KAGGLE_* secrets, never printed
+eval_mesh = mesh.stage_mesh(preset, "eval")
+
+
+def load_stage(name: str):
+    """``(model, tokenizer)``: the base model, or the base with ``name``'s adapters."""
+    if name == "base":
+        model, tok, _ = models.load_base(preset.model, mesh=eval_mesh)
+        return model, tok
+    _, policy, tok, _ = train.load_policy(preset, run, name, eval_mesh)
+    return policy, tok
+
+
+# %%
+results, seconds = {}, {}
+for name in stages:
+    t0 = time.perf_counter()
+    model, tok = load_stage(name)
+    results[name] = evaluate.evaluate_model(model, tok, splits.eval, preset.model, preset.eval,
+                                            stage=name)
+    del model
+    train.free()  # release this stage's weights before the next one loads
+    seconds[name] = time.perf_counter() - t0
+    o = results[name]["summary"]["overall"]
+    print(f"{name:5s} format pass {o['format_rate']:6.1%}  accuracy {o['accuracy']:6.1%}  "
+          f"({seconds[name]:.0f} s)")
+
+# %% [markdown]
+# ## The stage table
+# - **format pass**: the greedy completion is exactly one `<reasoning>` block then one
+#   `<answer>` block, and nothing else;
+# - **accuracy**: the answer in the greedy completion's `<answer>` tags is right (it
+#   counts even when the rest of the format is off, e.g. no reasoning block, so the two
+#   columns measure different things);
+# - **partial accuracy**: credit for near misses (numbers within 10%, overlapping items);
+# - **pass@k**: at least one of the k samples is right; **maj@k**: the most common
+#   sampled answer is right. A large gap between them means the model *can* find the
+#   answer but does not do so reliably: the room GRPO works in.
+
+# %%
+k = preset.eval.num_samples
+
+
+def tidy(fig):
+    """Readable bars: each bar's value (%) on it, pass@k with its k, the legend in one row."""
+    ax = fig.axes[0]
+    for bars in ax.containers:
+        if hasattr(bars, "patches"):  # bars, not error bars
+            ax.bar_label(bars, fmt="%.0f", fontsize=7, padding=2)
+    ax.set_xticks(ax.get_xticks(), [t.get_text().replace("@k", f"@{k}") for t in ax.get_xticklabels()])
+    ax.set_ylim(0, 120)
+    ax.legend(ncol=len(results), loc="upper center", fontsize=8, frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+# %%
+display(Markdown(evaluate.stage_table(results, k=k)))
+fig_stages = tidy(evaluate.plot_stages(results))
+plt.show()
+
+# %% [markdown]
+# Error bars are one binomial standard error. With a few hundred prompts a difference of
+# a couple of points is noise; the summary at the end of this notebook only calls a
+# change when it is larger than two standard errors.
+#
+# ## Per domain
+# The overall numbers average six domains that can move in opposite directions. Each
+# cell is *format pass / accuracy* of the greedy completions.
+
+# %%
+domains = sorted(per_domain)
+head = ["domain", "n"] + [f"{s}: format / acc" for s in evaluate.ordered(results)]
+lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+for d in domains:
+    cells = [d, str(per_domain[d])]
+    for s in evaluate.ordered(results):
+        b = results[s]["summary"]["per_domain"].get(d, {})
+        cells.append(f"{b.get('format_rate', 0):.0%} / {b.get('accuracy', 0):.0%}")
+    lines.append("| " + " | ".join(cells) + " |")
+display(Markdown("\n".join(lines)))
+
+# %%
+fig_domains = tidy(evaluate.plot_domains(results, metric="accuracy"))
+plt.show()
+fig_domain_format = tidy(evaluate.plot_domains(results, metric="format_rate"))
+plt.show()
+
+# %% [markdown]
+# ## Why answers failed to extract
+# A completion with no usable answer is counted under one reason (the same list the
+# rewards use). `ok` means an answer was extracted; it may still be wrong. A base model
+# that never saw the tags fails with `no_answer_tag`; a stage that learned the tags but
+# rambles past `max_generation_length` shows up as `unclosed_tag`; `text_after_answer`
+# means it did not stop after `</answer>`.
+
+# %%
+reasons = [r for r in rewards.FAILURE_REASONS
+           if any(results[s]["summary"]["overall"]["failures"].get(r) for s in results)]
+lines = ["| reason | " + " | ".join(evaluate.ordered(results)) + " |",
+         "|---" * (len(results) + 1) + "|"]
+for reason in ["ok", *reasons]:
+    counts = [sum(row["reason"] == reason for row in results[s]["rows"])
+              for s in evaluate.ordered(results)]
+    lines.append(f"| {reason} | " + " | ".join(map(str, counts)) + " |")
+display(Markdown("\n".join(lines)))
+
+# %% [markdown]
+# ## How long are the answers?
+# Greedy completion lengths in tokens. A pile-up at `max_generation_length` means
+# completions were cut off before `</answer>`; a stage that got much shorter or longer
+# than the one before changed *how* the model answers, not only whether it is right.
+
+# %%
+fig_lengths = evaluate.plot_lengths(results)
+ax = fig_lengths.axes[0]
+ax.axvline(preset.eval.max_generation_length, color="k", ls="--", lw=1)
+ax.set_title(f"greedy completion lengths; dashed: max_generation_length "
+             f"({preset.eval.max_generation_length})")
+fig_lengths.tight_layout()
+plt.show()
+near = {s: sum(r["length"] >= 0.95 * preset.eval.max_generation_length for r in res["rows"])
+        for s, res in results.items()}
+print("completions at or near the length limit (likely cut off):",
+      ", ".join(f"{s} {near[s]}" for s in evaluate.ordered(results)))
+
+# %% [markdown]
+# ## Side by side
+# The first held-out prompt of three domains, with each stage's greedy completion
+# (✓ right, ✗ wrong), cut to 160 characters. Read a few before trusting any table: a
+# metric can improve for reasons you would not want. Raise `n` to see more.
+
+# %%
+rows = results["base"]["rows"]
+first = [rows.index(next(r for r in rows if r["domain"] == d)) for d in domains]  # one per domain
+picked = {s: {"rows": [res["rows"][i] for i in first]} for s, res in results.items()}
+display(Markdown(evaluate.side_by_side(picked, n=3)))
+
+# %% [markdown]
+# ## What improved, what regressed
+# Each stage against the one before it, on format pass and accuracy. A move counts only
+# when it is larger than 2 points and two standard errors; otherwise it is reported as
+# unchanged. Regressions are printed in bold with ⚠.
+
+# %%
+def bullets(lines: list[str]) -> str:
+    return "\n".join(f"- ⚠ **{x}**" if "REGRESSED" in x else f"- {x}" for x in lines)
+
+
+changes = evaluate.describe_changes(results)
+display(Markdown(bullets(changes) if changes else "- only the base model was evaluated: "
+                 "nothing to compare yet (run 03_sft and come back)"))
+print(f"{sum('REGRESSED' in x for x in changes)} regression(s) between consecutive stages")
+
+# %% [markdown]
+# A stage can undo what an earlier one gained while each step looks small. The net
+# effect: the last stage against every stage before its predecessor.
+
+# %%
+last = evaluate.ordered(results)[-1]
+net = [x for s in evaluate.ordered(results)[:-2]
+       for x in evaluate.describe_changes({s: results[s], last: results[last]})]
+display(Markdown(bullets(net) if net else "- nothing to add: fewer than three stages"))
+
+# %% [markdown]
+# The same, per domain, listing only what moved. A domain has a sixth of the prompts, so
+# here a move must also be at least 10 points (with 16 prompts, one prompt is 6 points).
+
+# %%
+moved = []  # stays empty with the base model alone
+for d in domains:
+    per = {s: {"summary": {"overall": results[s]["summary"]["per_domain"][d]}}
+           for s in results if d in results[s]["summary"]["per_domain"]}
+    moved += [f"{d}: {x}" for x in evaluate.describe_changes(per, min_points=10)
+              if "unchanged" not in x]
+display(Markdown(bullets(moved) if moved else "- no domain moved beyond noise" if len(results) > 1
+                 else "- nothing to compare yet"))
+
+# %% [markdown]
+# ## Optional: an LLM judge
+# Format and accuracy are checked by code; the *quality* of the reasoning is not. If you
+# have access to a strong model, define `JUDGE` to score each greedy completion 1-10 for
+# reasoning and for the answer. It is off by default: it costs API calls (one per prompt
+# and stage, up to `JUDGE_MAX_ROWS` prompts each) and needs network. For example:
+#
+# ```python
+# import json
+# from reasonkit import models
+#
+# models.read_platform_secrets(("OPENAI_API_KEY",))  # Kaggle / Colab secret -> env; never printed
+#
+# def JUDGE(prompt, completion, gold):
+#     from openai import OpenAI  # or any client you like
+#     ask = (f"Question:\n{prompt}\n\nReference answer: {gold}\n\nModel output:\n{completion}\n\n"
+#            'Score it. Reply with JSON only: {"reasoning": <1-10>, "answer": <1-10>}')
+#     reply = OpenAI().chat.completions.create(
+#         model="gpt-4o-mini", messages=[{"role": "user", "content": ask}],
+#         response_format={"type": "json_object"})
+#     return json.loads(reply.choices[0].message.content)
+# ```
+#
+# Scores outside 1-10 and calls that raise are skipped and counted, never averaged in.
+# Every stage is judged on the same first `JUDGE_MAX_ROWS` prompts.
+
+# %%
+JUDGE = None  # a function (prompt, completion, gold) -> {"reasoning": 1-10, "answer": 1-10}
+JUDGE_MAX_ROWS = 100
+
+if JUDGE is None:
+    print("LLM judge: off (set JUDGE above to score reasoning and answers 1-10)")
+else:
+    lines = ["| stage | judged | skipped | reasoning (1-10) | answer (1-10) |", "|---|---|---|---|---|"]
+    for s in evaluate.ordered(results):
+        scores = evaluate.judge(results[s]["rows"][:JUDGE_MAX_ROWS], JUDGE)
+        results[s]["summary"]["judge"] = scores  # saved with results.json below
+        means = [f"{scores[key]:.2f}" if key in scores else "-" for key in ("reasoning", "answer")]
+        lines.append(f"| {s} | {scores['judged']} | {scores['skipped']} | " + " | ".join(means) + " |")
+    display(Markdown("\n".join(lines)))
+
+# %% [markdown]
+# ## Save
+# `runs/<run>/eval/` gets `results.json` (settings and every summary), one
+# `completions_<stage>.jsonl` per stage (every scored row, to grep), `stage_table.md`
+# and the plots. Evaluation is derived from the checkpoints, not a training stage, so
+# re-running this notebook replaces these files instead of refusing.
+
+# %%
+out = run.stage("eval")
+for old in out.glob("completions_*.jsonl"):
+    old.unlink()  # a stage evaluated earlier but gone now must not linger
+evaluate.write_results(results, out, settings=dataclasses.asdict(preset.eval))
+for name, fig in (("stages", fig_stages), ("domains_accuracy", fig_domains),
+                  ("domains_format", fig_domain_format), ("lengths", fig_lengths)):
+    fig.savefig(out / f"{name}.png", dpi=120)
+run.mark_finished("eval", stages=evaluate.ordered(results), preset=preset.name,
+                  seconds={s: round(t, 1) for s, t in seconds.items()})
+print(sorted(p.name for p in out.iterdir()))
+
+# %% [markdown]
+# ## What next
+# - **A bigger preset.** The `tiny` model shows the mechanics; real numbers need Gemma:
+#   `REASONKIT_PRESET=gemma3-1b` (Kaggle v5e-8) or `gemma3-270m` (Colab v5e-1), then run
+#   01-06 again under a new run name (`REASONKIT_RUN=...`) so both runs are kept.
+# - **More GRPO steps.** If pass@k is well above accuracy, GRPO has room left:
+#   `get_preset(name, **{"grpo.max_steps": 1600})` in `05_grpo`, under a new run name
+#   (a finished stage is never extended silently).
+# - **The loss variants.** ORPO instead of DPO (`**{"dpo.algorithm": "orpo"}`), or another
+#   GRPO loss (`"grpo.loss"`: `"gspo-token"`, `"dapo"`, `"dr-grpo"`), in a new run; then
+#   compare the stage tables, and whether format pass still drops after the preference stage.
+# - **Use the model.** `05_grpo` merges the GRPO adapters into the base and saves them to
+#   `runs/<run>/grpo/merged` (Hugging Face safetensors + tokenizer): load that directory
+#   with `models.load_model(run.stage("grpo") / "merged", preset.model)`, or with
+#   transformers, and generate with it like any Gemma checkpoint.
