@@ -1,0 +1,255 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 03 · Supervised fine-tuning (SFT)
+#
+# **What you will do:** train LoRA adapters on the base model so that it answers in the
+# `<reasoning>…</reasoning><answer>…</answer>` format, on the SFT split that
+# `02_dataset_rebalance` wrote. You will look at one training batch token by token, ask
+# the untrained model three held-out questions, train with live metrics, plot the loss,
+# and ask the same three questions again.
+#
+# **What you will learn:** what *completion-only loss* is and why SFT uses it, what a
+# LoRA checkpoint holds, how a stage resumes after a session ends, and why a finished
+# stage is never trained over silently.
+#
+# **What you need:** the data splits from `02_dataset_rebalance` (same run directory).
+# For Gemma a TPU (Kaggle *TPU v5e-8* / *v3-8*, Colab *v5e-1*); on a CPU the `tiny`
+# preset trains in a few minutes.
+
+# %% [markdown]
+# ## Setup
+# Locally `bash scripts/setup.sh` already installed everything and this cell does
+# nothing. On Kaggle / Colab it installs reasonkit the first time, from
+# `$REASONKIT_PIP` (a git URL, or the path of this repo uploaded as a Kaggle dataset),
+# and JAX for TPUs when the runtime has one.
+
+# %%
+import importlib.util
+import os
+import subprocess
+import sys
+
+if importlib.util.find_spec("reasonkit") is None:  # Kaggle / Colab, first run only
+    source = os.environ.get("REASONKIT_PIP", "git+https://github.com/reasonkit/reasonkit")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", source], check=True)
+    if os.path.exists("/dev/accel0") or os.environ.get("TPU_NAME"):  # a TPU VM
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "jax[tpu]==0.10.2"],
+                       check=True)
+
+# %%
+import dataclasses
+
+import matplotlib.pyplot as plt
+import numpy as np
+from IPython.display import Markdown, display
+
+from reasonkit import data, evaluate, hardware, mesh, models, train
+from reasonkit.config import get_preset
+from reasonkit.runs import RunDir
+
+mesh.init_distributed()  # a no-op on one host; joins the pod on several
+preset = get_preset()  # $REASONKIT_PRESET, default "tiny"
+run = RunDir.create()
+splits, _ = data.read_splits(run.require("data"))  # raises if 02 has not run: says so
+print(f"preset {preset.name!r}: {preset.description}")
+print(f"run {run.path}: {len(splits.sft)} SFT records; SFT starts from the base model")
+
+# %% [markdown]
+# ## The stage's settings
+# Everything SFT uses comes from `preset.sft`; change a field with
+# `get_preset(name, **{"sft.max_steps": 500})`. The memory line is the same estimate as
+# in `01_hardware_check`: if it says *does not fit*, that notebook says what to change.
+
+# %%
+for key, value in dataclasses.asdict(preset.sft).items():
+    print(f"  {key:18s} {value}")
+print(f"  LoRA rank {preset.lora.rank}, alpha {preset.lora.alpha}, qlora {preset.lora.qlora}")
+budget = hardware.memory_budget(preset, "sft")
+print(f"memory: about {hardware.format_bytes(budget.total)} per device of "
+      f"{hardware.format_bytes(budget.capacity)}: {'fits' if budget.fits else 'DOES NOT FIT'}")
+
+# %% [markdown]
+# ## The model we start from
+# `load_policy(..., stage=None)` loads the base weights and puts fresh LoRA adapters on
+# them. LoRA's `b` matrices start at zero, so this model computes exactly what the base
+# model does: what you see below is the base model.
+
+# %%
+_, model, tok, _ = train.load_policy(preset, run, None, mesh=None)
+print(f"{preset.model.num_params / 1e6:.1f}M base parameters, tokenizer of {tok.GetPieceSize()} "
+      f"pieces; LoRA on {preset.lora.module_path!r}")
+
+# %% [markdown]
+# ## One training batch, decoded
+# SFT batches have a fixed shape (`batch_size x max_target_length`, so XLA compiles the
+# step once): BOS, the prompt, the completion, then padding. `input_mask` is the
+# **loss mask**: it is true only on completion tokens. The model still *reads* the
+# prompt (attention uses the padding mask), but it is never trained to *write* it.
+# That is completion-only loss: the gradient goes to the answer we want, not to
+# reproducing user questions, and short completions are not drowned by long prompts.
+
+# %%
+batches, _ = train.sft_batches(train.sft_examples(splits.sft, tok), preset, tok)
+batch = next(iter(batches))  # {"input_tokens": [B, S] int32, "input_mask": [B, S] bool}
+ids, loss = batch["input_tokens"][0], batch["input_mask"][0]  # row 0: [S], [S]
+real = ids != tok.pad_id()
+one = batch["segment_ids"][0] == 1 if "segment_ids" in batch else real  # sft.packing: 1st example
+print({k: v.shape for k, v in batch.items()})
+print(f"row 0: {(one & ~loss).sum()} tokens BOS + prompt (no loss), {(one & loss).sum()} completion "
+      f"tokens (loss), {(~real).sum()} padding (no loss, not attended)")
+print("--- prompt, read but not learned:")
+print(tok.DecodeIds(ids[one & ~loss].tolist()))
+print("--- completion, learned (loss on every token):")
+print(tok.DecodeIds(ids[one & loss].tolist()))
+
+# %% [markdown]
+# The whole batch at a glance: each row is one example, each column one position.
+
+# %%
+kind = np.where(batch["input_mask"], 2, np.where(batch["input_tokens"] != tok.pad_id(), 1, 0))
+colors = ["#dddddd", "#8fb3d9", "#d95f02"]
+fig, ax = plt.subplots(figsize=(10, 2.6))
+ax.imshow(kind, aspect="auto", interpolation="nearest",
+          cmap=plt.matplotlib.colors.ListedColormap(colors), vmin=0, vmax=2)
+ax.set(xlabel="position (token)", ylabel="example", title="one SFT batch: where the loss is")
+handles = [plt.matplotlib.patches.Patch(color=c, label=lab) for c, lab in
+           zip(colors, ["padding", "BOS + prompt (no loss)", "completion (loss)"], strict=True)]
+ax.legend(handles=handles, loc="upper right", fontsize=8)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ## Before: three held-out questions
+# The same three held-out prompts (one math, one coding, one summarization question)
+# appear before and after every stage. Decoding is greedy, with the settings
+# `06_evaluation` uses (`preset.eval`), and `evaluate.score` judges each completion
+# with the same parser as the GRPO rewards: is the format exact, and is the answer right?
+
+# %%
+EXAMPLES = [next(r for r in splits.eval if r["domain"] == d)
+            for d in ("math", "coding", "summarization")]
+
+
+def complete(model, label: str) -> list[dict]:
+    """Greedy completions of EXAMPLES, printed and scored."""
+    sampler = evaluate.make_sampler(model, tok, preset.model, preset.eval)
+    prompts = [data.format_prompt(r["prompt"]) for r in EXAMPLES]
+    texts = evaluate.generate(sampler, prompts, preset.eval, models.stop_token_ids(tok), desc=label)
+    scores = [dict(evaluate.score(r, t), completion=t) for r, t in zip(EXAMPLES, texts, strict=True)]
+    for r, s in zip(EXAMPLES, scores, strict=True):
+        print(f"--- {label} · {r['domain']}: {r['prompt']!r} (gold {r['answer']!r})")
+        print(f"{s['completion']}\n    format ok: {s['format_ok']}, correct: {s['correct']} ({s['reason']})")
+    return scores
+
+
+before = complete(model, "base")
+
+# %% [markdown]
+# The base model continues in the style it was pretrained on, without the tags. Free it
+# before training: the trainer loads its own copy onto the stage's mesh.
+
+# %%
+del model
+train.free()
+
+# %% [markdown]
+# ## Train
+# `train_sft` builds Tunix's `PeftTrainer` on the SFT mesh (FSDP: parameters, optimizer
+# state and batch split over all devices) and trains the LoRA adapters only; the base
+# weights stay frozen. The progress bar shows the loss as it goes. Every
+# `checkpoint_every` steps it saves an Orbax checkpoint (adapters, optimizer state, step)
+# to `runs/<run>/sft/checkpoints`, and every metric to `sft/metrics.jsonl` and TensorBoard.
+#
+# - **Session ending?** Set `REASONKIT_DEADLINE_HOURS` (hours from now) and training
+#   stops cleanly before it, with a checkpoint. Run this notebook again to resume from
+#   the last checkpoint: the same batches follow, as if it had never stopped.
+# - **Already trained?** A finished stage is not trained again: this notebook loads its
+#   adapters instead. Set `RETRAIN = True` to delete them and train from scratch.
+
+# %%
+RETRAIN = False  # True: delete this run's SFT checkpoints and metrics, and train again
+
+# %%
+if run.is_finished("sft") and not RETRAIN:
+    info = run.finished_info("sft")
+    print(f"SFT of run {run.name!r} already finished ({info['steps']} steps, {info['finished_at']}):"
+          " loading its adapters instead of training (set RETRAIN = True to train again)")
+    _, policy, _, _ = train.load_policy(preset, run, "sft", mesh=None)
+    finished = True
+else:
+    result = train.train_sft(preset, run, deadline=train.deadline_from_env(), overwrite=RETRAIN)
+    policy, finished = result.policy, result.finished
+    print(result.summary())
+
+# %% [markdown]
+# ## The curves
+# The loss is the cross-entropy of the completion tokens only (the mask above). Each
+# training point is one batch, so it is noisy; the held-out points are the same batches
+# of evaluation prompts every time (step 0 is before any update). The learning rate
+# warms up linearly, then decays along a cosine to 0. A held-out loss that rises while
+# the training loss falls would mean overfitting: fewer steps or more data.
+
+# %%
+m = train.read_metrics(run, "sft")
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.6))
+ax1.plot(*m["train/loss"], lw=1, label="train (one batch)")
+if "eval/loss" in m:
+    ax1.plot(*m["eval/loss"], "o-", label="held-out")
+ax1.set(xlabel="step", ylabel="cross-entropy per completion token", title="SFT loss")
+ax1.legend()
+ax2.plot(*m["train/learning_rate"])
+ax2.set(xlabel="step", ylabel="learning rate", title="warm-up, then cosine decay")
+fig.tight_layout()
+fig.savefig(run.stage("sft") / "sft_curves.png", dpi=120)
+plt.show()
+
+# %% [markdown]
+# ## After: the same three questions
+# Now with the SFT adapters. On `tiny` the format should be right after SFT; the answers
+# may or may not be: accuracy is what DPO and GRPO work on next.
+
+# %%
+if finished:
+    after = complete(policy, "SFT")
+    mark = lambda s: f"{'✓' if s['format_ok'] else '✗'} / {'✓' if s['correct'] else '✗'}"
+    rows = ["| domain | gold | base: format / correct | SFT: format / correct |", "|---|---|---|---|"]
+    rows += [f"| {r['domain']} | `{r['answer']}` | {mark(b)} | {mark(a)} |"
+             for r, b, a in zip(EXAMPLES, before, after, strict=True)]
+    display(Markdown("\n".join(rows)))
+else:
+    print("SFT stopped before max_steps (deadline): run this notebook again to resume.")
+
+# %% [markdown]
+# ## What this stage left behind
+# `runs/<run>/sft/` now holds the Orbax checkpoints of the adapters (Tunix's
+# `CheckpointManager` restores them, which is what `04_dpo` does through
+# `train.load_policy(preset, run, "sft", mesh)`), `metrics.jsonl`, TensorBoard logs, the
+# plot, and `finished.json`. A merged Hugging Face model is exported once, at the end of
+# `05_grpo`.
+
+# %%
+print(sorted(p.name for p in run.stage("sft").iterdir()))
+print("checkpoint steps:", sorted(p.name for p in train.checkpoint_dir(run, "sft").iterdir()))
+
+# %% [markdown]
+# ## What next
+# - Run `04_dpo` to teach preferences, starting from these adapters.
+# - Train longer or with another learning rate: `get_preset(name, **{"sft.max_steps":
+#   300, "sft.learning_rate": 1e-3})`, then `RETRAIN = True` (or another run name with
+#   `REASONKIT_RUN=...` to keep both and compare them in `06_evaluation`).
+# - Watch the curves live: `tensorboard --logdir runs/<run>/sft/tensorboard`.
+# - Try a session deadline: `REASONKIT_DEADLINE_HOURS=0.05`, run, then run again to see
+#   the stage resume from its checkpoint.

@@ -1,0 +1,247 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 04 · Direct preference optimisation (DPO)
+#
+# **What you will do:** continue training the SFT adapters on preference pairs (one
+# prompt, a *chosen* and a *rejected* completion) from the DPO split of
+# `02_dataset_rebalance`. You will decode one pair as the trainer sees it, ask the SFT
+# model three held-out questions, train with live metrics, plot the reward margin and the
+# preference accuracy, and ask the same questions again.
+#
+# **What you will learn:** what DPO optimises without a reward model, why its reference
+# is the SFT policy, what the *reward margin* and *preference accuracy* in the logs mean,
+# and what a healthy DPO run looks like.
+#
+# **What you need:** the data splits (`02_dataset_rebalance`) and the SFT adapters
+# (`03_sft`) in the same run directory. For Gemma a TPU (Kaggle *TPU v5e-8* / *v3-8*,
+# Colab *v5e-1*); on a CPU the `tiny` preset trains in a couple of minutes.
+
+# %% [markdown]
+# ## Setup
+# Locally `bash scripts/setup.sh` already installed everything and this cell does
+# nothing. On Kaggle / Colab it installs reasonkit the first time, from
+# `$REASONKIT_PIP` (a git URL, or the path of this repo uploaded as a Kaggle dataset),
+# and JAX for TPUs when the runtime has one.
+
+# %%
+import importlib.util
+import os
+import subprocess
+import sys
+
+if importlib.util.find_spec("reasonkit") is None:  # Kaggle / Colab, first run only
+    source = os.environ.get("REASONKIT_PIP", "git+https://github.com/reasonkit/reasonkit")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", source], check=True)
+    if os.path.exists("/dev/accel0") or os.environ.get("TPU_NAME"):  # a TPU VM
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "jax[tpu]==0.10.2"],
+                       check=True)
+
+# %%
+import collections
+import dataclasses
+
+import matplotlib.pyplot as plt
+import numpy as np
+from IPython.display import Markdown, display
+
+from reasonkit import data, evaluate, hardware, mesh, models, train
+from reasonkit.config import get_preset
+from reasonkit.runs import RunDir
+
+mesh.init_distributed()  # a no-op on one host; joins the pod on several
+preset = get_preset()  # $REASONKIT_PRESET, default "tiny"
+run = RunDir.create()
+splits, _ = data.read_splits(run.require("data"))  # raises if 02 has not run: says so
+start = train.start_from(run, "dpo")  # raises if SFT has not finished: says which notebook
+print(f"preset {preset.name!r}: {preset.description}")
+print(f"run {run.path}: {len(splits.dpo)} preference pairs; DPO starts from the "
+      f"{start.upper()} adapters")
+
+# %% [markdown]
+# ## The stage's settings
+# `algorithm` is `"dpo"` or `"orpo"`; `beta` sets how far the policy may move from the
+# reference (smaller: further). The memory line is the estimate of `01_hardware_check`:
+# DPO runs every batch twice (chosen and rejected), so its batch is half of SFT's.
+
+# %%
+for key, value in dataclasses.asdict(preset.dpo).items():
+    print(f"  {key:20s} {value}")
+budget = hardware.memory_budget(preset, "dpo")
+print(f"memory: about {hardware.format_bytes(budget.total)} per device of "
+      f"{hardware.format_bytes(budget.capacity)}: {'fits' if budget.fits else 'DOES NOT FIT'}")
+
+# %% [markdown]
+# ## The model we start from
+# The base weights with the SFT adapters restored from `runs/<run>/sft/checkpoints`.
+
+# %%
+_, model, tok, _ = train.load_policy(preset, run, start, mesh=None)
+print(f"{preset.model.num_params / 1e6:.1f}M base parameters + LoRA rank {preset.lora.rank} "
+      f"adapters from {start}")
+
+# %% [markdown]
+# ## One preference pair, decoded
+# Each row of the DPO split is a prompt with a **chosen** completion (right answer, right
+# format) and a **rejected** one. `02_dataset_rebalance` made the rejected side differ in
+# one way, recorded as `rejected_kind`:
+
+# %%
+print(dict(collections.Counter(r["rejected_kind"] for r in splits.dpo)))
+
+# %% [markdown]
+# The trainer sees fixed-shape arrays: the prompt **left**-padded (so it ends where the
+# responses begin), each response **right**-padded, with masks marking the real tokens.
+# Here is the first row of the first batch, decoded from those arrays:
+
+# %%
+batches, _ = train.dpo_batches(train.dpo_examples(splits.dpo, tok), preset, tok)
+batch = next(iter(batches))
+print({k: v.shape for k, v in batch.items()})
+for part in ("prompt", "chosen", "rejected"):
+    ids, mask = batch[f"{part}_ids"][0], batch[f"{part}_mask"][0].astype(bool)
+    print(f"--- {part} ({mask.sum()} tokens, {(~mask).sum()} padding)")
+    print(tok.DecodeIds(ids[mask].tolist()))
+
+# %% [markdown]
+# ## Before: the SFT model on three held-out questions
+# The same three held-out prompts as in `03_sft`, greedy, scored by `evaluate.score`.
+
+# %%
+EXAMPLES = [next(r for r in splits.eval if r["domain"] == d)
+            for d in ("math", "coding", "summarization")]
+
+
+def complete(model, label: str) -> list[dict]:
+    """Greedy completions of EXAMPLES, printed and scored."""
+    sampler = evaluate.make_sampler(model, tok, preset.model, preset.eval)
+    prompts = [data.format_prompt(r["prompt"]) for r in EXAMPLES]
+    texts = evaluate.generate(sampler, prompts, preset.eval, models.stop_token_ids(tok), desc=label)
+    scores = [dict(evaluate.score(r, t), completion=t) for r, t in zip(EXAMPLES, texts, strict=True)]
+    for r, s in zip(EXAMPLES, scores, strict=True):
+        print(f"--- {label} · {r['domain']}: {r['prompt']!r} (gold {r['answer']!r})")
+        print(f"{s['completion']}\n    format ok: {s['format_ok']}, correct: {s['correct']} ({s['reason']})")
+    return scores
+
+
+before = complete(model, start.upper())
+del model
+train.free()  # the trainer loads its own copy onto the DPO mesh
+
+# %% [markdown]
+# ## How DPO learns, and what it logs
+# DPO needs no reward model and no sampling. For each pair it compares how much more
+# likely the **policy** (being trained) makes each response than a frozen **reference**
+# does. The *implicit reward* of a response $y$ is
+# $r(y) = \beta\,(\log \pi_\theta(y \mid x) - \log \pi_{\text{ref}}(y \mid x))$, and
+# the loss is $-\log \sigma(r(\text{chosen}) - r(\text{rejected}))$.
+#
+# - **The reference is the SFT policy**, not the raw base: DPO should move the model
+#   only where the preferences say, measured from where SFT left it. Here it is a second
+#   set of adapters (the SFT ones, frozen) on the same frozen backbone, so it costs no
+#   second copy of the base weights.
+# - **Reward margin** `train/rewards/margin` $= r(\text{chosen}) - r(\text{rejected})$,
+#   averaged over the batch: how much more the policy has moved towards the chosen
+#   responses than towards the rejected ones. It starts at 0 (policy = reference) and
+#   should grow.
+# - **Preference accuracy** `train/rewards/accuracy`: the fraction of pairs in the batch
+#   whose chosen response has the higher implicit reward. At step 1 the margins are 0 up
+#   to rounding, so it is a coin flip; it should climb towards 1.
+# - **Loss** starts at $\log 2 \approx 0.69$ (a margin of 0) and falls as margins grow.
+#
+# Watch `train/rewards/chosen` too: DPO can raise the margin by pushing *both*
+# responses down, the rejected faster. Chosen rewards far below 0 mean the model is
+# becoming less likely to write even the good answers: then lower the learning rate or
+# raise `beta`. (`dpo.algorithm = "orpo"` trains without a reference model instead.)
+#
+# Training resumes and refuses exactly as in `03_sft`: a finished stage is loaded, not
+# retrained, unless you set `RETRAIN = True`; with `REASONKIT_DEADLINE_HOURS` set it
+# stops before the deadline, and running the notebook again resumes it.
+
+# %%
+RETRAIN = False  # True: delete this run's DPO checkpoints and metrics, and train again
+
+# %%
+if run.is_finished("dpo") and not RETRAIN:
+    info = run.finished_info("dpo")
+    print(f"DPO of run {run.name!r} already finished ({info['steps']} steps, {info['finished_at']}):"
+          " loading its adapters instead of training (set RETRAIN = True to train again)")
+    _, policy, _, _ = train.load_policy(preset, run, "dpo", mesh=None)
+    finished = True
+else:
+    result = train.train_dpo(preset, run, deadline=train.deadline_from_env(), overwrite=RETRAIN)
+    policy, finished = result.policy, result.finished
+    print(result.summary())
+
+# %% [markdown]
+# ## The curves
+# One point per batch (`dpo.batch_size` pairs), so they are noisy.
+
+# %%
+m = train.read_metrics(run, "dpo")
+fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+axes[0].plot(*m["train/loss"])
+axes[0].axhline(np.log(2), color="grey", ls=":", label="log 2 (margin 0)")
+axes[0].set(title="DPO loss", ylabel="loss")
+for event in ("chosen", "rejected", "margin"):
+    axes[1].plot(*m[f"train/rewards/{event}"], label=event, lw=2 if event == "margin" else 1)
+axes[1].axhline(0, color="grey", ls=":")
+axes[1].set(title="implicit rewards and margin", ylabel="β · log-ratio to the reference")
+axes[2].plot(*m["train/rewards/accuracy"])
+axes[2].axhline(0.5, color="grey", ls=":", label="coin flip")
+axes[2].set(title="preference accuracy", ylabel="pairs ranked right", ylim=(0, 1.05))
+for ax in axes:
+    ax.set_xlabel("step")
+    ax.legend(fontsize=8)
+fig.tight_layout()
+fig.savefig(run.stage("dpo") / "dpo_curves.png", dpi=120)
+plt.show()
+
+# %% [markdown]
+# ## After: the same three questions
+# Now with the DPO adapters. The pairs reward right answers over wrong ones *and*
+# complete tags over broken ones, so format should hold and answers may improve. DPO
+# can also hurt format (the Gemma 2 write-up saw that): `06_evaluation` measures it on
+# the whole held-out set.
+
+# %%
+if finished:
+    after = complete(policy, "DPO")
+    mark = lambda s: f"{'✓' if s['format_ok'] else '✗'} / {'✓' if s['correct'] else '✗'}"
+    rows = [f"| domain | gold | {start.upper()}: format / correct | DPO: format / correct |",
+            "|---|---|---|---|"]
+    rows += [f"| {r['domain']} | `{r['answer']}` | {mark(b)} | {mark(a)} |"
+             for r, b, a in zip(EXAMPLES, before, after, strict=True)]
+    display(Markdown("\n".join(rows)))
+else:
+    print("DPO stopped before max_steps (deadline): run this notebook again to resume.")
+
+# %% [markdown]
+# ## What this stage left behind
+# `runs/<run>/dpo/` holds the Orbax checkpoints of the DPO adapters (what `05_grpo`
+# restores), `metrics.jsonl`, TensorBoard logs, the plot and `finished.json`.
+
+# %%
+print(sorted(p.name for p in run.stage("dpo").iterdir()))
+
+# %% [markdown]
+# ## What next
+# - Run `05_grpo` to push accuracy with verifiable rewards, starting from these adapters.
+# - Try `beta`: `get_preset(name, **{"dpo.beta": 0.5})` keeps the policy closer to SFT
+#   (smaller margins, less drift); `0.05` lets it move further. Use another run name
+#   (`REASONKIT_RUN=...`) to keep both and compare them in `06_evaluation`.
+# - Try ORPO: `**{"dpo.algorithm": "orpo"}` adds a preference term to plain SFT loss and
+#   needs no reference model.
+# - Skip DPO: `05_grpo` starts from the SFT adapters when DPO has not run.

@@ -1,0 +1,276 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 05 · Group relative policy optimisation (GRPO)
+#
+# **What you will do:** train the adapters further with reinforcement learning: the model
+# writes several answers to each prompt of the GRPO split, plain Python functions score
+# them (format and correctness against the gold answer), and the policy moves towards the
+# better ones. You will look at one training row and the reward functions, score the
+# starting model's answers with them, train with live metrics, plot each reward and the
+# KL, compare answers before and after, and export the final model.
+#
+# **What you will learn:** how group-relative advantages replace a learned critic, why
+# each reward is logged on its own, what the KL curve tells you, and how to switch the
+# policy-loss variant (GRPO, GSPO, DAPO, Dr. GRPO) with one config field.
+#
+# **What you need:** the data splits (`02_dataset_rebalance`) and the DPO adapters
+# (`04_dpo`), or the SFT adapters (`03_sft`) if you skipped DPO, in the same run
+# directory. For Gemma a TPU (Kaggle *TPU v5e-8* / *v3-8*, Colab *v5e-1*): GRPO spends
+# most of its time generating. On a CPU the `tiny` preset trains in a couple of minutes.
+
+# %% [markdown]
+# ## Setup
+# Locally `bash scripts/setup.sh` already installed everything and this cell does
+# nothing. On Kaggle / Colab it installs reasonkit the first time, from
+# `$REASONKIT_PIP` (a git URL, or the path of this repo uploaded as a Kaggle dataset),
+# and JAX for TPUs when the runtime has one.
+
+# %%
+import importlib.util
+import os
+import subprocess
+import sys
+
+if importlib.util.find_spec("reasonkit") is None:  # Kaggle / Colab, first run only
+    source = os.environ.get("REASONKIT_PIP", "git+https://github.com/reasonkit/reasonkit")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", source], check=True)
+    if os.path.exists("/dev/accel0") or os.environ.get("TPU_NAME"):  # a TPU VM
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "jax[tpu]==0.10.2"],
+                       check=True)
+
+# %%
+import dataclasses
+import re
+
+import matplotlib.pyplot as plt
+from IPython.display import Markdown, display
+
+from reasonkit import data, evaluate, hardware, mesh, models, train
+from reasonkit.config import get_preset
+from reasonkit.runs import RunDir
+
+mesh.init_distributed()  # a no-op on one host; joins the pod on several
+preset = get_preset()  # $REASONKIT_PRESET, default "tiny"
+run = RunDir.create()
+splits, _ = data.read_splits(run.require("data"))  # raises if 02 has not run: says so
+start = train.start_from(run, "grpo")  # DPO's adapters, else SFT's; raises if neither finished
+print(f"preset {preset.name!r}: {preset.description}")
+print(f"run {run.path}: {len(splits.grpo)} GRPO prompts; GRPO starts from the "
+      f"{start.upper()} adapters")
+
+# %% [markdown]
+# ## The stage's settings
+# `num_generations` is the group size (answers per prompt), `beta` the weight of the KL
+# penalty, `epsilon` the clipping range, `loss` the policy-loss variant. GRPO has two
+# phases, generating (rollouts: a KV cache per answer) and training on what was
+# generated; the memory line names the larger one. GRPO's mesh favours tensor
+# parallelism, which keeps weights resident while generating token by token.
+
+# %%
+for key, value in dataclasses.asdict(preset.grpo).items():
+    print(f"  {key:22s} {value}")
+budget = hardware.memory_budget(preset, "grpo")
+print(f"memory: about {hardware.format_bytes(budget.total)} per device of "
+      f"{hardware.format_bytes(budget.capacity)} at the peak ({budget.phase} phase): "
+      f"{'fits' if budget.fits else 'DOES NOT FIT'}")
+
+# %% [markdown]
+# ## The model we start from
+# The base weights with the adapters of the stage before, restored from its checkpoints.
+
+# %%
+_, model, tok, _ = train.load_policy(preset, run, start, mesh=None)
+print(f"{preset.model.num_params / 1e6:.1f}M base parameters + LoRA rank {preset.lora.rank} "
+      f"adapters from {start}")
+
+# %% [markdown]
+# ## One training row, and the reward functions
+# GRPO needs no completions in its data, only prompts and a way to check answers. Each
+# row carries the formatted prompt, the gold answer and the domain. A batch is a dict of
+# 1-D numpy arrays, one per column; Tunix passes every column except the prompts to the
+# reward functions as keyword arguments.
+
+# %%
+rows = train.grpo_records(splits.grpo)
+batches, _ = train.grpo_batches(rows, preset, tok)
+batch = next(iter(batches))
+print({k: (v.shape, v.dtype.kind) for k, v in batch.items()})
+print(f"--- row 0: domain {str(batch['domain'][0])!r}, gold answer {str(batch['answer'][0])!r}, prompt:")
+print(batch["prompts"][0])
+
+# %% [markdown]
+# Reward functions are plain Python functions, `fn(prompts, completions, answer=...,
+# domain=..., ...) -> one float per completion`, passed to the trainer as a list. Tunix
+# adds them up, unweighted (wrap one in `rewards.weighted` to rescale it):
+
+# %%
+reward_fns = train.reward_functions(preset)
+for fn in reward_fns:  # the first line of each docstring, without its reST markup
+    print(f"  {fn.__name__:15s} {re.sub(r':func:|`', '', fn.__doc__.strip().splitlines()[0])}")
+
+# %% [markdown]
+# ## Before: the starting model on three held-out questions
+# The same three held-out prompts as in `03_sft` and `04_dpo`, greedy, scored by
+# `evaluate.score`; then what each reward function gives those three answers.
+
+# %%
+EXAMPLES = [next(r for r in splits.eval if r["domain"] == d)
+            for d in ("math", "coding", "summarization")]
+
+
+def complete(model, label: str) -> list[dict]:
+    """Greedy completions of EXAMPLES, printed and scored."""
+    sampler = evaluate.make_sampler(model, tok, preset.model, preset.eval)
+    prompts = [data.format_prompt(r["prompt"]) for r in EXAMPLES]
+    texts = evaluate.generate(sampler, prompts, preset.eval, models.stop_token_ids(tok), desc=label)
+    scores = [dict(evaluate.score(r, t), completion=t) for r, t in zip(EXAMPLES, texts, strict=True)]
+    for r, s in zip(EXAMPLES, scores, strict=True):
+        print(f"--- {label} · {r['domain']}: {r['prompt']!r} (gold {r['answer']!r})")
+        print(f"{s['completion']}\n    format ok: {s['format_ok']}, correct: {s['correct']} ({s['reason']})")
+    return scores
+
+
+before = complete(model, start.upper())
+del model
+train.free()  # the trainer loads its own copy onto the GRPO mesh
+
+# %%
+texts = [s["completion"] for s in before]
+columns = {"answer": [r["answer"] for r in EXAMPLES], "domain": [r["domain"] for r in EXAMPLES]}
+scored = {fn.__name__: fn(None, texts, **columns) for fn in reward_fns}
+scored["sum"] = [sum(v) for v in zip(*scored.values(), strict=True)]
+lines = ["| reward | " + " | ".join(r["domain"] for r in EXAMPLES) + " |", "|---|---|---|---|"]
+lines += [f"| {name} | " + " | ".join(f"{v:.2f}" for v in values) + " |"
+          for name, values in scored.items()]
+display(Markdown("\n".join(lines)))
+
+# %% [markdown]
+# ## How GRPO learns, and what it logs
+# For every prompt of a batch the policy samples a **group** of `num_generations`
+# answers at temperature `temperature`. Each answer's reward is the sum of the functions
+# above, and its **advantage** is how much better it did than its own group:
+# $A_i = (r_i - \text{mean}(r_{\text{group}})) / \text{std}(r_{\text{group}})$. The
+# group is the baseline, so GRPO needs no learned value model (PPO's critic): no second
+# large network to train and keep in memory. Answers better than their siblings are made more
+# likely, worse ones less; a group whose answers all score the same teaches nothing.
+# The update is clipped as in PPO (`epsilon`) and penalised by `beta` times the KL.
+#
+# - **Each reward is logged on its own** (`rewards/train/<name>`, plus their total
+#   `rewards/train/sum`) because the total hides trade-offs: it can rise while
+#   `answer_correct` stays flat, because the model is only polishing its tags, or
+#   while a format reward falls. Reward hacking shows up here first.
+# - **KL** (`actor/train/kl`) estimates, per token, how far the policy has moved from
+#   the reference model on the answers it sampled. The reference is the policy GRPO
+#   started from (the same adapters, frozen, on the same backbone: no second copy of the
+#   base in memory), so the KL starts near 0 and measures how far GRPO alone has moved
+#   the model; `beta` weighs it as a penalty in the loss. A KL that climbs steeply means
+#   the policy is drifting fast, often towards something the rewards over-pay.
+# - **The loss variant is one config field**, `grpo.loss`: `"grpo"` (the default),
+#   `"gspo-token"` (GSPO: sequence-level importance ratios), `"dapo"` (no KL term,
+#   asymmetric clipping, token-mean loss) or `"dr-grpo"` (no length or std
+#   normalisation), e.g. `get_preset(name, **{"grpo.loss": "dapo"})`.
+#
+# Training resumes and refuses exactly as in `03_sft`: a finished stage is loaded, not
+# retrained, unless you set `RETRAIN = True`; with `REASONKIT_DEADLINE_HOURS` set it
+# stops before the deadline, and running the notebook again resumes it.
+
+# %%
+RETRAIN = False  # True: delete this run's GRPO checkpoints and metrics, and train again
+
+# %%
+if run.is_finished("grpo") and not RETRAIN:
+    info = run.finished_info("grpo")
+    print(f"GRPO of run {run.name!r} already finished ({info['steps']} steps, {info['finished_at']}):"
+          " loading its adapters instead of training (set RETRAIN = True to train again)")
+    _, policy, _, model_dir = train.load_policy(preset, run, "grpo", mesh=None)
+    result = train.StageResult("grpo", info["steps"], True, info.get("started_from"), 0.0, {},
+                               policy, tok, model_dir)
+else:
+    result = train.train_grpo(preset, run, deadline=train.deadline_from_env(), overwrite=RETRAIN)
+    print(result.summary())
+finished = result.finished
+
+# %% [markdown]
+# ## The curves
+# One point per step (`batch_size` prompts x `num_generations` answers). Left: the mean
+# of each reward over the step's answers; middle: their total; right: the KL.
+
+# %%
+m = train.read_metrics(run, "grpo")
+fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
+for fn in reward_fns:
+    axes[0].plot(*m[f"rewards/train/{fn.__name__}"], label=fn.__name__)
+axes[0].set(title="each reward (mean per answer)", ylabel="reward")
+axes[0].set_ylim(top=axes[0].get_ylim()[1] + 0.4 * abs(axes[0].get_ylim()[1]))  # room for the legend
+axes[0].legend(fontsize=8, ncol=2, loc="upper center")
+axes[1].plot(*m["rewards/train/sum"])
+axes[1].set(title="total reward (mean per answer)", ylabel="sum of rewards")
+if "actor/train/kl" in m:
+    axes[2].plot(*m["actor/train/kl"])
+axes[2].set(title=f"KL to the reference (beta={preset.grpo.beta})", ylabel="KL per token")
+for ax in axes:
+    ax.set_xlabel("step")
+fig.tight_layout()
+fig.savefig(run.stage("grpo") / "grpo_curves.png", dpi=120)
+plt.show()
+
+# %% [markdown]
+# ## After: the same three questions
+# Now with the GRPO adapters, greedy as before.
+
+# %%
+if finished:
+    after = complete(result.policy, "GRPO")
+    mark = lambda s: f"{'✓' if s['format_ok'] else '✗'} / {'✓' if s['correct'] else '✗'}"
+    rows = [f"| domain | gold | {start.upper()}: format / correct | GRPO: format / correct |",
+            "|---|---|---|---|"]
+    rows += [f"| {r['domain']} | `{r['answer']}` | {mark(b)} | {mark(a)} |"
+             for r, b, a in zip(EXAMPLES, before, after, strict=True)]
+    display(Markdown("\n".join(rows)))
+else:
+    print("GRPO stopped before max_steps (deadline): run this notebook again to resume.")
+
+# %% [markdown]
+# ## Export the final model
+# `runs/<run>/grpo/checkpoints` holds Orbax checkpoints of the LoRA adapters (and
+# optimizer state): Tunix's `CheckpointManager` restores them onto a LoRA model, which
+# is how `train.load_policy(preset, run, "grpo", mesh)` and `06_evaluation` load them.
+# For everything outside JAX, `train.export` merges the adapters into a copy of the base
+# weights and writes a Hugging Face directory (`config.json`, `model.safetensors`,
+# `tokenizer.model`) that Hugging Face `transformers`, and tools that read its format,
+# load like any Gemma checkpoint.
+
+# %%
+merged = run.stage("grpo") / "merged"
+if not finished:
+    print("not exported: GRPO has not finished")
+elif (merged / "model.safetensors").is_file() and not RETRAIN:
+    print(f"already exported to {merged}: {sorted(p.name for p in merged.iterdir())}")
+else:
+    merged = train.export(result, preset, run)
+    print(f"exported to {merged}: {sorted(p.name for p in merged.iterdir())}")
+
+# %% [markdown]
+# ## What next
+# - Run `06_evaluation` to compare base, SFT, DPO and GRPO on the whole held-out set with
+#   the same decoding: format pass, accuracy, pass@k, maj@k, and what regressed.
+# - Switch the loss variant: `get_preset(name, **{"grpo.loss": "dr-grpo"})` (or
+#   `"gspo-token"`, `"dapo"`), in a new run (`REASONKIT_RUN=...`) to compare them.
+# - Change the rewards: pass your own list, `train.train_grpo(preset, run,
+#   reward_fns=[...])`; rescale one with `rewards.weighted(fn, 0.5)`; try
+#   `rewards.multi_domain` for the non-math domains.
+# - Larger groups (`grpo.num_generations`) give steadier advantages; more steps let the
+#   accuracy reward move, not only the format ones.
