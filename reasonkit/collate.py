@@ -194,15 +194,119 @@ class BucketLayout:
                          f"{self.capacity}; rows must go through fit() first")
 
 
-Layout = Union[StaticLayout, BucketLayout]
-_LAYOUTS = (StaticLayout, BucketLayout)
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PackedLayout:
+    """SFT only: several examples per row, each row ``max_length`` long (one shape).
+
+    Rows are filled best-fit-decreasing over a ``window`` of fitted examples (a
+    deterministic function of the stream), so almost no slot is padding. An example is
+    never split across rows. Each example becomes a segment: the collator adds
+    ``segment_ids`` (1, 2, ... per row; 0 on padding) from which the model input
+    function builds block-causal attention and positions that restart per segment.
+
+    >>> PackedLayout(max_length=8).pack([5, 3, 4, 2, 6])  # indices: rows of 6+2, 5+3, 4
+    [[4, 3], [0, 1], [2]]
+    """
+
+    max_length: int
+    window: int = 256  # fitted examples considered together when filling rows
+
+    def __post_init__(self):
+        if not _is_int(self.max_length) or self.max_length < 1:
+            _fail("PackedLayout", "max_length", self.max_length, "must be an int >= 1")
+        if not _is_int(self.window) or self.window < 1:
+            _fail("PackedLayout", "window", self.window, "must be an int >= 1")
+
+    @property
+    def capacity(self) -> int:
+        return self.max_length
+
+    def length_for(self, longest: int) -> int:
+        return self.max_length
+
+    def pack(self, lengths: Sequence[int]) -> list[list[int]]:
+        """Best-fit decreasing: indices into ``lengths``, grouped into rows that fit.
+
+        Longest first, each into the row with the least room that still holds it (ties:
+        the earliest row). Rows come out in the order they were opened; the indices in a
+        row keep the order they were placed in.
+        """
+        order = sorted(range(len(lengths)), key=lambda i: -lengths[i])  # stable
+        rows: list[list[int]] = []
+        room: list[int] = []
+        for i in order:
+            n = lengths[i]
+            if n > self.max_length:
+                raise ValueError(f"an example of {n} tokens exceeds max_length "
+                                 f"{self.max_length}; examples must go through fit() first")
+            best = min((r for r in range(len(rows)) if room[r] >= n),
+                       key=lambda r: room[r], default=None)
+            if best is None:
+                rows.append([i])
+                room.append(self.max_length - n)
+            else:
+                rows[best].append(i)
+                room[best] -= n
+        return rows
+
+
+def bucket_lengths(max_length: int, n: int, multiple: int = 8) -> tuple[int, ...]:
+    """``n`` bucket lengths: ``max_length`` halved ``n - 1`` times, rounded up to ``multiple``.
+
+    >>> bucket_lengths(512, 3), bucket_lengths(96, 3), bucket_lengths(100, 1)
+    ((128, 256, 512), (24, 48, 96), (100,))
+    """
+    if not _is_int(n) or n < 1:
+        raise ValueError(f"n={n!r} must be an int >= 1")
+    lengths = {max_length}
+    for k in range(1, n):
+        lengths.add(min(max_length, max(multiple, -(-(max_length >> k) // multiple) * multiple)))
+    return tuple(sorted(lengths))
+
+
+def layout_for(max_length: int, buckets: int = 1) -> StaticLayout | BucketLayout:
+    """StaticLayout for ``buckets=1``, else a BucketLayout of :func:`bucket_lengths`.
+
+    >>> layout_for(96), layout_for(96, 2)
+    (StaticLayout(max_length=96), BucketLayout(lengths=(48, 96)))
+    """
+    if buckets == 1:
+        return StaticLayout(max_length=max_length)
+    return BucketLayout(lengths=bucket_lengths(max_length, buckets))
+
+
+def length_sorted(items: Iterable[Any], window: int, length: Any) -> Iterator[Any]:
+    """``items`` sorted by ``length(item)`` within consecutive windows (stable, deterministic).
+
+    With buckets, a batch pads to its longest row: sorting a window of a few batches
+    first puts rows of similar length together, so most batches land in a small bucket.
+
+    >>> list(length_sorted(["ccc", "a", "bb", "dddd", "e"], window=3, length=len))
+    ['a', 'bb', 'ccc', 'e', 'dddd']
+    """
+    if not _is_int(window) or window < 1:
+        raise ValueError(f"window={window!r} must be an int >= 1")
+    chunk: list[Any] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == window:
+            yield from sorted(chunk, key=length)
+            chunk = []
+    yield from sorted(chunk, key=length)
+
+
+Layout = Union[StaticLayout, BucketLayout, PackedLayout]
+_LAYOUTS = (StaticLayout, BucketLayout, PackedLayout)
 
 
 def _check_common(obj: Any, layouts: dict[str, Any]) -> None:
     cls = type(obj).__name__
     for name, layout in layouts.items():
         if not isinstance(layout, _LAYOUTS):
-            _fail(cls, name, layout, "must be a StaticLayout or BucketLayout")
+            _fail(cls, name, layout, "must be a StaticLayout, BucketLayout or PackedLayout")
+        if isinstance(layout, PackedLayout) and not isinstance(obj, SFTCollator):
+            _fail(cls, name, layout, "PackedLayout is for SFT only; use StaticLayout or "
+                  "BucketLayout (a packed prompt/response pair has no single prompt end)")
     if not _is_int(obj.pad_id) or obj.pad_id < 0:
         _fail(cls, "pad_id", obj.pad_id, "must be an int >= 0")
     if obj.policy not in POLICIES:
@@ -306,7 +410,14 @@ class SFTCollator:
 
     def collate(self, rows: Sequence[tuple[list[int], int]], *,
                 batch_size: int | None = None) -> dict[str, np.ndarray]:
-        """Rows from ``fit`` -> right-padded arrays; rows short of ``batch_size`` are masked."""
+        """Rows from ``fit`` -> right-padded arrays; rows short of ``batch_size`` are masked.
+
+        Under a :class:`PackedLayout` the rows are packed first (see :meth:`collate_packed`).
+        """
+        if isinstance(self.layout, PackedLayout):
+            packs = [[rows[i] for i in pack]
+                     for pack in self.layout.pack([len(t) for t, _ in rows])]
+            return self.collate_packed(packs, batch_size=batch_size)
         b = _check_batch_size(rows, batch_size)
         s = self.layout.length_for(max((len(t) for t, _ in rows), default=1))
         tokens = np.full((b, s), self.pad_id, dtype=np.int32)  # [B, S]
@@ -321,6 +432,51 @@ class SFTCollator:
         assert_numeric(batch)
         self.stats.kept += len(rows)
         self.stats.real_tokens += int(lengths.sum())
+        self.stats.computed_tokens += b * s
+        return batch
+
+    def collate_packed(self, packs: Sequence[Sequence[tuple[list[int], int]]], *,
+                       batch_size: int | None = None) -> dict[str, np.ndarray]:
+        """Packs (lists of rows from ``fit``) -> one row each, with ``segment_ids``.
+
+        ``input_mask`` is each segment's completion mask, and False on every segment's
+        first token: PeftTrainer scores ``input_tokens[:, 1:]`` from the token before,
+        and the first token of a segment would be predicted from the previous example.
+        Segments are numbered 1, 2, ... in each row; 0 marks padding.
+
+        >>> collator = SFTCollator(layout=PackedLayout(max_length=8), pad_id=0)
+        >>> batch = collator.collate_packed([[([5, 6, 7, 1], 2), ([5, 8, 1], 1)],
+        ...                                  [([9, 4, 1], 1)]])
+        >>> for key in ("input_tokens", "segment_ids", "input_mask"):
+        ...     print(f"{key:>12}", batch[key].astype(int).tolist())
+        input_tokens [[5, 6, 7, 1, 5, 8, 1, 0], [9, 4, 1, 0, 0, 0, 0, 0]]
+         segment_ids [[1, 1, 1, 1, 2, 2, 2, 0], [1, 1, 1, 0, 0, 0, 0, 0]]
+          input_mask [[0, 0, 1, 1, 0, 1, 1, 0], [0, 1, 1, 0, 0, 0, 0, 0]]
+        """
+        if not isinstance(self.layout, PackedLayout):
+            raise TypeError(f"collate_packed needs a PackedLayout, got {self.layout!r}")
+        b = _check_batch_size(packs, batch_size)
+        s = self.layout.max_length
+        tokens = np.full((b, s), self.pad_id, dtype=np.int32)  # [B, S]
+        segment_ids = np.zeros((b, s), dtype=np.int32)  # [B, S]
+        loss = np.zeros((b, s), dtype=bool)  # [B, S]
+        kept = real = 0
+        for i, pack in enumerate(packs):
+            start = 0
+            for k, (row, prompt_length) in enumerate(pack, start=1):
+                end = start + len(row)
+                if end > s:
+                    raise ValueError(f"pack {i} holds {sum(len(r) for r, _ in pack)} tokens, "
+                                     f"more than max_length {s}")
+                tokens[i, start:end] = row
+                segment_ids[i, start:end] = k
+                loss[i, start + max(prompt_length, 1):end] = True  # never a segment's first
+                start = end
+            kept, real = kept + len(pack), real + start
+        batch = {"input_tokens": tokens, "input_mask": loss, "segment_ids": segment_ids}
+        assert_numeric(batch)
+        self.stats.kept += kept
+        self.stats.real_tokens += real
         self.stats.computed_tokens += b * s
         return batch
 
@@ -546,6 +702,9 @@ def batches(examples: Iterable[Any], batch_size: int, collator: Collator, *,
     if remainder == "pad" and isinstance(collator, GRPOCollator):
         raise ValueError("GRPO batches cannot be padded (a filler prompt would be rolled "
                          "out and rewarded); use remainder='drop'")
+    if isinstance(getattr(collator, "layout", None), PackedLayout):
+        yield from _packed_batches(examples, batch_size, collator, remainder)
+        return
     group = []
     for i, example in enumerate(examples):
         row = collator.fit(example, where=f"example {i}")
@@ -559,3 +718,40 @@ def batches(examples: Iterable[Any], batch_size: int, collator: Collator, *,
         yield collator.collate(group, batch_size=batch_size)
     elif group:
         collator.stats.dropped_remainder += len(group)
+
+
+def _packed_batches(examples: Iterable[Any], batch_size: int, collator: SFTCollator,
+                    remainder: str) -> Iterator[dict[str, np.ndarray]]:
+    """:func:`batches` under a PackedLayout: ``batch_size`` packed rows per batch.
+
+    Fitted rows gather in a buffer of ``layout.window``; the buffer is packed and the
+    fullest packs leave in groups of ``batch_size``; the rows of the packs left over go
+    back to the buffer, to be packed with the next examples.
+    """
+    layout = collator.layout
+
+    def packed(buffer):
+        packs = [[buffer[i] for i in p] for p in layout.pack([len(t) for t, _ in buffer])]
+        return sorted(packs, key=lambda p: -sum(len(t) for t, _ in p))  # fullest first
+
+    buffer: list[tuple[list[int], int]] = []
+    for i, example in enumerate(examples):
+        row = collator.fit(example, where=f"example {i}")
+        if row is None:
+            continue
+        buffer.append(row)
+        if len(buffer) >= layout.window:
+            packs = packed(buffer)
+            n = len(packs) // batch_size * batch_size
+            for start in range(0, n, batch_size):
+                yield collator.collate_packed(packs[start:start + batch_size],
+                                              batch_size=batch_size)
+            buffer = [row for pack in packs[n:] for row in pack]
+    packs = packed(buffer) if buffer else []
+    n = len(packs) // batch_size * batch_size
+    for start in range(0, n, batch_size):
+        yield collator.collate_packed(packs[start:start + batch_size], batch_size=batch_size)
+    if packs[n:] and remainder == "pad":
+        yield collator.collate_packed(packs[n:], batch_size=batch_size)
+    elif packs[n:]:
+        collator.stats.dropped_remainder += sum(len(p) for p in packs[n:])

@@ -39,6 +39,11 @@ def _fraction(obj: Any, *names: str) -> None:
             _fail(type(obj).__name__, name, value, "must be in [0, 1]")
 
 
+def _buckets(obj: Any) -> None:
+    if not isinstance(obj.buckets, int) or isinstance(obj.buckets, bool) or not 1 <= obj.buckets <= 8:
+        _fail(type(obj).__name__, "buckets", obj.buckets, "must be an int in [1, 8]")
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ModelConfig:
     """Which Gemma, where its weights come from, and its shape.
@@ -186,10 +191,13 @@ class SFTConfig(TrainConfig):
 
     max_prompt_length: int = 128
     max_target_length: int = 256  # prompt + completion, tokens
+    packing: bool = False  # several examples per row (segment masks), not one padded each
 
     def __post_init__(self):
         super().__post_init__()
         _positive(self, "max_prompt_length", "max_target_length")
+        if not isinstance(self.packing, bool):
+            _fail("SFTConfig", "packing", self.packing, "must be a bool")
         if self.max_prompt_length >= self.max_target_length:
             _fail("SFTConfig", "max_prompt_length", self.max_prompt_length,
                   f"must be < max_target_length={self.max_target_length}")
@@ -204,12 +212,14 @@ class DPOConfig(TrainConfig):
     lambda_orpo: float = 0.1
     max_prompt_length: int = 128
     max_response_length: int = 128
+    buckets: int = 1  # length buckets per axis (max, max/2, ...); 1: static padding
 
     def __post_init__(self):
         super().__post_init__()
         if self.algorithm not in ("dpo", "orpo"):
             _fail("DPOConfig", "algorithm", self.algorithm, "must be 'dpo' or 'orpo'")
         _positive(self, "beta", "max_prompt_length", "max_response_length")
+        _buckets(self)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -254,11 +264,13 @@ class EvalConfig:
     top_p: float = 1.0
     top_k: int = 50
     seed: int = 0
+    buckets: int = 1  # prompt length buckets (max, max/2, ...); 1: one prompt length
 
     def __post_init__(self):
         _positive(self, "batch_size", "max_prompt_length", "max_generation_length",
                   "num_samples", "temperature", "top_k")
         _fraction(self, "top_p")
+        _buckets(self)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -349,7 +361,7 @@ def _tiny() -> Preset:
         sft=SFTConfig(batch_size=16, max_steps=120, learning_rate=3e-3, warmup_ratio=0.1,
                       checkpoint_every=40, log_every=10, max_prompt_length=96,
                       max_target_length=160),
-        dpo=DPOConfig(batch_size=8, max_steps=30, learning_rate=5e-4, warmup_ratio=0.1,
+        dpo=DPOConfig(batch_size=8, max_steps=30, learning_rate=1e-4, warmup_ratio=0.1,
                       checkpoint_every=15, log_every=5, max_prompt_length=96,
                       max_response_length=64),
         grpo=GRPOConfig(batch_size=4, max_steps=30, learning_rate=5e-4, warmup_ratio=0.1,

@@ -25,7 +25,7 @@ import jax
 import numpy as np
 import optax
 
-from reasonkit import collate, data, masks, models, rewards
+from reasonkit import collate, compiles, data, masks, models, rewards
 from reasonkit import mesh as mesh_lib
 from reasonkit.config import Preset, TrainConfig
 from reasonkit.runs import RunDir
@@ -171,8 +171,9 @@ def grpo_records(records: Sequence[dict]) -> list[dict[str, Any]]:
 def sft_batches(examples, preset: Preset, tok, *, seed: int | None = None):
     """Exactly ``max_steps`` fixed-shape SFT batches (a deterministic stream) and the collator."""
     cfg = preset.sft
-    collator = collate.SFTCollator(layout=collate.StaticLayout(max_length=cfg.max_target_length),
-                                   pad_id=tok.pad_id(), bos_id=tok.bos_id())
+    layout = collate.PackedLayout(max_length=cfg.max_target_length) if cfg.packing \
+        else collate.StaticLayout(max_length=cfg.max_target_length)
+    collator = collate.SFTCollator(layout=layout, pad_id=tok.pad_id(), bos_id=tok.bos_id())
     stream = collate.batches(epochs(examples, cfg.seed if seed is None else seed), cfg.batch_size,
                              collator)
     return take(stream, cfg.max_steps), collator
@@ -181,11 +182,14 @@ def sft_batches(examples, preset: Preset, tok, *, seed: int | None = None):
 def dpo_batches(examples, preset: Preset, tok, *, seed: int | None = None):
     cfg = preset.dpo
     collator = collate.DPOCollator(
-        prompt_layout=collate.StaticLayout(max_length=cfg.max_prompt_length),
-        response_layout=collate.StaticLayout(max_length=cfg.max_response_length),
+        prompt_layout=collate.layout_for(cfg.max_prompt_length, cfg.buckets),
+        response_layout=collate.layout_for(cfg.max_response_length, cfg.buckets),
         pad_id=tok.pad_id())
-    stream = collate.batches(epochs(examples, cfg.seed if seed is None else seed), cfg.batch_size,
-                             collator)
+    stream = epochs(examples, cfg.seed if seed is None else seed)
+    if cfg.buckets > 1:  # rows of similar length together: most batches fit a small bucket
+        stream = collate.length_sorted(stream, 8 * cfg.batch_size,
+                                       lambda t: (len(t[0]), max(len(t[1]), len(t[2]))))
+    stream = collate.batches(stream, cfg.batch_size, collator)
     return take(stream, cfg.max_steps), collator
 
 
@@ -210,8 +214,9 @@ def latest_step(run: RunDir, stage: str) -> int | None:
     root = checkpoint_dir(run, stage)
     for sub in ("", "actor"):  # GRPO's RLCluster nests the actor's checkpoints
         d = root / sub
-        steps = [int(p.name) for p in d.glob("[0-9]*") if (p / "model_params").is_dir()] \
-            if d.is_dir() else []
+        # Only finished saves: Orbax writes into "<step>.orbax-checkpoint-tmp" first.
+        steps = [int(p.name) for p in d.glob("[0-9]*")
+                 if p.name.isdigit() and (p / "model_params").is_dir()] if d.is_dir() else []
         if steps:
             return max(steps)
     return None
@@ -258,14 +263,50 @@ def load_policy(preset: Preset, run: RunDir | None, stage: str | None, mesh, *, 
     return base, policy, tok, model_dir
 
 
+def frozen_reference(base, preset: Preset, run: RunDir, started: str | None, mesh, seed: int = 0):
+    """The policy a stage starts from, frozen: the reference for DPO's ratios and GRPO's KL.
+
+    Not the raw base: after SFT the base is far from the policy (a KL of ~3 nats on the
+    tiny preset), and a KL penalty towards it would pull the model back out of the
+    format. A second set of adapters on the same backbone costs no second base in memory;
+    it is never given to an optimizer.
+    """
+    reference = models.apply_lora(base, preset.lora, mesh=mesh, seed=seed)
+    if started is not None:
+        restore_lora(reference, run, started)
+    return reference
+
+
 def gen_model_input_fn(pad_id: int) -> Callable[[Any], dict[str, Any]]:
-    """SFT batch -> model inputs; attention and positions come from the padding, not the loss mask."""
+    """SFT batch -> model inputs; attention and positions come from the padding, not the loss mask.
+
+    A packed batch (with ``segment_ids``) gets block-causal attention and positions that
+    restart in each segment, so each example sees only itself, as if unpacked.
+    """
     def fn(x):
+        if "segment_ids" in x:
+            return {"input_tokens": x["input_tokens"], "input_mask": x["input_mask"],
+                    "positions": masks.segment_positions(x["segment_ids"]),  # [B, S]
+                    "attention_mask": masks.segment_causal_mask(x["segment_ids"])}  # [B, S, S]
         valid = masks.padding_mask(x["input_tokens"], pad_id)  # [B, S]
         return {"input_tokens": x["input_tokens"], "input_mask": x["input_mask"],
                 "positions": masks.positions_from_mask(valid),  # [B, S]
                 "attention_mask": masks.causal_mask(valid)}  # [B, S, S]
     return fn
+
+
+def log_compiles(run: RunDir, stage: str, counter: compiles.CompileCounter,
+                 step: int) -> dict[str, Any]:
+    """Append ``compiles/total`` and ``compiles/after_warmup`` to the stage's metrics.jsonl."""
+    summary = counter.summary()
+    if summary["after_warmup"]:
+        print(f"{stage}: {summary['after_warmup']} XLA compilation(s) after the first step: "
+              f"{summary['names_after_warmup']} (a batch shape changed?)")
+    with open(run.stage(stage) / "metrics.jsonl", "a") as f:
+        for key in ("total", "after_warmup"):
+            f.write(json.dumps({"event": f"compiles/{key}", "step": step,
+                                "value": float(summary[key] or 0)}) + "\n")
+    return summary
 
 
 def _checkpointing(cfg: TrainConfig):
@@ -348,11 +389,14 @@ def train_sft(preset: Preset, run: RunDir, *, deadline: float | None = None,
             checkpoint_root_directory=str(checkpoint_dir(run, "sft")),
             checkpointing_options=_checkpointing(cfg), metrics_logging_options=metrics_options(run, "sft"),
             pbar_description="SFT")).with_gen_model_input_fn(gen_model_input_fn(tok.pad_id()))
-        trainer.train(until(train, deadline), list(take(held_out, 2)))
+        with compiles.CompileCounter() as counter:
+            trainer.train(counter.watch(until(train, deadline), skip=trainer.train_steps),
+                          list(take(held_out, 2)))
         _detach(trainer.metrics_logger)
         steps = trainer.train_steps
-    return _finish(run, "sft", cfg, steps, t0, None, {"collate": collator.stats.to_dict()},
-                   policy, tok, model_dir)
+    stats = {"collate": collator.stats.to_dict(),
+             "compiles": log_compiles(run, "sft", counter, steps)}
+    return _finish(run, "sft", cfg, steps, t0, None, stats, policy, tok, model_dir)
 
 
 def train_dpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
@@ -368,13 +412,8 @@ def train_dpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
     mesh = mesh_lib.stage_mesh(preset, "dpo")
     with mesh:
         base, policy, tok, model_dir = load_policy(preset, run, started, mesh, seed=cfg.seed)
-        # The reference is the policy DPO starts from (SFT's adapters), not the raw base:
-        # a second set of adapters on the same frozen backbone, so no second base in memory.
-        reference = None
-        if cfg.algorithm == "dpo":
-            reference = models.apply_lora(base, preset.lora, mesh=mesh, seed=cfg.seed)
-            if started is not None:
-                restore_lora(reference, run, started)
+        reference = frozen_reference(base, preset, run, started, mesh, cfg.seed) \
+            if cfg.algorithm == "dpo" else None  # ORPO has no reference model
         train, collator = dpo_batches(dpo_examples(splits.dpo, tok), preset, tok)
         trainer = tunix.DPOTrainer(
             model=policy, ref_model=reference, optimizer=make_optimizer(cfg),
@@ -387,11 +426,13 @@ def train_dpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
                 checkpointing_options=_checkpointing(cfg),
                 metrics_logging_options=metrics_options(run, "dpo"),
                 pbar_description=cfg.algorithm.upper()))
-        trainer.train(until(train, deadline))
+        with compiles.CompileCounter() as counter:
+            trainer.train(counter.watch(until(train, deadline), skip=trainer.train_steps))
         _detach(trainer.metrics_logger)
         steps = trainer.train_steps
-    return _finish(run, "dpo", cfg, steps, t0, started, {"collate": collator.stats.to_dict()},
-                   policy, tok, model_dir)
+    stats = {"collate": collator.stats.to_dict(),
+             "compiles": log_compiles(run, "dpo", counter, steps)}
+    return _finish(run, "dpo", cfg, steps, t0, started, stats, policy, tok, model_dir)
 
 
 def reward_functions(preset: Preset) -> list[Callable]:
@@ -418,7 +459,7 @@ def grpo_algorithm(preset: Preset):
 
 def train_grpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
                overwrite: bool = False, reward_fns: Sequence[Callable] | None = None) -> StageResult:
-    """GRPO from the DPO (or SFT) adapters; the reference is the base sharing the backbone."""
+    """GRPO from the DPO (or SFT) adapters, KL-regularised towards where it started."""
     import tunix
     from tunix.rl import rl_cluster as rl
     from tunix.rl.rollout import base_rollout
@@ -430,6 +471,7 @@ def train_grpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
     mesh = mesh_lib.stage_mesh(preset, "grpo")
     with mesh:
         base, policy, tok, model_dir = load_policy(preset, run, started, mesh, seed=cfg.seed)
+        reference = frozen_reference(base, preset, run, started, mesh, cfg.seed)
         train, collator = grpo_batches(grpo_records(splits.grpo), preset, tok)
         training = rl.RLTrainingConfig(
             actor_optimizer=make_optimizer(cfg), eval_every_n_steps=cfg.max_steps + 1,
@@ -442,7 +484,7 @@ def train_grpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
             kv_cache_size=cfg.max_prompt_length + cfg.max_generation_length,
             temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
             eos_tokens=models.stop_token_ids(tok))
-        cluster = rl.RLCluster(actor=policy, reference=base, tokenizer=tok,
+        cluster = rl.RLCluster(actor=policy, reference=reference, tokenizer=tok,
                                cluster_config=rl.ClusterConfig(
                                    role_to_mesh={rl.Role.ACTOR: mesh, rl.Role.REFERENCE: mesh,
                                                  rl.Role.ROLLOUT: mesh},
@@ -451,13 +493,16 @@ def train_grpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
         learner_cls, algo = grpo_algorithm(preset)
         learner = learner_cls(rl_cluster=cluster, reward_fns=list(reward_fns or reward_functions(preset)),
                               algo_config=algo)
-        learner.train(until(train, deadline))
+        with compiles.CompileCounter() as counter:
+            learner.train(counter.watch(until(train, deadline),
+                                        skip=cluster.actor_trainer.train_steps))
         _detach(cluster._rl_metrics_logger)
         steps = cluster.actor_trainer.train_steps
         policy = cluster.actor_trainer.model
     del tunix
-    return _finish(run, "grpo", cfg, steps, t0, started, {"collate": collator.stats.to_dict()},
-                   policy, tok, model_dir)
+    stats = {"collate": collator.stats.to_dict(),
+             "compiles": log_compiles(run, "grpo", counter, steps)}
+    return _finish(run, "grpo", cfg, steps, t0, started, stats, policy, tok, model_dir)
 
 
 def export(result: StageResult, preset: Preset, run: RunDir) -> pathlib.Path:

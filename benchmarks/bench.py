@@ -1,0 +1,347 @@
+"""Padding, packing, compiles and throughput on a GSM8K-like length distribution.
+
+Run from the repository root (``python benchmarks/bench.py``; ``--quick`` for a smoke
+run of about a minute). Everything is measured in one process, on one machine, with
+the tiny preset's model architecture and weights:
+
+  (a) padding efficiency (real tokens / computed tokens): static padding, buckets, packing
+  (b) SFT real tokens/s: reasonkit's packed path vs plain Tunix PeftTrainer fed batches
+      padded to the maximum length (the way Tunix's examples build them)
+  (c) XLA compilations per stage (reasonkit's SFT / DPO / GRPO on the tiny preset, and
+      evaluation), in total and after the first step
+  (d) the SFT step's FLOP/s against a matmul benchmark run in the same process
+  (e) GRPO-style rollout: generated tokens/s of Tunix's sampler
+
+Timings on a shared machine are noisy: compare the ratios of one run, not runs.
+Prints a table and writes ``benchmarks/results.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import pathlib
+import platform
+import sys
+import tempfile
+import time
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from reasonkit import collate, compiles, hardware, models, train  # noqa: E402
+from reasonkit.config import ModelConfig, get_preset  # noqa: E402
+
+PAD = 0  # the tiny tokenizer's pad id; synthetic ids start above the special tokens
+FIRST_ID = 3
+
+
+# --- data -------------------------------------------------------------------------------
+
+
+def gsm8k_like_lengths(n: int, seed: int = 0, max_length: int = 512) -> list[tuple[int, int]]:
+    """(prompt, completion) token lengths: lognormal around 60 and 120 tokens, like GSM8K
+    under a Gemma tokenizer with a reasoning template (question ~60, worked answer ~120)."""
+    rng = np.random.default_rng(seed)
+    p = np.clip(rng.lognormal(np.log(60), 0.45, n), 8, max_length // 2).astype(int)
+    c = np.clip(rng.lognormal(np.log(120), 0.55, n), 4, max_length).astype(int)
+    return [(int(a), int(b)) for a, b in zip(p, c, strict=True)]
+
+
+def synth_pairs(lengths, vocab: int, seed: int = 0) -> list[tuple[list[int], list[int]]]:
+    rng = np.random.default_rng(seed + 1)
+    return [(rng.integers(FIRST_ID, vocab, p).tolist(), rng.integers(FIRST_ID, vocab, c).tolist())
+            for p, c in lengths]
+
+
+def sft_collator(kind: str, max_length: int, buckets: int = 4) -> collate.SFTCollator:
+    layout = {"static": lambda: collate.StaticLayout(max_length=max_length),
+              "buckets": lambda: collate.BucketLayout(
+                  lengths=collate.bucket_lengths(max_length, buckets)),
+              "packed": lambda: collate.PackedLayout(max_length=max_length)}[kind]()
+    return collate.SFTCollator(layout=layout, pad_id=PAD, bos_id=2)
+
+
+def sft_stream(kind: str, pairs, batch_size: int, max_length: int):
+    """Batches of one layout (buckets: length-sorted in windows of 8 batches)."""
+    c = sft_collator(kind, max_length)
+    items: Iterable[Any] = pairs
+    if kind == "buckets":
+        items = collate.length_sorted(pairs, 8 * batch_size, lambda t: len(t[0]) + len(t[1]))
+    return collate.batches(items, batch_size, c), c
+
+
+def padding_table(pairs, batch_size: int, max_length: int) -> dict[str, Any]:
+    """(a): efficiency and distinct batch shapes of each layout over the same examples."""
+    out = {}
+    for kind in ("static", "buckets", "packed"):
+        stream, c = sft_stream(kind, pairs, batch_size, max_length)
+        shapes = {b["input_tokens"].shape for b in stream}
+        out[kind] = {"padding_efficiency": round(c.stats.padding_efficiency, 4),
+                     "shapes": len(shapes), "examples": c.stats.kept,
+                     "dropped": c.stats.dropped_too_long + c.stats.dropped_remainder}
+    return out
+
+
+# --- (b) + (d): SFT throughput and FLOP/s ----------------------------------------------
+
+
+def sft_step_flops(m: ModelConfig, batch: int, length: int) -> float:
+    """FLOPs of one LoRA SFT step on [batch, length] (LoRA matmuls ignored: rank << dim).
+
+    Forward: 2 x params x tokens for the projections and the tied output layer, plus the
+    two attention einsums over all length x length pairs (Tunix computes them whole).
+    Backward: the base is frozen, so its weight gradients are never computed: one more
+    forward's worth for the projections (activation gradients), two for attention.
+    """
+    tokens = batch * length
+    proj = m.num_layers * (m.embed_dim * m.head_dim * (2 * m.num_heads + 2 * m.num_kv_heads)
+                           + 3 * m.embed_dim * m.hidden_dim) + m.vocab_size * m.embed_dim
+    attn = 2 * 2 * m.num_layers * m.num_heads * m.head_dim * length * tokens
+    return 2 * (2 * proj * tokens) + 3 * attn
+
+
+def tunix_example_input_fn(pad_id: int):
+    """The model input function of Tunix's SFT examples: masks from the padding."""
+    from tunix.sft import utils
+
+    def fn(x):
+        pad_mask = x["input_tokens"] != pad_id
+        return {"input_tokens": x["input_tokens"], "input_mask": x["input_mask"],
+                "positions": utils.build_positions_from_mask(pad_mask),
+                "attention_mask": utils.make_causal_attn_mask(pad_mask)}
+    return fn
+
+
+class Clock:
+    """Wraps a batch stream; records when the trainer asks for each batch."""
+
+    def __init__(self, stream: Iterable[Any]):
+        self.stream, self.times = stream, []
+
+    def __iter__(self) -> Iterator[Any]:
+        for item in self.stream:
+            self.times.append(time.perf_counter())
+            yield item
+
+
+def timed_sft(path: str, batches: list[dict], model_cfg, lora_cfg, model_dir, warmup: int) -> dict:
+    """One PeftTrainer over ``batches``; seconds per step after ``warmup`` steps."""
+    import jax
+    import optax
+    import tunix
+    from flax import nnx
+
+    base = models.load_model(model_dir, model_cfg)
+    policy = models.apply_lora(base, lora_cfg, seed=0)
+    fn = train.gen_model_input_fn(PAD) if path == "packed" else tunix_example_input_fn(PAD)
+    trainer = tunix.PeftTrainer(policy, optax.adamw(1e-4), tunix.TrainingConfig(
+        eval_every_n_steps=10**9, max_steps=len(batches))).with_gen_model_input_fn(fn)
+    clock = Clock(batches)
+    with compiles.CompileCounter() as counter:
+        trainer.train(counter.watch(clock, warmup_steps=warmup))
+        jax.block_until_ready(nnx.state(policy, nnx.LoRAParam))
+    end = time.perf_counter()
+    steps = len(batches) - warmup
+    seconds = (end - clock.times[warmup]) / steps
+    real = [int((b["segment_ids"] > 0).sum()) if "segment_ids" in b
+            else int((b["input_tokens"] != PAD).sum()) for b in batches[warmup:]]
+    trainer.close() if hasattr(trainer, "close") else None
+    return {"seconds_per_step": seconds, "real_tokens_per_step": float(np.mean(real)),
+            "real_tokens_per_s": float(np.mean(real)) / seconds,
+            "compiles": counter.summary()}
+
+
+def sft_throughput(pairs, preset, batch_size: int, max_length: int, steps: int, warmup: int,
+                   rounds: int) -> dict[str, Any]:
+    model_dir = models.resolve_source(preset.model)
+    data = {}
+    for path, kind in (("naive", "static"), ("packed", "packed")):
+        stream, _ = sft_stream(kind, pairs, batch_size, max_length)
+        data[path] = list(train.take(stream, warmup + steps))
+        assert len(data[path]) == warmup + steps, "not enough examples for the steps asked"
+    runs: dict[str, list[dict]] = {"naive": [], "packed": []}
+    matmul = [hardware.matmul_benchmark(n=1024, inner=4, repeats=3)["flops_per_s"]]
+    for _ in range(rounds):  # alternate the paths, so a load spike hits both alike
+        for path in ("naive", "packed"):
+            runs[path].append(timed_sft(path, data[path], preset.model, preset.lora, model_dir,
+                                        warmup))
+        matmul.append(hardware.matmul_benchmark(n=1024, inner=4, repeats=3)["flops_per_s"])
+    flops = sft_step_flops(preset.model, batch_size, max_length)
+    out: dict[str, Any] = {"batch": batch_size, "length": max_length, "steps": steps,
+                           "rounds": rounds, "step_flops": flops,
+                           "matmul_flops_per_s": max(matmul), "matmul_samples": matmul}
+    for path, rs in runs.items():
+        best = min(rs, key=lambda r: r["seconds_per_step"])
+        out[path] = {**best, "all_seconds_per_step": [r["seconds_per_step"] for r in rs],
+                     "flops_per_s": flops / best["seconds_per_step"],
+                     "fraction_of_matmul": flops / best["seconds_per_step"] / max(matmul)}
+    out["speedup_real_tokens_per_s"] = (out["packed"]["real_tokens_per_s"]
+                                        / out["naive"]["real_tokens_per_s"])
+    return out
+
+
+# --- (c): compiles per stage of reasonkit's own pipeline --------------------------------
+
+
+def stage_compiles(quick: bool) -> dict[str, Any]:
+    """Run reasonkit's SFT (packed), DPO (2 buckets), GRPO and a bucketed evaluation."""
+    from reasonkit import data, evaluate
+    from reasonkit.runs import RunDir
+
+    steps = {"sft": 4, "dpo": 4, "grpo": 3} if quick else {"sft": 8, "dpo": 8, "grpo": 4}
+    preset = get_preset("tiny", **{
+        "sft.max_steps": steps["sft"], "sft.batch_size": 4, "sft.packing": True,
+        "sft.checkpoint_every": steps["sft"],
+        "dpo.max_steps": steps["dpo"], "dpo.batch_size": 2, "dpo.buckets": 2,
+        "dpo.checkpoint_every": steps["dpo"],
+        "grpo.max_steps": steps["grpo"], "grpo.batch_size": 2, "grpo.checkpoint_every": steps["grpo"],
+        "grpo.max_generation_length": 24, "data.num_records": 40, "data.eval_per_domain": 2,
+        "data.train_size": 60, "eval.buckets": 2, "eval.batch_size": 4,
+        "eval.max_generation_length": 16})
+    run = RunDir.create("bench", root=pathlib.Path(tempfile.mkdtemp()))
+    tok = models.load_tokenizer(models.resolve_source(preset.model) / "tokenizer.model")
+    records, reports = data.load_sources(preset.data)
+    splits, report = data.build_splits(records, preset.data,
+                                       count_tokens=lambda s: len(tok.EncodeAsIds(s)),
+                                       limits=data.stage_limits(preset), source_reports=reports)
+    data.write_splits(splits, report, run.stage("data"))
+    run.mark_finished("data")
+    out: dict[str, Any] = {}
+    result = None
+    for stage in ("sft", "dpo", "grpo"):
+        result = getattr(train, f"train_{stage}")(preset, run)
+        out[stage] = {"steps": result.steps, **result.stats["compiles"]}
+    sampler = evaluate.make_sampler(result.policy, tok, preset.model, preset.eval)
+    prompts = [data.format_prompt(r["prompt"]) for r in splits.eval][:16]
+    stop = models.stop_token_ids(tok)
+    with compiles.CompileCounter() as first:
+        evaluate.generate(sampler, prompts, preset.eval, stop)
+    with compiles.CompileCounter() as again:
+        evaluate.generate(sampler, prompts, preset.eval, stop)
+    out["eval"] = {"steps": 2, "total": first.count + again.count, "after_warmup": again.count,
+                   "names_after_warmup": sorted(set(again.names)),
+                   "seconds": round(first.seconds + again.seconds, 2)}
+    return out
+
+
+# --- (e): rollout -------------------------------------------------------------------------
+
+
+def rollout_throughput(preset, lengths, batch: int, max_new: int, vocab: int) -> dict[str, Any]:
+    """Generated tokens/s of Tunix's sampler on GSM8K-like prompt lengths (sampled, as GRPO)."""
+    from reasonkit import evaluate
+
+    model_dir = models.resolve_source(preset.model)
+    tok = models.load_tokenizer(model_dir / "tokenizer.model")
+    policy = models.apply_lora(models.load_model(model_dir, preset.model), preset.lora, seed=0)
+    rng = np.random.default_rng(3)
+    prompts = [tok.DecodeIds(rng.integers(FIRST_ID + 5, vocab, min(p, 120)).tolist())
+               for p, _ in lengths[:batch]]
+    cfg = preset.eval.__class__(batch_size=batch, max_prompt_length=256,
+                                max_generation_length=max_new, temperature=0.9, top_p=1.0)
+    sampler = evaluate.make_sampler(policy, tok, preset.model, cfg)
+    stop = models.stop_token_ids(tok)
+
+    def once(seed):
+        t = time.perf_counter()
+        out = sampler(prompts, max_generation_steps=max_new, max_prompt_length=256,
+                      eos_tokens=list(stop), temperature=0.9, top_p=1.0, top_k=50, seed=seed)
+        return time.perf_counter() - t, out
+
+    with compiles.CompileCounter() as warm:
+        once(0)
+    with compiles.CompileCounter() as again:
+        seconds, out = once(1)
+    generated = int(sum(len(t) for t in out.tokens))
+    return {"batch": batch, "max_new_tokens": max_new, "seconds": seconds,
+            "generated_tokens": generated, "generated_tokens_per_s": generated / seconds,
+            "decode_slots_per_s": batch * max_new / seconds,
+            "compiles_first_call": warm.count, "compiles_after_warmup": again.count}
+
+
+# --- report -------------------------------------------------------------------------------
+
+
+def machine() -> dict[str, Any]:
+    import jax
+
+    d = jax.devices()[0]
+    return {"platform": d.platform, "device_kind": d.device_kind, "devices": jax.device_count(),
+            "cpu_count": os.cpu_count(), "processor": platform.processor() or platform.machine(),
+            "load_average_1m": os.getloadavg()[0], "jax": jax.__version__,
+            "python": platform.python_version()}
+
+
+def table(r: dict[str, Any]) -> str:
+    a, s, c, e = r["padding"], r["sft"], r["compiles"], r["rollout"]
+    lines = ["| measurement | naive static | buckets | packed (reasonkit) |",
+             "| --- | --- | --- | --- |",
+             "| (a) padding efficiency (real / computed tokens) | "
+             + " | ".join(f"{a[k]['padding_efficiency']:.3f} ({a[k]['shapes']} shape"
+                          f"{'s' if a[k]['shapes'] > 1 else ''})"
+                          for k in ("static", "buckets", "packed")) + " |",
+             f"| (b) SFT real tokens/s, [{s['batch']}, {s['length']}] batches | "
+             f"{s['naive']['real_tokens_per_s']:.0f} | - | {s['packed']['real_tokens_per_s']:.0f} "
+             f"(**{s['speedup_real_tokens_per_s']:.2f}x**) |",
+             f"| (d) SFT step FLOP/s / matmul FLOP/s ({s['matmul_flops_per_s'] / 1e9:.1f} GFLOP/s) | "
+             f"{s['naive']['fraction_of_matmul']:.2f} | - | {s['packed']['fraction_of_matmul']:.2f} |",
+             f"| (c) SFT trainer compiles, total / after warm-up | "
+             f"{s['naive']['compiles']['total']} / {s['naive']['compiles']['after_warmup']} | - | "
+             f"{s['packed']['compiles']['total']} / {s['packed']['compiles']['after_warmup']} |",
+             "", "| (c) reasonkit stage | steps | compiles | after warm-up |",
+             "| --- | --- | --- | --- |"]
+    for stage, v in c.items():
+        lines.append(f"| {stage} | {v['steps']} | {v['total']} | {v['after_warmup']} |")
+    lines += ["", f"(e) rollout: {e['generated_tokens_per_s']:.0f} generated tokens/s "
+              f"({e['generated_tokens']} tokens, batch {e['batch']}, up to {e['max_new_tokens']} "
+              f"new tokens, {e['decode_slots_per_s']:.0f} decode slots/s; "
+              f"{e['compiles_after_warmup']} compiles after warm-up)"]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="smoke run: fewer steps, one round")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results.json"))
+    ap.add_argument("--skip-stages", action="store_true", help="skip (c)'s pipeline run")
+    args = ap.parse_args(argv)
+    t0 = time.time()
+    preset = get_preset("tiny")
+    vocab = preset.model.vocab_size
+    max_length, batch = (256, 4) if args.quick else (512, 8)
+    lengths = gsm8k_like_lengths(4000, max_length=max_length if args.quick else 512)
+    if args.quick:  # same shape of distribution, halved, so it fits 256
+        lengths = [(max(4, p // 2), max(2, c // 2)) for p, c in lengths]
+    pairs = synth_pairs(lengths, vocab)
+    results: dict[str, Any] = {"when": datetime.datetime.now().isoformat(timespec="seconds"),
+                               "quick": args.quick, "machine": machine(),
+                               "model": "tiny preset (6-layer Gemma 3 architecture, D=128)",
+                               "lengths": {"prompt_mean": float(np.mean([p for p, _ in lengths])),
+                                           "completion_mean": float(np.mean([c for _, c in lengths])),
+                                           "max_length": max_length}}
+    results["padding"] = padding_table(pairs, batch, max_length)
+    print("padding:", json.dumps(results["padding"]), flush=True)
+    results["sft"] = sft_throughput(pairs, preset, batch, max_length,
+                                    steps=3 if args.quick else 6, warmup=2,
+                                    rounds=1 if args.quick else 2)
+    print("sft speedup:", round(results["sft"]["speedup_real_tokens_per_s"], 2), flush=True)
+    results["compiles"] = {} if args.skip_stages else stage_compiles(args.quick)
+    results["rollout"] = rollout_throughput(preset, lengths, batch=8 if args.quick else 16,
+                                            max_new=16 if args.quick else 64, vocab=vocab)
+    results["seconds"] = round(time.time() - t0, 1)
+    text = table(results)
+    results["table"] = text
+    print(text)
+    print(f"\nmachine: {results['machine']}; {results['seconds']} s")
+    pathlib.Path(args.out).write_text(json.dumps(results, indent=2, default=float) + "\n")
+    return results
+
+
+if __name__ == "__main__":
+    main()

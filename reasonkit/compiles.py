@@ -1,0 +1,152 @@
+"""Count XLA compilations, so a stage can show it compiles once and then never again.
+
+XLA compiles one program per input shape. A batch whose shape differs from the last
+(a longer prompt, a smaller last batch) compiles again: seconds on a CPU, minutes for
+Gemma on a TPU, every time. JAX reports each backend compilation as the
+``/jax/core/compile/backend_compile_duration`` event of :mod:`jax.monitoring`, with the
+function's name; a :class:`CompileCounter` listens to it while it is open.
+
+>>> import jax, jax.numpy as jnp
+>>> @jax.jit
+... def double(x):
+...     return 2 * x
+>>> three, four = jnp.ones(3), jnp.ones(4)
+>>> with CompileCounter() as counter:
+...     _ = double(three)   # compiles
+...     _ = double(three)   # cached: same shape
+...     _ = double(four)    # a new shape compiles again
+>>> counter.count, counter.names
+(2, ['jit(double)', 'jit(double)'])
+
+:meth:`CompileCounter.watch` wraps a stage's batch stream and marks the end of the
+warm-up (by default: once the first step has run), so ``after_warmup`` counts only the
+compilations that a steady state should not have.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator
+
+import jax
+
+EVENT = "/jax/core/compile/backend_compile_duration"
+_PING = "/reasonkit/compiles/ping"
+
+
+class CompileCounter:
+    """Counts backend compilations (process-wide) between ``__enter__`` and ``__exit__``."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.names: list[str] = []
+        self.warm_at: int | None = None  # count when the warm-up ended
+        self.seconds = 0.0  # total compile time seen
+        self.shapes = 0  # distinct batch shapes seen by watch()
+        self._pinged = False
+        self._watching, self._last_warm = False, True
+        self._after, self._mark, self._after_names = 0, 0, []
+
+    def _listen(self, event: str, duration: float, **kwargs: Any) -> None:
+        if event == _PING:
+            self._pinged = True
+        elif event == EVENT:
+            self.count += 1
+            self.seconds += duration
+            self.names.append(str(kwargs.get("fun_name", "?")))
+
+    def _registered(self) -> bool:
+        self._pinged = False  # only public API: send an event and see whether it arrives
+        jax.monitoring.record_event_duration_secs(_PING, 0.0)
+        return self._pinged
+
+    def _ensure(self) -> None:
+        # Tunix's MetricsLogger.close() clears every jax.monitoring listener: re-register.
+        if not self._registered():
+            jax.monitoring.register_event_duration_secs_listener(self._listen)
+
+    def __enter__(self) -> "CompileCounter":
+        self._ensure()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._registered():
+            jax.monitoring.unregister_event_duration_listener(self._listen)
+
+    def mark_warm(self) -> None:
+        """From now on, compilations count as ``after_warmup``."""
+        self.warm_at = self.count
+        self._after, self._mark = 0, self.count
+        self._after_names: list[str] = []
+
+    def _settle(self, warm: bool) -> None:
+        # compilations since the last batch was handed out belong to that batch's step
+        if not warm and self.warm_at is not None:
+            self._after += self.count - self._mark
+            self._after_names += self.names[self._mark:self.count]
+        self._mark = self.count
+
+    @property
+    def after_warmup(self) -> int | None:
+        """Compilations after the warm-up (None if it never ended).
+
+        Under :meth:`watch`, the first step of each new batch shape is warm-up too (one
+        compilation per bucket is expected); every other compilation counts.
+        """
+        if self.warm_at is None:
+            return None
+        if self._watching:
+            return self._after + (0 if self._last_warm else self.count - self._mark)
+        return self.count - self.warm_at
+
+    @property
+    def names_after_warmup(self) -> list[str]:
+        if self.warm_at is None:
+            return []
+        if self._watching:
+            tail = [] if self._last_warm else self.names[self._mark:self.count]
+            return self._after_names + tail
+        return self.names[self.warm_at:]
+
+    def watch(self, stream: Iterable[Any], warmup_steps: int = 1, skip: int = 0) -> Iterator[Any]:
+        """Yield from ``stream``, attributing compilations to the step of each batch.
+
+        A trainer asks for the next batch after it finished the step before, so what
+        compiles between two requests belongs to the step of the first. Warm-up: the
+        first ``warmup_steps`` steps (and whatever the trainer compiles before them),
+        and the first step of every batch shape not seen before. ``skip``: batches a
+        resumed trainer reads and discards first.
+        """
+        self._watching, seen = True, set()
+        self.shapes = 0
+        for i, item in enumerate(stream):
+            self._ensure()
+            if i == skip + warmup_steps:
+                self.mark_warm()
+            elif i > skip + warmup_steps:
+                self._settle(self._last_warm)
+            shape = _signature(item)
+            self._last_warm = i < skip + warmup_steps or shape not in seen
+            seen.add(shape)
+            self.shapes = len(seen)
+            yield item
+        if self.warm_at is None:
+            self.mark_warm()  # the stream ended within the warm-up: nothing after it
+            self._last_warm = True
+
+    def summary(self) -> dict[str, Any]:
+        """``{"total", "after_warmup", "names_after_warmup", "seconds"}`` for logs."""
+        return {"total": self.count, "after_warmup": self.after_warmup, "shapes": self.shapes,
+                "names_after_warmup": sorted(set(self.names_after_warmup)),
+                "seconds": round(self.seconds, 2)}
+
+
+def _signature(batch: Any) -> Any:
+    """The shapes and dtypes of a batch's arrays (what XLA compiles for)."""
+    if isinstance(batch, dict):
+        return tuple(sorted((k, _signature(v)) for k, v in batch.items()))
+    shape = getattr(batch, "shape", None)
+    if shape is not None:
+        return tuple(shape), str(getattr(batch, "dtype", ""))
+    if isinstance(batch, (list, tuple)):
+        return tuple(_signature(v) for v in batch)
+    return type(batch).__name__
