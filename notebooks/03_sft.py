@@ -183,16 +183,9 @@ train.free()
 RETRAIN = False  # True: delete this run's SFT checkpoints and metrics, and train again
 
 # %%
-if run.is_finished("sft") and not RETRAIN:
-    info = run.finished_info("sft")
-    print(f"SFT of run {run.name!r} already finished ({info['steps']} steps, {info['finished_at']}):"
-          " loading its adapters instead of training (set RETRAIN = True to train again)")
-    _, policy, _, _ = train.load_policy(preset, run, "sft", mesh=None)
-    finished = True
-else:
-    result = train.train_sft(preset, run, deadline=train.deadline_from_env(), overwrite=RETRAIN)
-    policy, finished = result.policy, result.finished
-    print(result.summary())
+result = train.train_or_load(preset, run, "sft", retrain=RETRAIN,
+                             deadline=train.deadline_from_env())
+policy, finished = result.policy, result.finished
 
 # %% [markdown]
 # ## The curves

@@ -174,16 +174,9 @@ train.free()  # the trainer loads its own copy onto the DPO mesh
 RETRAIN = False  # True: delete this run's DPO checkpoints and metrics, and train again
 
 # %%
-if run.is_finished("dpo") and not RETRAIN:
-    info = run.finished_info("dpo")
-    print(f"DPO of run {run.name!r} already finished ({info['steps']} steps, {info['finished_at']}):"
-          " loading its adapters instead of training (set RETRAIN = True to train again)")
-    _, policy, _, _ = train.load_policy(preset, run, "dpo", mesh=None)
-    finished = True
-else:
-    result = train.train_dpo(preset, run, deadline=train.deadline_from_env(), overwrite=RETRAIN)
-    policy, finished = result.policy, result.finished
-    print(result.summary())
+result = train.train_or_load(preset, run, "dpo", retrain=RETRAIN,
+                             deadline=train.deadline_from_env())
+policy, finished = result.policy, result.finished
 
 # %% [markdown]
 # ## The curves

@@ -191,16 +191,8 @@ display(Markdown("\n".join(lines)))
 RETRAIN = False  # True: delete this run's GRPO checkpoints and metrics, and train again
 
 # %%
-if run.is_finished("grpo") and not RETRAIN:
-    info = run.finished_info("grpo")
-    print(f"GRPO of run {run.name!r} already finished ({info['steps']} steps, {info['finished_at']}):"
-          " loading its adapters instead of training (set RETRAIN = True to train again)")
-    _, policy, _, model_dir = train.load_policy(preset, run, "grpo", mesh=None)
-    result = train.StageResult("grpo", info["steps"], True, info.get("started_from"), 0.0, {},
-                               policy, tok, model_dir)
-else:
-    result = train.train_grpo(preset, run, deadline=train.deadline_from_env(), overwrite=RETRAIN)
-    print(result.summary())
+result = train.train_or_load(preset, run, "grpo", retrain=RETRAIN,
+                             deadline=train.deadline_from_env())
 finished = result.finished
 
 # %% [markdown]

@@ -510,3 +510,26 @@ def export(result: StageResult, preset: Preset, run: RunDir) -> pathlib.Path:
     return models.export_merged(result.policy, preset.model, preset.lora,
                                 run.stage(result.stage) / "merged",
                                 result.model_dir / "tokenizer.model")
+
+
+def train_or_load(preset: Preset, run: RunDir, stage: str, *, retrain: bool = False,
+                  deadline: float | None = None) -> StageResult:
+    """Train ``stage`` (resuming if it was interrupted), or load it if it already finished.
+
+    What a notebook cell wants: re-running a finished notebook loads its adapters instead
+    of training again or failing; ``retrain=True`` trains from scratch.
+    """
+    trainers = {"sft": train_sft, "dpo": train_dpo, "grpo": train_grpo}
+    if stage not in trainers:
+        raise ValueError(f"unknown training stage {stage!r}; stages: {list(trainers)}")
+    if run.is_finished(stage) and not retrain:
+        info = run.finished_info(stage)
+        print(f"{stage} of run {run.name!r} already finished ({info.get('steps')} steps, "
+              f"{info.get('finished_at')}): loading its adapters instead of training "
+              "(retrain=True trains again)")
+        _, policy, tok, model_dir = load_policy(preset, run, stage, None)
+        return StageResult(stage, info.get("steps", 0), True, info.get("started_from"), 0.0, {},
+                           policy, tok, model_dir)
+    result = trainers[stage](preset, run, deadline=deadline, overwrite=retrain)
+    print(result.summary())
+    return result

@@ -163,3 +163,12 @@ def test_merged_export_matches_the_lora_model(pipeline, preset, tmp_path):
 
     want = forward(results["grpo"].policy, TOKENS)
     np.testing.assert_allclose(forward(models.load_model(out, preset.model), TOKENS), want, atol=1e-4)
+
+
+def test_train_or_load_loads_a_finished_stage(pipeline, preset):
+    run, _, _, results = pipeline
+    loaded = train.train_or_load(preset, run, "dpo")
+    assert loaded.finished and loaded.steps == preset.dpo.max_steps and loaded.started_from == "sft"
+    assert changed(models.lora_params(results["dpo"].policy), models.lora_params(loaded.policy)) == 0
+    with pytest.raises(ValueError, match="unknown training stage 'ppo'"):
+        train.train_or_load(preset, run, "ppo")
