@@ -302,10 +302,9 @@ def log_compiles(run: RunDir, stage: str, counter: compiles.CompileCounter,
     if summary["after_warmup"]:
         print(f"{stage}: {summary['after_warmup']} XLA compilation(s) after the first step: "
               f"{summary['names_after_warmup']} (a batch shape changed?)")
-    with open(run.stage(stage) / "metrics.jsonl", "a") as f:
-        for key in ("total", "after_warmup"):
-            f.write(json.dumps({"event": f"compiles/{key}", "step": step,
-                                "value": float(summary[key] or 0)}) + "\n")
+    for key in ("total", "after_warmup"):
+        run.append_metrics(stage, {"event": f"compiles/{key}", "step": step,
+                                   "value": float(summary[key] or 0)})
     return summary
 
 
