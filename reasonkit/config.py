@@ -230,6 +230,10 @@ class GRPOConfig(TrainConfig):
     num_generations: int = 4
     num_iterations: int = 1
     beta: float = 0.04  # KL weight
+    # Tunix 0.1.7 defaults to "kl" (logp - ref_logp), whose gradient is grad logp whatever
+    # the reference is; "low_var_kl" (the GRPO paper's k3 estimator) actually pulls
+    # towards the reference.
+    kl_loss_mode: str = "low_var_kl"  # "low_var_kl" | "kl" | "mse_kl"
     epsilon: float = 0.2
     max_prompt_length: int = 128
     max_generation_length: int = 128
@@ -249,6 +253,9 @@ class GRPOConfig(TrainConfig):
                   "max_generation_length", "temperature", "top_k")
         if self.beta < 0:
             _fail("GRPOConfig", "beta", self.beta, "must be >= 0")
+        if self.kl_loss_mode not in ("low_var_kl", "kl", "mse_kl"):
+            _fail("GRPOConfig", "kl_loss_mode", self.kl_loss_mode,
+                  "must be one of 'low_var_kl', 'kl', 'mse_kl'")
         _fraction(self, "top_p")
 
 

@@ -451,9 +451,10 @@ def grpo_algorithm(preset: Preset):
         return dapo_learner.DAPOLearner, dapo_learner.DAPOConfig(
             **common, overlong_buffer={"enable": False})
     if cfg.loss == "dr-grpo":  # no length / std normalisation
-        return drgrpo_learner.DrGRPOLearner, drgrpo_learner.DrGRPOConfig(**common, beta=cfg.beta)
-    return grpo_learner.GRPOLearner, grpo_learner.GRPOConfig(**common, beta=cfg.beta,
-                                                             loss_algo=cfg.loss)
+        return drgrpo_learner.DrGRPOLearner, drgrpo_learner.DrGRPOConfig(
+            **common, beta=cfg.beta, kl_loss_mode=cfg.kl_loss_mode)
+    return grpo_learner.GRPOLearner, grpo_learner.GRPOConfig(
+        **common, beta=cfg.beta, kl_loss_mode=cfg.kl_loss_mode, loss_algo=cfg.loss)
 
 
 def train_grpo(preset: Preset, run: RunDir, *, deadline: float | None = None,

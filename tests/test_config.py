@@ -58,6 +58,7 @@ def test_auto_on_this_cpu_is_tiny():
     (lambda: SFTConfig(warmup_ratio=1.5), "warmup_ratio", "1.5"),
     (lambda: GRPOConfig(num_generations=1), "num_generations", "1"),
     (lambda: GRPOConfig(loss="ppo"), "loss", "'ppo'"),
+    (lambda: GRPOConfig(kl_loss_mode="k2"), "kl_loss_mode", "'k2'"),
     (lambda: DataConfig(domain_weights={"poetry": 1.0}), "domain_weights", "poetry"),
     (lambda: DataConfig(domain_weights={"math": 0.0}), "domain_weights", "positive"),
     (lambda: dataclasses.replace(get_preset("tiny").model, num_kv_heads=3), "num_kv_heads", "3"),

@@ -2,6 +2,8 @@
 
 import time
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -147,6 +149,23 @@ def test_grpo_loss_variants_are_selectable(preset):
         learner, algo = train.grpo_algorithm(preset.replace(**{"grpo.loss": loss}))
         assert learner is cls and algo.num_generations == preset.grpo.num_generations
     assert train.grpo_algorithm(preset.replace(**{"grpo.loss": "gspo-token"}))[1].loss_algo == "gspo-token"
+
+
+def test_grpo_kl_term_pulls_towards_the_reference(preset):
+    """Tunix's default "kl" estimator has a gradient that ignores the reference; ours does not."""
+    from tunix.rl import common
+
+    for loss in ("grpo", "dr-grpo"):
+        assert train.grpo_algorithm(preset.replace(**{"grpo.loss": loss}))[1].kl_loss_mode == "low_var_kl"
+    logp = jnp.array([-1.0, -2.0, -0.5])
+
+    def grad(mode, ref):
+        return jax.grad(lambda x: common.compute_kl_divergence(x, ref, mode).sum())(logp)
+
+    near, far = logp + 0.01, logp - 1.0
+    assert jnp.allclose(grad("kl", near), grad("kl", far))  # why we do not use Tunix's default
+    assert not jnp.allclose(grad("low_var_kl", near), grad("low_var_kl", far))
+    assert jnp.allclose(grad("low_var_kl", logp), 0.0)  # no pull at the reference itself
 
 
 def test_schedule_warms_up_then_decays():
