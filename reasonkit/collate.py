@@ -600,8 +600,10 @@ class GRPOCollator:
     columns ride along and reach reward functions as keyword arguments. Strings are
     fine here: Tunix tokenizes prompts outside jit. Values must be scalars (a list
     value would become a nested array that Tunix flattens out of line). With a
-    ``tokenizer`` and ``max_prompt_length``, longer prompts are dropped and counted.
-    Rows are never padded (a filler prompt would be rolled out and rewarded).
+    ``tokenizer`` and ``max_prompt_length``, longer prompts are dropped and counted,
+    and the stats' token counts measure prompt padding (the rollout pads every prompt
+    to ``max_prompt_length``; without a tokenizer they stay 0). Rows are never padded
+    (a filler prompt would be rolled out and rewarded).
 
     >>> collator = GRPOCollator()
     >>> batch = collator([{"prompts": "2+2?", "answer": "4", "domain": "math"},
@@ -662,6 +664,9 @@ class GRPOCollator:
             if value.shape != (len(rows),):
                 raise ValueError(f"column {key!r} has shape {value.shape}, not ({len(rows)},)")
         self.stats.kept += len(rows)
+        if self.tokenizer is not None:  # Tunix left-pads every prompt to max_prompt_length
+            self.stats.real_tokens += sum(len(self.tokenizer.encode(r["prompts"])) for r in rows)
+            self.stats.computed_tokens += len(rows) * self.max_prompt_length
         return batch
 
     def __call__(self, examples: Iterable[Any], *,

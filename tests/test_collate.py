@@ -244,6 +244,8 @@ def test_grpo_drops_long_prompts_and_refuses_nested_or_padded_batches():
     c = GRPOCollator(tokenizer=CharTokenizer(), max_prompt_length=4)
     batch = c([{"prompts": "abcd", "answer": "1"}, {"prompts": "abcde", "answer": "2"}])
     assert batch["answer"].tolist() == ["1"] and c.stats.dropped_too_long == 1
+    c([{"prompts": "ab", "answer": "3"}])  # prompt padding: (4 + 2) real of 2 * 4 slots
+    assert (c.stats.real_tokens, c.stats.computed_tokens, c.stats.padding_efficiency) == (6, 8, 0.75)
     with pytest.raises(TypeError, match="example 0: column 'answer' is a list"):
         GRPOCollator()([{"prompts": "x", "answer": ["1", "one"]}])
     with pytest.raises(ValueError, match="no 'answer' key"):
