@@ -57,7 +57,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from IPython.display import Markdown, display
 
-from reasonkit import data, evaluate, hardware, mesh, models, train
+from reasonkit import data, evaluate, hardware, mesh, train
 from reasonkit.config import get_preset
 from reasonkit.runs import RunDir
 
@@ -126,14 +126,7 @@ EXAMPLES = [next(r for r in splits.eval if r["domain"] == d)
 
 def complete(model, label: str) -> list[dict]:
     """Greedy completions of EXAMPLES, printed and scored."""
-    sampler = evaluate.make_sampler(model, tok, preset.model, preset.eval)
-    prompts = [data.format_prompt(r["prompt"]) for r in EXAMPLES]
-    texts = evaluate.generate(sampler, prompts, preset.eval, models.stop_token_ids(tok), desc=label)
-    scores = [dict(evaluate.score(r, t), completion=t) for r, t in zip(EXAMPLES, texts, strict=True)]
-    for r, s in zip(EXAMPLES, scores, strict=True):
-        print(f"--- {label} · {r['domain']}: {r['prompt']!r} (gold {r['answer']!r})")
-        print(f"{s['completion']}\n    format ok: {s['format_ok']}, correct: {s['correct']} ({s['reason']})")
-    return scores
+    return evaluate.show_completions(model, tok, EXAMPLES, preset.model, preset.eval, label)
 
 
 before = complete(model, start.upper())

@@ -194,6 +194,24 @@ def evaluate_model(model, tokenizer, records: Sequence[dict], model_cfg: ModelCo
     return {"stage": stage, "summary": summarize(rows), "rows": rows}
 
 
+def show_completions(model, tokenizer, records: Sequence[dict], model_cfg: ModelConfig,
+                     cfg: EvalConfig, label: str) -> list[dict]:
+    """Greedy completions of a few ``records``, printed with their scores (for notebooks).
+
+    Returns :func:`score`'s row for each record, with its ``completion`` added.
+    """
+    from reasonkit import data, models
+
+    sampler = make_sampler(model, tokenizer, model_cfg, cfg)
+    prompts = [data.format_prompt(r["prompt"]) for r in records]
+    texts = generate(sampler, prompts, cfg, models.stop_token_ids(tokenizer), desc=label)
+    scores = [dict(score(r, t), completion=t) for r, t in zip(records, texts, strict=True)]
+    for r, s in zip(records, scores, strict=True):
+        print(f"--- {label} · {r['domain']}: {r['prompt']!r} (gold {r['answer']!r})")
+        print(f"{s['completion']}\n    format ok: {s['format_ok']}, correct: {s['correct']} ({s['reason']})")
+    return scores
+
+
 def standard_error(p: float, n: int) -> float:
     """Binomial standard error of a rate ``p`` measured on ``n`` prompts."""
     return math.sqrt(max(p * (1 - p), 1e-12) / max(n, 1))

@@ -89,7 +89,7 @@ def test_judge_counts_failures():
     assert evaluate.judge(rows, judge_fn) == {"reasoning": 5.0, "judged": 1, "skipped": 2}
 
 
-def test_evaluate_the_tiny_base_model_for_real():
+def test_evaluate_the_tiny_base_model_for_real(capsys):
     preset = get_preset("tiny", **{"eval.batch_size": 4, "eval.num_samples": 2,
                                    "eval.max_generation_length": 24})
     model, tok, _ = models.load_base(preset.model)
@@ -103,3 +103,7 @@ def test_evaluate_the_tiny_base_model_for_real():
     greedy_only = dataclasses.replace(preset.eval, num_samples=1)
     again = evaluate.evaluate_model(model, tok, records[:4], preset.model, greedy_only)
     assert [r["completion"] for r in again["rows"]] == [r["completion"] for r in rows[:4]]
+    shown = evaluate.show_completions(model, tok, records[:4], preset.model, greedy_only, "base")
+    assert [r["completion"] for r in shown] == [r["completion"] for r in rows[:4]]
+    printed = capsys.readouterr().out
+    assert printed.count("--- base · ") == 4 and f"(gold {records[0]['answer']!r})" in printed
