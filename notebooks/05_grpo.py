@@ -171,6 +171,9 @@ display(Markdown("\n".join(lines)))
 #   base in memory), so the KL starts near 0 and measures how far GRPO alone has moved
 #   the model; `beta` weighs it as a penalty in the loss. A KL that climbs steeply means
 #   the policy is drifting fast, often towards something the rewards over-pay.
+#   We use the `low_var_kl` estimator (`grpo.kl_loss_mode`, the GRPO paper's
+#   `exp(ref - logp) - (ref - logp) - 1`): Tunix 0.1.7's default `kl` is `logp - ref`,
+#   whose gradient does not depend on the reference at all, so it never pulls back.
 # - **The loss variant is one config field**, `grpo.loss`: `"grpo"` (the default),
 #   `"gspo-token"` (GSPO: sequence-level importance ratios), `"dapo"` (no KL term,
 #   asymmetric clipping, token-mean loss) or `"dr-grpo"` (no length or std
