@@ -484,7 +484,10 @@ def tiny_corpus(records: list[dict]) -> list[str]:
 
 
 TINY_ASSET = pathlib.Path(__file__).parent / "assets" / "tiny"
-TINY_STEPS = 600
+TINY_STEPS = 4000
+TINY_DOCS_PER_DOMAIN = 3000  # pretraining documents per domain, before exclusions
+_TINY_TOKENIZER_RECORDS = 600  # per domain: the tokenizer is trained on the first ones
+_TINY_SEQ_LEN = 160  # the longest document is about 150 tokens: none is cut
 
 
 def tiny_key(cfg: ModelConfig, steps: int = TINY_STEPS, seed: int = 0) -> str:
@@ -493,14 +496,33 @@ def tiny_key(cfg: ModelConfig, steps: int = TINY_STEPS, seed: int = 0) -> str:
     return hashlib.sha1(key.encode()).hexdigest()[:10]
 
 
+def tiny_pretraining_records(seed: int = 0) -> tuple[list[dict], int]:
+    """The synthetic records the tiny base is pretrained on, and how many were excluded.
+
+    Every prompt of the tiny preset's own data pool (the records its SFT, DPO, GRPO and
+    evaluation splits are drawn from) is left out, so the base model has never seen an
+    evaluation prompt. Some domains have small prompt spaces: a third of the pool
+    would otherwise appear here.
+    """
+    from reasonkit import tasks
+    from reasonkit.config import get_preset
+
+    pool_cfg = get_preset("tiny").data
+    pool = {data.normalize_prompt(r["prompt"]) for r in tasks.generate_all(
+        pool_cfg.num_records, seed=pool_cfg.seed, difficulty=pool_cfg.difficulty)}
+    records = tasks.generate_all(TINY_DOCS_PER_DOMAIN, seed=10_000 + seed)  # seeds apart from data's
+    kept = [r for r in records if data.normalize_prompt(r["prompt"]) not in pool]
+    return kept, len(records) - len(kept)
+
+
 def build_tiny_checkpoint(cfg: ModelConfig, *, steps: int = TINY_STEPS, seed: int = 0,
                           out_root: str | os.PathLike | None = None, force: bool = False) -> pathlib.Path:
-    """The tiny base model: tokenizer + a short pretraining run, in HF layout.
+    """The tiny base model: tokenizer + a pretraining run, in HF layout.
 
     The repo ships the result for the tiny preset in ``reasonkit/assets/tiny``
-    (rebuild it with ``python -m reasonkit.models``); any other config, step count
-    or seed is built on first use (about a second a step on a 2-core CPU) and
-    cached under ``cache_dir()/tiny-<key>``.
+    (rebuild it with ``python -m reasonkit.models``: about 45 minutes on a 2-core
+    CPU); any other config, step count or seed is built on first use (about 0.5 s a
+    step) and cached under ``cache_dir()/tiny-<key>``.
     """
     from reasonkit import tasks
 
@@ -512,23 +534,24 @@ def build_tiny_checkpoint(cfg: ModelConfig, *, steps: int = TINY_STEPS, seed: in
     out = pathlib.Path(out_root or cache_dir()) / f"tiny-{key}"
     if (out / "model.safetensors").is_file() and not force:
         return out
-    records = tasks.generate_all(600, seed=10_000 + seed)  # disjoint seeds from the data stage
-    docs = tiny_corpus(records)
-    tok_path = train_tokenizer(tasks.corpus_texts(records) + docs, out / "tokenizer",
-                               cfg.vocab_size)
+    tok_records = tasks.generate_all(_TINY_TOKENIZER_RECORDS, seed=10_000 + seed)
+    tok_path = train_tokenizer(tasks.corpus_texts(tok_records) + tiny_corpus(tok_records),
+                               out / "tokenizer", cfg.vocab_size)
     tok = load_tokenizer(tok_path, vocab_size=cfg.vocab_size)
+    records, excluded = tiny_pretraining_records(seed)
+    docs = tiny_corpus(records)
     model = new_model(cfg, seed)
-    losses = pretrain(model, tok, docs, steps=steps, seed=seed)
+    losses = pretrain(model, tok, docs, steps=steps, seed=seed, seq_len=_TINY_SEQ_LEN)
     save_hf_checkpoint(model, cfg, out, tok_path)
     (out / "tokenizer.vocab").unlink(missing_ok=True)
     (out / "pretrain.json").write_text(json.dumps(
         {"key": key, "steps": steps, "seed": seed, "first_loss": losses[0],
          "final_loss": losses[-1], "documents": len(docs),
-         "loss_every_50": losses[::50]}, indent=2))
+         "excluded_pool_prompts": excluded, "loss_every_50": losses[::50]}, indent=2))
     return out
 
 
-_TINY_VERSION = 1  # bump when the tiny recipe changes, so caches rebuild
+_TINY_VERSION = 2  # bump when the tiny recipe changes, so caches rebuild
 
 
 def pretrain(model: nnx.Module, tok: spm.SentencePieceProcessor, docs: list[str], *,
@@ -564,11 +587,16 @@ def pretrain(model: nnx.Module, tok: spm.SentencePieceProcessor, docs: list[str]
         optimizer.update(model, grads)
         return loss
 
+    from tqdm.auto import tqdm
+
     rng = np.random.default_rng(seed)
     losses = []
-    for _ in range(steps):
+    bar = tqdm(range(steps), desc="pretrain", leave=False, mininterval=5)
+    for i in bar:
         batch = tokens[rng.integers(0, len(tokens), batch_size)]
         losses.append(float(step(model, optimizer, jnp.asarray(batch))))
+        if i % 50 == 0:
+            bar.set_postfix(loss=f"{losses[-1]:.3f}")
     return losses
 
 

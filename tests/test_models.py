@@ -11,7 +11,7 @@ import pytest
 from flax import nnx
 from safetensors.numpy import save_file
 
-from reasonkit import data, masks, models
+from reasonkit import data, masks, models, tasks
 from reasonkit.config import LoraConfig, ModelConfig, get_preset
 
 G3 = ModelConfig(family="gemma3", source="unused", num_layers=2, vocab_size=512, embed_dim=32,
@@ -244,6 +244,16 @@ def test_shipped_tiny_base_model_is_the_current_recipe(tiny_dir):
     assert model.num_embed == tok.GetPieceSize() == cfg.vocab_size
     for sym in data.SPECIAL_TOKENS:  # tags and turn markers are single pieces
         assert tok.EncodeAsPieces(sym) == [sym]
+
+
+def test_tiny_pretraining_never_sees_the_presets_data_pool():
+    records, excluded = models.tiny_pretraining_records()
+    cfg = get_preset("tiny").data
+    pool = {data.normalize_prompt(r["prompt"])
+            for r in tasks.generate_all(cfg.num_records, seed=cfg.seed, difficulty=cfg.difficulty)}
+    seen = {data.normalize_prompt(r["prompt"]) for r in records}
+    assert excluded > 0 and not pool & seen
+    assert len(records) + excluded == 6 * models.TINY_DOCS_PER_DOMAIN
 
 
 def test_tiny_build_script_runs_and_is_deterministic(tmp_path):
