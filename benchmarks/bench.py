@@ -258,11 +258,14 @@ def rollout_throughput(preset, lengths, batch: int, max_new: int, vocab: int) ->
         once(0)
     with compiles.CompileCounter() as again:
         seconds, out = once(1)
+    with compiles.CompileCounter() as third:  # steady state: nothing may compile here
+        once(2)
     generated = int(sum(len(t) for t in out.tokens))
     return {"batch": batch, "max_new_tokens": max_new, "seconds": seconds,
             "generated_tokens": generated, "generated_tokens_per_s": generated / seconds,
             "decode_slots_per_s": batch * max_new / seconds,
-            "compiles_first_call": warm.count, "compiles_after_warmup": again.count}
+            "compiles_first_call": warm.count, "compiles_after_warmup": again.count,
+            "names_after_warmup": again.names, "compiles_third_call": third.count}
 
 
 # --- report -------------------------------------------------------------------------------
@@ -301,7 +304,8 @@ def table(r: dict[str, Any]) -> str:
     lines += ["", f"(e) rollout: {e['generated_tokens_per_s']:.0f} generated tokens/s "
               f"({e['generated_tokens']} tokens, batch {e['batch']}, up to {e['max_new_tokens']} "
               f"new tokens, {e['decode_slots_per_s']:.0f} decode slots/s; "
-              f"{e['compiles_after_warmup']} compiles after warm-up)"]
+              f"compiles after warm-up: {e['compiles_after_warmup']} on the second call "
+              f"{e.get('names_after_warmup', [])}, {e.get('compiles_third_call', '?')} on the third)"]
     return "\n".join(lines)
 
 
@@ -310,12 +314,18 @@ def main(argv=None) -> dict[str, Any]:
     ap.add_argument("--quick", action="store_true", help="smoke run: fewer steps, one round")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results.json"))
     ap.add_argument("--skip-stages", action="store_true", help="skip (c)'s pipeline run")
+    ap.add_argument("--max-length", type=int, default=1024,
+                    help="SFT row length (the Gemma presets' max_target_length is 1024); the "
+                         "batch keeps 4096 token slots per step")
     args = ap.parse_args(argv)
+    if args.max_length < 64:
+        ap.error(f"--max-length {args.max_length}: must be at least 64")
     t0 = time.time()
     preset = get_preset("tiny")
     vocab = preset.model.vocab_size
-    max_length, batch = (256, 4) if args.quick else (512, 8)
-    lengths = gsm8k_like_lengths(4000, max_length=max_length if args.quick else 512)
+    max_length = 256 if args.quick else args.max_length
+    batch = max(1, 4096 // max_length) if not args.quick else 4
+    lengths = gsm8k_like_lengths(4000, max_length=512 if args.quick else max_length)
     if args.quick:  # same shape of distribution, halved, so it fits 256
         lengths = [(max(4, p // 2), max(2, c // 2)) for p, c in lengths]
     pairs = synth_pairs(lengths, vocab)
