@@ -305,7 +305,7 @@ def table(r: dict[str, Any]) -> str:
               f"({e['generated_tokens']} tokens, batch {e['batch']}, up to {e['max_new_tokens']} "
               f"new tokens, {e['decode_slots_per_s']:.0f} decode slots/s; "
               f"compiles after warm-up: {e['compiles_after_warmup']} on the second call "
-              f"{e.get('names_after_warmup', [])}, {e.get('compiles_third_call', '?')} on the third)"]
+              f"{e['names_after_warmup']}, {e['compiles_third_call']} on the third)"]
     return "\n".join(lines)
 
 

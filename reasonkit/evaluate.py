@@ -198,18 +198,19 @@ def show_completions(model, tokenizer, records: Sequence[dict], model_cfg: Model
                      cfg: EvalConfig, label: str) -> list[dict]:
     """Greedy completions of a few ``records``, printed with their scores (for notebooks).
 
-    Returns :func:`score`'s row for each record, with its ``completion`` added.
+    Returns the rows :func:`score_stage` builds for them (greedy only).
     """
     from reasonkit import data, models
 
     sampler = make_sampler(model, tokenizer, model_cfg, cfg)
     prompts = [data.format_prompt(r["prompt"]) for r in records]
     texts = generate(sampler, prompts, cfg, models.stop_token_ids(tokenizer), desc=label)
-    scores = [dict(score(r, t), completion=t) for r, t in zip(records, texts, strict=True)]
-    for r, s in zip(records, scores, strict=True):
-        print(f"--- {label} · {r['domain']}: {r['prompt']!r} (gold {r['answer']!r})")
-        print(f"{s['completion']}\n    format ok: {s['format_ok']}, correct: {s['correct']} ({s['reason']})")
-    return scores
+    rows = score_stage(records, texts, [[] for _ in records])
+    for row in rows:
+        print(f"--- {label} · {row['domain']}: {row['prompt']!r} (gold {row['gold']!r})")
+        print(f"{row['completion']}\n    format ok: {row['format_ok']}, correct: {row['correct']} "
+              f"({row['reason']})")
+    return rows
 
 
 def standard_error(p: float, n: int) -> float:
