@@ -62,11 +62,19 @@ def generate(sampler, prompts: Sequence[str], cfg: EvalConfig, stop_ids: Sequenc
 
     # top_p must be set for Tunix to sample: top_k alone silently decodes greedily.
     kw = dict(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k) if sample else {}
-    order, sizes = list(range(len(prompts))), None
+    order = list(range(len(prompts)))
+    sizes = [len(sampler.tokenizer.encode(p)) + 1 for p in prompts]  # + BOS
+    too_long = [j for j, n in enumerate(sizes) if n > cfg.max_prompt_length]
+    if too_long:
+        j = too_long[0]
+        raise ValueError(
+            f"{len(too_long)} of {len(prompts)} prompts are longer than "
+            f"eval.max_prompt_length={cfg.max_prompt_length} tokens (BOS included); the "
+            f"first, prompt {j}, has {sizes[j]} and ends {prompts[j][-80:]!r}. Drop them (the data "
+            "splits do, see data.stage_limits) or raise max_prompt_length")
     if cfg.buckets > 1:
         from reasonkit.collate import bucket_lengths
 
-        sizes = [len(sampler.tokenizer.encode(p)) + 1 for p in prompts]  # + BOS
         order.sort(key=lambda j: sizes[j])
         buckets = bucket_lengths(cfg.max_prompt_length, cfg.buckets)
     out: list[str] = [""] * len(prompts)
@@ -77,7 +85,7 @@ def generate(sampler, prompts: Sequence[str], cfg: EvalConfig, stop_ids: Sequenc
         n = len(batch)
         batch += [batch[-1]] * (cfg.batch_size - n)
         length = cfg.max_prompt_length
-        if sizes is not None:
+        if cfg.buckets > 1:
             longest = max(sizes[j] for j in index)
             length = next((b for b in buckets if b >= longest), cfg.max_prompt_length)
         result = sampler(batch, max_generation_steps=cfg.max_generation_length,

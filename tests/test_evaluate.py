@@ -107,3 +107,10 @@ def test_evaluate_the_tiny_base_model_for_real(capsys):
     assert [r["completion"] for r in shown] == [r["completion"] for r in rows[:4]]
     printed = capsys.readouterr().out
     assert printed.count("--- base · ") == 4 and f"(gold {records[0]['answer']!r})" in printed
+    # A prompt over eval.max_prompt_length is refused up front, by position and text,
+    # instead of Tunix's cache-size error halfway through the run.
+    short = dataclasses.replace(greedy_only, max_prompt_length=60)  # records 1-3 fit in 60
+    long = {**records[2], "prompt": records[2]["prompt"] + " Why?" * 20}
+    refused = r"1 of 3 prompts .*max_prompt_length=60 .*prompt 1, has \d+ and ends .*Why\?"
+    with pytest.raises(ValueError, match=refused):
+        evaluate.evaluate_model(model, tok, [records[1], long, records[3]], preset.model, short)
