@@ -1,5 +1,8 @@
 """A few real Tunix steps per stage on the tiny model: adapters move, the base does not."""
 
+import dataclasses
+import json
+import re
 import time
 
 import jax
@@ -7,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from reasonkit import data, models, train
+from reasonkit import data, evaluate, models, train
 from reasonkit.config import SFTConfig, get_preset
 from reasonkit.runs import RunDir
 
@@ -149,6 +152,53 @@ def test_grpo_loss_variants_are_selectable(preset):
         learner, algo = train.grpo_algorithm(preset.replace(**{"grpo.loss": loss}))
         assert learner is cls and algo.num_generations == preset.grpo.num_generations
     assert train.grpo_algorithm(preset.replace(**{"grpo.loss": "gspo-token"}))[1].loss_algo == "gspo-token"
+
+
+def says_gold(prompts, completions, answer, **kwargs):
+    """1 when the row's own gold number appears anywhere in the completion (tags or not)."""
+    return [float(re.search(rf"(?<!\d){re.escape(g)}(?!\d)", c) is not None)
+            for c, g in zip(completions, answer, strict=True)]
+
+
+def test_grpo_climbs_a_verifiable_reward(tmp_path, preset):
+    """Not just "the adapters moved": GRPO makes rewarded answers more likely.
+
+    Four prompts the barely fine-tuned base answers right about half the time when
+    sampling; a reward that checks each row's own gold answer (so it also catches
+    answers that reach the reward misaligned with their completions). Twelve steps take
+    the sampled hit rate from about 0.5 to about 0.9 here.
+    """
+    questions = {"How many km are in 9000 m?": "9", "How many kg are in 5000 g?": "5",
+                 "A sled has a mass of 8 g and a volume of 4 cm3. What is its density in g/cm3?": "2",
+                 "A bus goes 27 m in 9 s. What is its speed in m/s?": "3"}
+    preset = preset.replace(**{"grpo.max_steps": 12, "grpo.checkpoint_every": 12,
+                               "grpo.batch_size": 4, "grpo.num_generations": 8,
+                               "grpo.learning_rate": 3e-3, "grpo.warmup_ratio": 0.0,
+                               "grpo.max_generation_length": 32})
+    run = make_run(tmp_path, "climb", preset)
+    rows = [{"id": f"q{i}", "domain": "science", "source": "test", "prompt": q, "reasoning": "",
+             "answer": a} for i, (q, a) in enumerate(questions.items())]
+    (run.stage("data") / "grpo.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    train.train_sft(preset, run)  # GRPO starts from a finished SFT stage; 4 steps barely move it
+    sampling = dataclasses.replace(preset.eval, batch_size=16, max_generation_length=32,
+                                   temperature=0.9)
+
+    def hit_rate(model, tok):
+        sampler = evaluate.make_sampler(model, tok, preset.model, sampling)
+        hits = []
+        for q, gold in questions.items():
+            out = evaluate.generate(sampler, [data.format_prompt(q)] * 16, sampling,
+                                    models.stop_token_ids(tok), sample=True, seed=7)
+            hits += says_gold(None, out, [gold] * 16)
+        return float(np.mean(hits))
+
+    _, before_model, tok, _ = train.load_policy(preset, run, "sft", None)
+    before = hit_rate(before_model, tok)
+    after = hit_rate(train.train_grpo(preset, run, reward_fns=[says_gold]).policy, tok)
+    curve = train.read_metrics(run, "grpo")["rewards/train/says_gold"][1]
+    assert 0.2 < before < 0.8, before  # room to climb, and something to reinforce
+    assert after > before + 0.2, (before, after, curve)
+    assert np.mean(curve[-4:]) > np.mean(curve[:4]), curve
 
 
 def test_grpo_kl_term_pulls_towards_the_reference(preset):
