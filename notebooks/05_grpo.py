@@ -262,3 +262,6 @@ else:
 #   `rewards.multi_domain` for the non-math domains.
 # - Larger groups (`grpo.num_generations`) give steadier advantages; more steps let the
 #   accuracy reward move, not only the format ones.
+# - Expect little on `tiny`: a million-parameter model learns its training prompts under
+#   GRPO but does not carry that to new ones in minutes of CPU (README, "What the tiny
+#   preset shows").
