@@ -55,7 +55,7 @@ from reasonkit.config import get_preset
 from reasonkit.runs import RunDir
 
 mesh.init_distributed()  # a no-op on one host; joins the pod on several
-preset = get_preset()  # $REASONKIT_PRESET, default "tiny"; "auto" picks from the hardware
+preset = get_preset()  # $REASONKIT_PRESET ("auto": from the hardware), $REASONKIT_OVERRIDES
 run = RunDir.create()
 print(f"preset {preset.name!r}: {preset.description}")
 print(f"outputs go to {run.path}")

@@ -52,7 +52,7 @@ from reasonkit import data, models
 from reasonkit.config import DOMAINS, get_preset
 from reasonkit.runs import RunDir
 
-preset = get_preset()  # $REASONKIT_PRESET, default "tiny"
+preset = get_preset()  # $REASONKIT_PRESET (default "tiny"), then $REASONKIT_OVERRIDES
 run = RunDir.create()
 print(f"preset {preset.name!r}: {preset.description}")
 print(f"sources {preset.data.sources}, outputs go to {run.stage('data')}")

@@ -61,7 +61,7 @@ from reasonkit.config import get_preset
 from reasonkit.runs import RunDir
 
 mesh.init_distributed()  # a no-op on one host; joins the pod on several
-preset = get_preset()  # $REASONKIT_PRESET, default "tiny"
+preset = get_preset()  # $REASONKIT_PRESET (default "tiny"), then $REASONKIT_OVERRIDES
 run = RunDir.create()
 splits, _ = data.read_splits(run.require("data"))  # raises if 02 has not run: says so
 print(f"preset {preset.name!r}: {preset.description}")
@@ -70,7 +70,8 @@ print(f"run {run.path}: {len(splits.sft)} SFT records; SFT starts from the base 
 # %% [markdown]
 # ## The stage's settings
 # Everything SFT uses comes from `preset.sft`; change a field with
-# `get_preset(name, **{"sft.max_steps": 500})`. The memory line is the same estimate as
+# `get_preset(name, **{"sft.max_steps": 500})`, or without editing a cell with
+# `REASONKIT_OVERRIDES='{"sft.max_steps": 500}'` in the environment. The memory line is the same estimate as
 # in `01_hardware_check`: if it says *does not fit*, that notebook says what to change.
 
 # %%

@@ -63,7 +63,7 @@ from reasonkit.config import get_preset
 from reasonkit.runs import RunDir
 
 mesh.init_distributed()  # a no-op on one host; joins the pod on several
-preset = get_preset()  # $REASONKIT_PRESET, default "tiny"
+preset = get_preset()  # $REASONKIT_PRESET (default "tiny"), then $REASONKIT_OVERRIDES
 run = RunDir.create()
 splits, _ = data.read_splits(run.require("data"))  # raises if 02 has not run: says so
 start = train.start_from(run, "grpo")  # DPO's adapters, else SFT's; raises if neither finished

@@ -64,7 +64,7 @@ from reasonkit.config import get_preset
 from reasonkit.runs import NOTEBOOK_OF, RunDir
 
 mesh.init_distributed()  # a no-op on one host; joins the pod on several
-preset = get_preset()  # $REASONKIT_PRESET, default "tiny"
+preset = get_preset()  # $REASONKIT_PRESET (default "tiny"), then $REASONKIT_OVERRIDES
 run = RunDir.create()
 splits, _ = data.read_splits(run.require("data"))
 print(f"preset {preset.name!r}: {preset.description}")

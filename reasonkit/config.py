@@ -3,7 +3,8 @@
 A preset is everything one run of the notebook series needs: the model, LoRA,
 the mesh of each stage, the data mix and each stage's hyperparameters. Pick one
 by name, by the ``REASONKIT_PRESET`` environment variable, or with ``"auto"``,
-which looks at the accelerator JAX sees.
+which looks at the accelerator JAX sees. ``REASONKIT_OVERRIDES`` (a JSON object of
+:meth:`Preset.replace` keys) changes fields of that preset without editing a cell.
 
 >>> p = get_preset("tiny")
 >>> p.model.family, p.lora.rank, p.sft.mesh.axis_names
@@ -447,11 +448,38 @@ def auto_preset_name(platform: str, device_kind: str, device_count: int) -> str:
     return "gemma3-270m"
 
 
+def env_overrides() -> dict[str, Any]:
+    """``$REASONKIT_OVERRIDES`` as :meth:`Preset.replace` keys; ``{}`` when unset or empty.
+
+    A JSON object, e.g. ``{"grpo.max_steps": 300, "grpo.learning_rate": 5e-4}``; JSON
+    lists become tuples (``{"grpo.mesh.shape": [1, 1]}``).
+    """
+    import json
+
+    text = os.environ.get("REASONKIT_OVERRIDES", "").strip()
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"REASONKIT_OVERRIDES is not valid JSON ({e}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise ValueError("REASONKIT_OVERRIDES must be a JSON object of preset fields, e.g. "
+                         f'{{"grpo.max_steps": 300}}; got {text!r}')
+
+    def tuples(v: Any) -> Any:
+        return tuple(tuples(x) for x in v) if isinstance(v, list) else v
+
+    return {key: tuples(v) for key, v in value.items()}
+
+
 def get_preset(name: str | None = None, **overrides: Any) -> Preset:
     """A preset by name; ``None`` reads ``REASONKIT_PRESET`` (default ``"tiny"``).
 
     ``"auto"`` picks from the devices JAX sees. Keyword overrides use
     :meth:`Preset.replace` keys, e.g. ``get_preset("tiny", **{"sft.max_steps": 5})``.
+    With ``name=None`` the ``REASONKIT_OVERRIDES`` environment variable
+    (:func:`env_overrides`) applies too, before the keyword overrides.
 
     >>> get_preset("gemma9")
     Traceback (most recent call last):
@@ -460,6 +488,7 @@ def get_preset(name: str | None = None, **overrides: Any) -> Preset:
     """
     if name is None:
         name = os.environ.get("REASONKIT_PRESET", "tiny") or "tiny"
+        overrides = {**env_overrides(), **overrides}
     if name == "auto":
         import jax
 
@@ -469,4 +498,9 @@ def get_preset(name: str | None = None, **overrides: Any) -> Preset:
         known = ", ".join(sorted([*PRESETS, "auto"]))
         raise ValueError(f"unknown preset {name!r}; known presets: {known}")
     preset = PRESETS[name]()
-    return preset.replace(**overrides) if overrides else preset
+    if not overrides:
+        return preset
+    try:
+        return preset.replace(**overrides)
+    except (ValueError, TypeError) as e:
+        raise type(e)(f"preset {name!r} with overrides {overrides}: {e}") from None

@@ -83,3 +83,28 @@ def test_num_params_matches_gemma3_1b_order_of_magnitude():
     n = get_preset("gemma3-1b").model.num_params
     assert 0.9e9 < n < 1.1e9
     assert ModelConfig.__dataclass_params__.frozen
+
+
+def test_env_overrides_change_the_env_preset(monkeypatch):
+    monkeypatch.delenv("REASONKIT_PRESET", raising=False)
+    monkeypatch.setenv("REASONKIT_OVERRIDES",
+                       '{"grpo.max_steps": 300, "grpo.learning_rate": 5e-4, "grpo.mesh.shape": [1, 1]}')
+    p = get_preset()
+    assert (p.grpo.max_steps, p.grpo.learning_rate, p.grpo.mesh.shape) == (300, 5e-4, (1, 1))
+    assert get_preset(**{"grpo.max_steps": 7}).grpo.max_steps == 7  # keywords win
+    assert get_preset("tiny").grpo.max_steps == 30  # a preset by name ignores the variable
+    monkeypatch.setenv("REASONKIT_OVERRIDES", "  ")
+    assert get_preset().grpo.max_steps == 30
+
+
+@pytest.mark.parametrize("text, match", [
+    ('{"sft.max_steps": 5,}', r"REASONKIT_OVERRIDES is not valid JSON .*char 20.*max_steps"),
+    ('["sft.max_steps", 5]', "must be a JSON object"),
+    ('{"sft.max_stepz": 5}', r"preset 'tiny' with overrides .*no field 'max_stepz'"),
+    ('{"grpo.num_generations": 1}', r"GRPOConfig.num_generations=1"),
+])
+def test_env_overrides_errors_say_what_and_where(monkeypatch, text, match):
+    monkeypatch.delenv("REASONKIT_PRESET", raising=False)
+    monkeypatch.setenv("REASONKIT_OVERRIDES", text)
+    with pytest.raises(ValueError, match=match):
+        get_preset()
