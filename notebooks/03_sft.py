@@ -71,8 +71,9 @@ print(f"run {run.path}: {len(splits.sft)} SFT records; SFT starts from the base 
 # ## The stage's settings
 # Everything SFT uses comes from `preset.sft`; change a field with
 # `get_preset(name, **{"sft.max_steps": 500})`, or without editing a cell with
-# `REASONKIT_OVERRIDES='{"sft.max_steps": 500}'` in the environment. The memory line is the same estimate as
-# in `01_hardware_check`: if it says *does not fit*, that notebook says what to change.
+# `REASONKIT_OVERRIDES='{"sft.max_steps": 500}'` in the environment. The memory line is
+# the same estimate as in `01_hardware_check`: if it says *does not fit*, that notebook
+# says what to change.
 
 # %%
 for key, value in dataclasses.asdict(preset.sft).items():
