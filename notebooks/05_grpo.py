@@ -264,4 +264,6 @@ else:
 #   accuracy reward move, not only the format ones.
 # - Expect little on `tiny`: a million-parameter model learns its training prompts under
 #   GRPO but does not carry that to new ones in minutes of CPU (README, "What the tiny
-#   preset shows").
+#   preset shows"). To try a longer run, start the kernel with
+#   `REASONKIT_OVERRIDES='{"grpo.max_steps": 300, "grpo.batch_size": 8,
+#   "grpo.num_generations": 8}'` (about 20 minutes here) and set `RETRAIN = True` above.
