@@ -174,6 +174,11 @@ display(Markdown("\n".join(lines)))
 #   We use the `low_var_kl` estimator (`grpo.kl_loss_mode`, the GRPO paper's
 #   `exp(ref - logp) - (ref - logp) - 1`): Tunix 0.1.7's default `kl` is `logp - ref`,
 #   whose gradient does not depend on the reference at all, so it never pulls back.
+# - **Every step samples with fresh noise.** Tunix 0.1.7's sampler falls back to
+#   `PRNGKey(0)` when the rollout config has no seed, so every step would draw the same
+#   random numbers and each group would explore the same few deviations forever.
+#   `train.reseed_rollouts` gives each step its own key from `grpo.seed` and the step
+#   number, so a resumed run still samples what an uninterrupted one would.
 # - **The loss variant is one config field**, `grpo.loss`: `"grpo"` (the default),
 #   `"gspo-token"` (GSPO: sequence-level importance ratios), `"dapo"` (no KL term,
 #   asymmetric clipping, token-mean loss) or `"dr-grpo"` (no length or std

@@ -457,6 +457,26 @@ def grpo_algorithm(preset: Preset):
         **common, beta=cfg.beta, kl_loss_mode=cfg.kl_loss_mode, loss_algo=cfg.loss)
 
 
+def reseed_rollouts(cluster, seed: int) -> None:
+    """Give every rollout its own sampling key, a function of ``(seed, step, call)``.
+
+    Tunix 0.1.7's sampler falls back to ``PRNGKey(0)`` when ``RolloutConfig.seed`` is
+    unset, so every step would draw the same noise for row ``i`` at decoding step ``t``:
+    each group would explore the same few deviations forever. Keys follow the learner's
+    global step, which Tunix restores on resume, so a resumed run samples what an
+    uninterrupted one would.
+    """
+    generate, calls = cluster.rollout.generate, {}
+
+    def reseeded(prompts, rollout_config, **kwargs):
+        step = cluster.global_steps
+        calls[step] = calls.get(step, -1) + 1
+        key = jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(seed), step), calls[step])
+        return generate(prompts, dataclasses.replace(rollout_config, seed=key), **kwargs)
+
+    cluster.rollout.generate = reseeded
+
+
 def train_grpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
                overwrite: bool = False, reward_fns: Sequence[Callable] | None = None) -> StageResult:
     """GRPO from the DPO (or SFT) adapters, KL-regularised towards where it started."""
@@ -490,6 +510,7 @@ def train_grpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
                                                  rl.Role.ROLLOUT: mesh},
                                    rollout_engine="vanilla", offload_to_cpu=False,
                                    training_config=training, rollout_config=rollout))
+        reseed_rollouts(cluster, cfg.seed)
         learner_cls, algo = grpo_algorithm(preset)
         learner = learner_cls(rl_cluster=cluster, reward_fns=list(reward_fns or reward_functions(preset)),
                               algo_config=algo)

@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import re
+import shutil
 import time
 
 import jax
@@ -129,6 +130,33 @@ def test_resume_after_a_crash_ends_like_an_uninterrupted_run(tmp_path, preset, m
     assert changed(models.lora_params(whole.policy), models.lora_params(resumed.policy)) < 1e-5
 
 
+def test_grpo_resume_samples_and_ends_like_an_uninterrupted_run(tmp_path, preset, monkeypatch):
+    """GRPO samples fresh noise each step (reseed_rollouts); a resumed run must draw the same."""
+    p = preset.replace(**{"grpo.max_steps": 3})
+    first = make_run(tmp_path, "whole", p)
+    train.train_sft(p, first)
+    run = make_run(tmp_path, "crashed", p)
+    shutil.copytree(first.stage("sft"), run.stage("sft"), dirs_exist_ok=True)
+    whole = train.train_grpo(p, first)
+    real_until = train.until
+
+    def dies_at_step_three(stream, deadline, margin_s=120.0):
+        for i, batch in enumerate(real_until(stream, deadline, margin_s)):
+            if i == 2:
+                raise KeyboardInterrupt("kernel died")
+            yield batch
+
+    monkeypatch.setattr(train, "until", dies_at_step_three)
+    with pytest.raises(KeyboardInterrupt):
+        train.train_grpo(p, run)
+    # The learner fetches a step's batch before the previous step's checkpoint is written.
+    assert not run.is_finished("grpo") and 1 <= train.latest_step(run, "grpo") < 3
+    monkeypatch.setattr(train, "until", real_until)
+    resumed = train.train_grpo(p, run)
+    assert resumed.finished and resumed.steps == 3
+    assert changed(models.lora_params(whole.policy), models.lora_params(resumed.policy)) < 1e-5
+
+
 def test_deadline_stops_the_stream_cleanly(monkeypatch):
     clock = iter(range(0, 1000, 10))  # every call to time.time() advances 10 s
     monkeypatch.setattr(train.time, "time", lambda: next(clock))
@@ -199,6 +227,37 @@ def test_grpo_climbs_a_verifiable_reward(tmp_path, preset):
     assert 0.2 < before < 0.8, before  # room to climb, and something to reinforce
     assert after > before + 0.2, (before, after, curve)
     assert np.mean(curve[-4:]) > np.mean(curve[:4]), curve
+
+
+def test_rollouts_get_a_fresh_key_per_step_and_call_and_the_same_after_resume():
+    """Tunix 0.1.7 samples with PRNGKey(0) whenever RolloutConfig.seed is None."""
+    from tunix.rl.rollout import base_rollout
+
+    class Cluster:  # the two attributes reseed_rollouts touches
+        def __init__(self, step):
+            self.global_steps, self.rollout, self.seen = step, self, []
+
+        def generate(self, prompts, rollout_config, **kwargs):
+            self.seen.append(np.asarray(rollout_config.seed).tolist())  # a raw uint32 key
+            return prompts
+
+    config = base_rollout.RolloutConfig(max_tokens_to_generate=4)
+    assert config.seed is None  # what the fix is for
+    whole = Cluster(0)
+    train.reseed_rollouts(whole, seed=3)
+    for step in range(3):
+        whole.global_steps = step
+        assert whole.rollout.generate(["p"], config) == ["p"]
+        whole.rollout.generate(["q"], config)  # a second micro-batch in the same step
+    assert len({tuple(k) for k in whole.seen}) == 6  # every call draws new noise
+    resumed = Cluster(2)  # a new process that restored step 2
+    train.reseed_rollouts(resumed, seed=3)
+    resumed.rollout.generate(["p"], config)
+    assert resumed.seen[0] == whole.seen[4]
+    other = Cluster(2)
+    train.reseed_rollouts(other, seed=4)
+    other.rollout.generate(["p"], config)
+    assert other.seen[0] != whole.seen[4]  # the preset's seed matters
 
 
 def test_grpo_kl_term_pulls_towards_the_reference(preset):
