@@ -107,20 +107,26 @@ def test_dpo_before_sft_says_which_notebook(tmp_path, preset):
         train.train_dpo(preset, run)
 
 
+def dies_at(batch_index: int):
+    """``train.until`` that raises on the stream's ``batch_index``-th batch, as a dying kernel."""
+    real_until = train.until
+
+    def until(stream, deadline, margin_s=120.0):
+        for i, batch in enumerate(real_until(stream, deadline, margin_s)):
+            if i == batch_index:
+                raise KeyboardInterrupt("kernel died")
+            yield batch
+
+    return until
+
+
 def test_resume_after_a_crash_ends_like_an_uninterrupted_run(tmp_path, preset, monkeypatch):
     p = preset.replace(**{"sft.max_steps": 6, "sft.checkpoint_every": 2})
     whole = train.train_sft(p, make_run(tmp_path, "whole", p))
 
     run = make_run(tmp_path, "crashed", p)
     real_until = train.until
-
-    def dies_after_five(stream, deadline, margin_s=120.0):
-        for i, batch in enumerate(real_until(stream, deadline, margin_s)):
-            if i == 5:
-                raise KeyboardInterrupt("kernel died")  # mid-step 6, last checkpoint at 4
-            yield batch
-
-    monkeypatch.setattr(train, "until", dies_after_five)
+    monkeypatch.setattr(train, "until", dies_at(5))  # mid-step 6, last checkpoint at 4
     with pytest.raises(KeyboardInterrupt):
         train.train_sft(p, run)
     assert not run.is_finished("sft") and train.latest_step(run, "sft") == 4
@@ -139,14 +145,7 @@ def test_grpo_resume_samples_and_ends_like_an_uninterrupted_run(tmp_path, preset
     shutil.copytree(first.stage("sft"), run.stage("sft"), dirs_exist_ok=True)
     whole = train.train_grpo(p, first)
     real_until = train.until
-
-    def dies_at_step_three(stream, deadline, margin_s=120.0):
-        for i, batch in enumerate(real_until(stream, deadline, margin_s)):
-            if i == 2:
-                raise KeyboardInterrupt("kernel died")
-            yield batch
-
-    monkeypatch.setattr(train, "until", dies_at_step_three)
+    monkeypatch.setattr(train, "until", dies_at(2))  # step 3's batch
     with pytest.raises(KeyboardInterrupt):
         train.train_grpo(p, run)
     # The learner fetches a step's batch before the previous step's checkpoint is written.
