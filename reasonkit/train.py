@@ -12,6 +12,7 @@ when DPO was skipped); adapters are restored onto the new stage's mesh.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import json
@@ -308,6 +309,25 @@ def log_compiles(run: RunDir, stage: str, counter: compiles.CompileCounter,
     return summary
 
 
+@contextlib.contextmanager
+def saves_land_on_interrupt(manager) -> Iterator[None]:
+    """If training stops with an exception, let the checkpoint still being written land first.
+
+    Orbax finishes each save in a background thread, and Tunix closes its checkpoint
+    manager only when training ends normally. Without this, an interrupt (the notebook's
+    stop button, a failing step) a moment after a save would drop that save, or lose it
+    when the interpreter exits, and the next run would resume one checkpoint earlier.
+    """
+    try:
+        yield
+    except BaseException as stop:
+        try:
+            manager.close()  # waits for the save in flight
+        except Exception as e:  # noqa: BLE001 - the interrupt is what the caller must see
+            stop.add_note(f"the checkpoint being written when training stopped was lost: {e!r}")
+        raise
+
+
 def _checkpointing(cfg: TrainConfig):
     import orbax.checkpoint as ocp
 
@@ -388,7 +408,7 @@ def train_sft(preset: Preset, run: RunDir, *, deadline: float | None = None,
             checkpoint_root_directory=str(checkpoint_dir(run, "sft")),
             checkpointing_options=_checkpointing(cfg), metrics_logging_options=metrics_options(run, "sft"),
             pbar_description="SFT")).with_gen_model_input_fn(gen_model_input_fn(tok.pad_id()))
-        with compiles.CompileCounter() as counter:
+        with compiles.CompileCounter() as counter, saves_land_on_interrupt(trainer.checkpoint_manager):
             trainer.train(counter.watch(until(train, deadline), skip=trainer.train_steps),
                           list(take(held_out, 2)))
         _detach(trainer.metrics_logger)
@@ -425,7 +445,7 @@ def train_dpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
                 checkpointing_options=_checkpointing(cfg),
                 metrics_logging_options=metrics_options(run, "dpo"),
                 pbar_description=cfg.algorithm.upper()))
-        with compiles.CompileCounter() as counter:
+        with compiles.CompileCounter() as counter, saves_land_on_interrupt(trainer.checkpoint_manager):
             trainer.train(counter.watch(until(train, deadline), skip=trainer.train_steps))
         _detach(trainer.metrics_logger)
         steps = trainer.train_steps
@@ -514,12 +534,12 @@ def train_grpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
         learner_cls, algo = grpo_algorithm(preset)
         learner = learner_cls(rl_cluster=cluster, reward_fns=list(reward_fns or reward_functions(preset)),
                               algo_config=algo)
-        with compiles.CompileCounter() as counter:
-            learner.train(counter.watch(until(train, deadline),
-                                        skip=cluster.actor_trainer.train_steps))
+        actor = cluster.actor_trainer
+        with compiles.CompileCounter() as counter, saves_land_on_interrupt(actor.checkpoint_manager):
+            learner.train(counter.watch(until(train, deadline), skip=actor.train_steps))
         _detach(cluster._rl_metrics_logger)
-        steps = cluster.actor_trainer.train_steps
-        policy = cluster.actor_trainer.model
+        steps = actor.train_steps
+        policy = actor.model
     del tunix
     stats = {"collate": collator.stats.to_dict(),
              "compiles": log_compiles(run, "grpo", counter, steps)}

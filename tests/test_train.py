@@ -120,20 +120,43 @@ def dies_at(batch_index: int):
     return until
 
 
+def slow_saves(monkeypatch, seconds: float) -> None:
+    """Orbax renames a finished save into place ``seconds`` late, in its background thread."""
+    from orbax.checkpoint._src.checkpointers import async_checkpointer
+
+    commit = async_checkpointer._on_commit_callback
+
+    def late(*args, **kwargs):
+        time.sleep(seconds)
+        return commit(*args, **kwargs)
+
+    monkeypatch.setattr(async_checkpointer, "_on_commit_callback", late)
+
+
 def test_resume_after_a_crash_ends_like_an_uninterrupted_run(tmp_path, preset, monkeypatch):
     p = preset.replace(**{"sft.max_steps": 6, "sft.checkpoint_every": 2})
     whole = train.train_sft(p, make_run(tmp_path, "whole", p))
 
     run = make_run(tmp_path, "crashed", p)
-    real_until = train.until
     monkeypatch.setattr(train, "until", dies_at(5))  # mid-step 6, last checkpoint at 4
+    slow_saves(monkeypatch, 3.0)  # step 4's save is still being written when step 6 dies
     with pytest.raises(KeyboardInterrupt):
         train.train_sft(p, run)
     assert not run.is_finished("sft") and train.latest_step(run, "sft") == 4
-    monkeypatch.setattr(train, "until", real_until)
+    monkeypatch.undo()
     resumed = train.train_sft(p, run)
     assert resumed.finished and resumed.steps == 6
     assert changed(models.lora_params(whole.policy), models.lora_params(resumed.policy)) < 1e-5
+
+
+def test_an_interrupt_is_not_hidden_by_a_save_that_fails_to_land():
+    class BrokenDisk:
+        def close(self):
+            raise OSError("disk full")
+
+    with pytest.raises(KeyboardInterrupt) as stop, train.saves_land_on_interrupt(BrokenDisk()):
+        raise KeyboardInterrupt
+    assert "was lost: OSError('disk full')" in stop.value.__notes__[0]
 
 
 def test_grpo_resume_samples_and_ends_like_an_uninterrupted_run(tmp_path, preset, monkeypatch):
