@@ -171,6 +171,8 @@ train.free()
 # - **Session ending?** Set `REASONKIT_DEADLINE_HOURS` (hours from now) and training
 #   stops cleanly before it, with a checkpoint. Run this notebook again to resume from
 #   the last checkpoint: the same batches follow, as if it had never stopped.
+# - **Stopped the cell yourself?** The checkpoint being written when you stopped it is
+#   finished first, so running the notebook again resumes from it.
 # - **Already trained?** A finished stage is not trained again: this notebook loads its
 #   adapters instead. Set `RETRAIN = True` to delete them and train from scratch.
 
