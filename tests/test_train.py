@@ -167,13 +167,12 @@ def test_grpo_resume_samples_and_ends_like_an_uninterrupted_run(tmp_path, preset
     run = make_run(tmp_path, "crashed", p)
     shutil.copytree(first.stage("sft"), run.stage("sft"), dirs_exist_ok=True)
     whole = train.train_grpo(p, first)
-    real_until = train.until
     monkeypatch.setattr(train, "until", dies_at(2))  # step 3's batch
     with pytest.raises(KeyboardInterrupt):
         train.train_grpo(p, run)
     # The learner fetches a step's batch before the previous step's checkpoint is written.
     assert not run.is_finished("grpo") and 1 <= train.latest_step(run, "grpo") < 3
-    monkeypatch.setattr(train, "until", real_until)
+    monkeypatch.undo()
     resumed = train.train_grpo(p, run)
     assert resumed.finished and resumed.steps == 3
     assert changed(models.lora_params(whole.policy), models.lora_params(resumed.policy)) < 1e-5
