@@ -33,10 +33,32 @@ def _positive(obj: Any, *names: str) -> None:
             _fail(type(obj).__name__, name, value, "must be a positive number")
 
 
+def _count(obj: Any, *names: str) -> None:
+    """Fields that count things (steps, sizes, lengths): positive ints, not 3.5 or "3"."""
+    for name in names:
+        value = getattr(obj, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            _fail(type(obj).__name__, name, value, "must be a positive int")
+
+
+def _integer(obj: Any, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if not isinstance(value, int) or isinstance(value, bool):
+            _fail(type(obj).__name__, name, value, "must be an int")
+
+
+def _nonnegative(obj: Any, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+            _fail(type(obj).__name__, name, value, "must be a number >= 0")
+
+
 def _fraction(obj: Any, *names: str) -> None:
     for name in names:
         value = getattr(obj, name)
-        if not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value <= 1:
             _fail(type(obj).__name__, name, value, "must be in [0, 1]")
 
 
@@ -73,8 +95,8 @@ class ModelConfig:
             _fail("ModelConfig", "family", self.family, "must be 'gemma3' or 'gemma2'")
         if not isinstance(self.source, str) or not self.source:
             _fail("ModelConfig", "source", self.source, "must be a non-empty string")
-        _positive(self, "num_layers", "vocab_size", "embed_dim", "hidden_dim",
-                  "num_heads", "head_dim", "num_kv_heads", "sliding_window")
+        _count(self, "num_layers", "vocab_size", "embed_dim", "hidden_dim",
+               "num_heads", "head_dim", "num_kv_heads", "sliding_window")
         if self.num_heads % self.num_kv_heads:
             _fail("ModelConfig", "num_kv_heads", self.num_kv_heads,
                   f"must divide num_heads={self.num_heads}")
@@ -105,9 +127,8 @@ class LoraConfig:
     tile_size: int = 256  # QLoRA quantisation tile
 
     def __post_init__(self):
-        _positive(self, "rank", "alpha", "tile_size")
-        if not isinstance(self.rank, int):
-            _fail("LoraConfig", "rank", self.rank, "must be an int")
+        _count(self, "rank", "tile_size")
+        _positive(self, "alpha")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -151,16 +172,21 @@ class DataConfig:
     def __post_init__(self):
         if not self.sources:
             _fail("DataConfig", "sources", self.sources, "must name at least one source")
+        if not isinstance(self.domain_weights, Mapping):
+            _fail("DataConfig", "domain_weights", self.domain_weights,
+                  "must map domain names to weights, e.g. {\"math\": 2.0}")
         unknown = set(self.domain_weights) - set(DOMAINS)
         if unknown:
             _fail("DataConfig", "domain_weights", dict(self.domain_weights),
                   f"unknown domain(s) {sorted(unknown)}; known: {list(DOMAINS)}")
-        if any(w < 0 for w in self.domain_weights.values()) or sum(
+        if any(not isinstance(w, (int, float)) or isinstance(w, bool) or w < 0
+               for w in self.domain_weights.values()) or sum(
                 self.domain_weights.values()) <= 0:
             _fail("DataConfig", "domain_weights", dict(self.domain_weights),
                   "weights must be >= 0 and sum to a positive number")
-        _positive(self, "num_records", "eval_per_domain", "train_size", "max_repeats",
-                  "difficulty")
+        _count(self, "num_records", "eval_per_domain", "train_size", "max_repeats",
+               "difficulty")
+        _integer(self, "seed")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -179,11 +205,11 @@ class TrainConfig:
     seed: int = 0
 
     def __post_init__(self):
-        _positive(self, "batch_size", "max_steps", "learning_rate", "max_grad_norm",
-                  "checkpoint_every", "log_every")
+        _count(self, "batch_size", "max_steps", "checkpoint_every", "log_every")
+        _positive(self, "learning_rate", "max_grad_norm")
         _fraction(self, "warmup_ratio")
-        if self.weight_decay < 0:
-            _fail(type(self).__name__, "weight_decay", self.weight_decay, "must be >= 0")
+        _nonnegative(self, "weight_decay")
+        _integer(self, "seed")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -196,7 +222,7 @@ class SFTConfig(TrainConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        _positive(self, "max_prompt_length", "max_target_length")
+        _count(self, "max_prompt_length", "max_target_length")
         if not isinstance(self.packing, bool):
             _fail("SFTConfig", "packing", self.packing, "must be a bool")
         if self.max_prompt_length >= self.max_target_length:
@@ -219,7 +245,8 @@ class DPOConfig(TrainConfig):
         super().__post_init__()
         if self.algorithm not in ("dpo", "orpo"):
             _fail("DPOConfig", "algorithm", self.algorithm, "must be 'dpo' or 'orpo'")
-        _positive(self, "beta", "max_prompt_length", "max_response_length")
+        _positive(self, "beta", "lambda_orpo")
+        _count(self, "max_prompt_length", "max_response_length")
         _buckets(self)
 
 
@@ -250,10 +277,9 @@ class GRPOConfig(TrainConfig):
         if not isinstance(self.num_generations, int) or self.num_generations < 2:
             _fail("GRPOConfig", "num_generations", self.num_generations,
                   "must be an int >= 2 (advantages are relative within a group)")
-        _positive(self, "num_iterations", "epsilon", "max_prompt_length",
-                  "max_generation_length", "temperature", "top_k")
-        if self.beta < 0:
-            _fail("GRPOConfig", "beta", self.beta, "must be >= 0")
+        _count(self, "num_iterations", "max_prompt_length", "max_generation_length", "top_k")
+        _positive(self, "epsilon", "temperature")
+        _nonnegative(self, "beta")
         if self.kl_loss_mode not in ("low_var_kl", "kl", "mse_kl"):
             _fail("GRPOConfig", "kl_loss_mode", self.kl_loss_mode,
                   "must be one of 'low_var_kl', 'kl', 'mse_kl'")
@@ -275,8 +301,10 @@ class EvalConfig:
     buckets: int = 1  # prompt length buckets (max, max/2, ...); 1: one prompt length
 
     def __post_init__(self):
-        _positive(self, "batch_size", "max_prompt_length", "max_generation_length",
-                  "num_samples", "temperature", "top_k")
+        _count(self, "batch_size", "max_prompt_length", "max_generation_length",
+               "num_samples", "top_k")
+        _positive(self, "temperature")
+        _integer(self, "seed")
         _fraction(self, "top_p")
         _buckets(self)
 

@@ -5,6 +5,8 @@ import pytest
 from reasonkit import config
 from reasonkit.config import (
     DataConfig,
+    DPOConfig,
+    EvalConfig,
     GRPOConfig,
     LoraConfig,
     MeshConfig,
@@ -63,6 +65,16 @@ def test_auto_on_this_cpu_is_tiny():
     (lambda: DataConfig(domain_weights={"math": 0.0}), "domain_weights", "positive"),
     (lambda: dataclasses.replace(get_preset("tiny").model, num_kv_heads=3), "num_kv_heads", "3"),
     (lambda: dataclasses.replace(get_preset("tiny").model, family="llama"), "family", "llama"),
+    # counts are ints: 3.5 steps or "8" examples would fail far from the cause
+    (lambda: SFTConfig(max_steps=3.5), "max_steps", "3.5"),
+    (lambda: SFTConfig(batch_size="8"), "batch_size", "'8'"),
+    (lambda: DPOConfig(checkpoint_every=0.5), "checkpoint_every", "0.5"),
+    (lambda: DataConfig(train_size=True), "train_size", "True"),
+    (lambda: EvalConfig(num_samples=4.0), "num_samples", "4.0"),
+    (lambda: SFTConfig(seed=1.5), "seed", "1.5"),
+    (lambda: GRPOConfig(beta="0.1"), "beta", "'0.1'"),
+    (lambda: DataConfig(domain_weights=["math"]), "domain_weights", "math"),
+    (lambda: DataConfig(domain_weights={"math": "2"}), "domain_weights", "math"),
 ])
 def test_validation_names_field_and_value(make, field, value):
     with pytest.raises(ValueError, match=rf"\.{field}=.*{value}"):
@@ -102,6 +114,7 @@ def test_env_overrides_change_the_env_preset(monkeypatch):
     ('["sft.max_steps", 5]', "must be a JSON object"),
     ('{"sft.max_stepz": 5}', r"preset 'tiny' with overrides .*no field 'max_stepz'"),
     ('{"grpo.num_generations": 1}', r"GRPOConfig.num_generations=1"),
+    ('{"sft.max_steps": 3.5}', r"SFTConfig.max_steps=3.5: must be a positive int"),
 ])
 def test_env_overrides_errors_say_what_and_where(monkeypatch, text, match):
     monkeypatch.delenv("REASONKIT_PRESET", raising=False)
