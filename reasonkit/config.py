@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 DOMAINS = ("math", "coding", "science", "instruction", "summarization", "general")
 
@@ -26,45 +26,44 @@ def _fail(cls: str, field: str, value: Any, why: str) -> None:
     raise ValueError(f"{cls}.{field}={value!r}: {why}")
 
 
-def _positive(obj: Any, *names: str) -> None:
+def _require(obj: Any, names: tuple[str, ...], ok: Callable[[Any], bool], why: str) -> None:
     for name in names:
         value = getattr(obj, name)
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-            _fail(type(obj).__name__, name, value, "must be a positive number")
+        if not ok(value):
+            _fail(type(obj).__name__, name, value, why)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _positive(obj: Any, *names: str) -> None:
+    _require(obj, names, lambda v: _is_number(v) and v > 0, "must be a positive number")
+
+
+def _nonnegative(obj: Any, *names: str) -> None:
+    _require(obj, names, lambda v: _is_number(v) and v >= 0, "must be a number >= 0")
+
+
+def _fraction(obj: Any, *names: str) -> None:
+    _require(obj, names, lambda v: _is_number(v) and 0 <= v <= 1, "must be in [0, 1]")
 
 
 def _count(obj: Any, *names: str) -> None:
     """Fields that count things (steps, sizes, lengths): positive ints, not 3.5 or "3"."""
-    for name in names:
-        value = getattr(obj, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            _fail(type(obj).__name__, name, value, "must be a positive int")
+    _require(obj, names, lambda v: _is_int(v) and v > 0, "must be a positive int")
 
 
 def _integer(obj: Any, *names: str) -> None:
-    for name in names:
-        value = getattr(obj, name)
-        if not isinstance(value, int) or isinstance(value, bool):
-            _fail(type(obj).__name__, name, value, "must be an int")
-
-
-def _nonnegative(obj: Any, *names: str) -> None:
-    for name in names:
-        value = getattr(obj, name)
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-            _fail(type(obj).__name__, name, value, "must be a number >= 0")
-
-
-def _fraction(obj: Any, *names: str) -> None:
-    for name in names:
-        value = getattr(obj, name)
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value <= 1:
-            _fail(type(obj).__name__, name, value, "must be in [0, 1]")
+    _require(obj, names, _is_int, "must be an int")
 
 
 def _buckets(obj: Any) -> None:
-    if not isinstance(obj.buckets, int) or isinstance(obj.buckets, bool) or not 1 <= obj.buckets <= 8:
-        _fail(type(obj).__name__, "buckets", obj.buckets, "must be an int in [1, 8]")
+    _require(obj, ("buckets",), lambda v: _is_int(v) and 1 <= v <= 8, "must be an int in [1, 8]")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -179,11 +178,10 @@ class DataConfig:
         if unknown:
             _fail("DataConfig", "domain_weights", dict(self.domain_weights),
                   f"unknown domain(s) {sorted(unknown)}; known: {list(DOMAINS)}")
-        if any(not isinstance(w, (int, float)) or isinstance(w, bool) or w < 0
-               for w in self.domain_weights.values()) or sum(
-                self.domain_weights.values()) <= 0:
+        weights = list(self.domain_weights.values())
+        if not all(_is_number(w) and w >= 0 for w in weights) or sum(weights) <= 0:
             _fail("DataConfig", "domain_weights", dict(self.domain_weights),
-                  "weights must be >= 0 and sum to a positive number")
+                  "weights must be numbers >= 0 that sum to a positive number")
         _count(self, "num_records", "eval_per_domain", "train_size", "max_repeats",
                "difficulty")
         _integer(self, "seed")
@@ -274,9 +272,8 @@ class GRPOConfig(TrainConfig):
         if self.loss not in ("grpo", "gspo-token", "dapo", "dr-grpo"):
             _fail("GRPOConfig", "loss", self.loss,
                   "must be one of 'grpo', 'gspo-token', 'dapo', 'dr-grpo'")
-        if not isinstance(self.num_generations, int) or self.num_generations < 2:
-            _fail("GRPOConfig", "num_generations", self.num_generations,
-                  "must be an int >= 2 (advantages are relative within a group)")
+        _require(self, ("num_generations",), lambda v: _is_int(v) and v >= 2,
+                 "must be an int >= 2 (advantages are relative within a group)")
         _count(self, "num_iterations", "max_prompt_length", "max_generation_length", "top_k")
         _positive(self, "epsilon", "temperature")
         _nonnegative(self, "beta")
