@@ -66,6 +66,24 @@ def _buckets(obj: Any) -> None:
     _require(obj, ("buckets",), lambda v: _is_int(v) and 1 <= v <= 8, "must be an int in [1, 8]")
 
 
+def check_weights(weights: Mapping[str, float]) -> dict[str, float]:
+    """Domain weights as a plain dict, or ValueError naming the bad weight.
+
+    >>> check_weights({"math": 2, "cooking": 1})
+    Traceback (most recent call last):
+    ...
+    ValueError: domain_weights['cooking']: unknown domain; known: math, coding, science, ...
+    """
+    for d, w in weights.items():
+        if d not in DOMAINS:
+            raise ValueError(f"domain_weights[{d!r}]: unknown domain; known: {', '.join(DOMAINS)}")
+        if not (_is_number(w) and w >= 0):
+            raise ValueError(f"domain_weights[{d!r}]={w!r}: must be a number >= 0")
+    if not sum(weights.values()) > 0:
+        raise ValueError(f"domain_weights={dict(weights)}: must sum to a positive number")
+    return {d: float(w) for d, w in weights.items()}
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ModelConfig:
     """Which Gemma, where its weights come from, and its shape.
@@ -143,7 +161,7 @@ class MeshConfig:
                   f"needs one entry per axis name {self.axis_names}")
         if sum(1 for s in self.shape if s == -1) > 1:
             _fail("MeshConfig", "shape", self.shape, "at most one entry may be -1")
-        if any((not isinstance(s, int)) or (s < 1 and s != -1) for s in self.shape):
+        if any(not _is_int(s) or (s < 1 and s != -1) for s in self.shape):
             _fail("MeshConfig", "shape", self.shape, "entries must be positive ints or -1")
         if len(set(self.axis_names)) != len(self.axis_names):
             _fail("MeshConfig", "axis_names", self.axis_names, "must be distinct")
@@ -174,14 +192,10 @@ class DataConfig:
         if not isinstance(self.domain_weights, Mapping):
             _fail("DataConfig", "domain_weights", self.domain_weights,
                   "must map domain names to weights, e.g. {\"math\": 2.0}")
-        unknown = set(self.domain_weights) - set(DOMAINS)
-        if unknown:
-            _fail("DataConfig", "domain_weights", dict(self.domain_weights),
-                  f"unknown domain(s) {sorted(unknown)}; known: {list(DOMAINS)}")
-        weights = list(self.domain_weights.values())
-        if not all(_is_number(w) and w >= 0 for w in weights) or sum(weights) <= 0:
-            _fail("DataConfig", "domain_weights", dict(self.domain_weights),
-                  "weights must be numbers >= 0 that sum to a positive number")
+        try:
+            check_weights(self.domain_weights)
+        except ValueError as e:
+            _fail("DataConfig", "domain_weights", dict(self.domain_weights), str(e))
         _count(self, "num_records", "eval_per_domain", "train_size", "max_repeats",
                "difficulty")
         _integer(self, "seed")

@@ -34,7 +34,7 @@ import re
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from reasonkit.config import DOMAINS, DataConfig
+from reasonkit.config import DOMAINS, DataConfig, check_weights  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
     from reasonkit.config import Preset
@@ -742,24 +742,6 @@ def drop_pairs(records: Iterable[dict], drops: Drops) -> list[dict]:
 
 
 # --- rebalancing -----------------------------------------------------------------------
-
-
-def check_weights(weights: Mapping[str, float]) -> dict[str, float]:
-    """Domain weights as a plain dict, or ValueError naming the bad weight.
-
-    >>> check_weights({"math": 2, "cooking": 1})
-    Traceback (most recent call last):
-    ...
-    ValueError: domain_weights['cooking']: unknown domain; known: math, coding, science, ...
-    """
-    for d, w in weights.items():
-        if d not in DOMAINS:
-            raise ValueError(f"domain_weights[{d!r}]: unknown domain; known: {', '.join(DOMAINS)}")
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or not w >= 0:
-            raise ValueError(f"domain_weights[{d!r}]={w!r}: must be a number >= 0")
-    if not sum(weights.values()) > 0:
-        raise ValueError(f"domain_weights={dict(weights)}: must sum to a positive number")
-    return {d: float(w) for d, w in weights.items()}
 
 
 def domain_targets(weights: Mapping[str, float], total: int) -> dict[str, int]:
