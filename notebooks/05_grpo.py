@@ -29,7 +29,7 @@
 # **What you need:** the data splits (`02_dataset_rebalance`) and the DPO adapters
 # (`04_dpo`), or the SFT adapters (`03_sft`) if you skipped DPO, in the same run
 # directory. For Gemma a TPU (Kaggle *TPU v5e-8* / *v3-8*, Colab *v5e-1*): GRPO spends
-# most of its time generating. On a CPU the `tiny` preset trains in a couple of minutes.
+# most of its time generating. On a CPU the `tiny` preset trains in about five minutes.
 
 # %% [markdown]
 # ## Setup
@@ -268,7 +268,7 @@ else:
 # - Larger groups (`grpo.num_generations`) give steadier advantages; more steps let the
 #   accuracy reward move, not only the format ones.
 # - Expect little on `tiny`: a million-parameter model learns its training prompts under
-#   GRPO but does not carry that to new ones in minutes of CPU (README, "What the tiny
-#   preset shows"). To try a longer run, start the kernel with
-#   `REASONKIT_OVERRIDES='{"grpo.max_steps": 300, "grpo.batch_size": 8,
-#   "grpo.num_generations": 8}'` (about 20 minutes here) and set `RETRAIN = True` above.
+#   GRPO but carries little of that to new ones in minutes of CPU: it about wins back what
+#   DPO cost (README, "What the tiny preset shows"). To try a longer run, start the
+#   kernel with `REASONKIT_OVERRIDES='{"grpo.max_steps": 200}'` (about 14 minutes here)
+#   and set `RETRAIN = True` above.
