@@ -34,7 +34,7 @@ import re
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from reasonkit.config import DOMAINS, DataConfig, check_weights  # noqa: F401 (re-exported)
+from reasonkit.config import DOMAINS, DataConfig, check_weights
 
 if TYPE_CHECKING:
     from reasonkit.config import Preset
