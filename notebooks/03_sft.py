@@ -171,10 +171,15 @@ train.free()
 # - **Session ending?** Set `REASONKIT_DEADLINE_HOURS` (hours from now) and training
 #   stops cleanly before it, with a checkpoint. Run this notebook again to resume from
 #   the last checkpoint: the same batches follow, as if it had never stopped.
+# - **Changed a setting in between?** The stage records what its adapters depend on
+#   (model, LoRA, this stage's settings, its data split, where it started) in
+#   `sft/settings.json`. A resume under other settings is refused with the list of what
+#   changed, since it would mix two runs; checkpoint and logging intervals may change.
 # - **Stopped the cell yourself?** The checkpoint being written when you stopped it is
 #   finished first, so running the notebook again resumes from it.
 # - **Already trained?** A finished stage is not trained again: this notebook loads its
-#   adapters instead. Set `RETRAIN = True` to delete them and train from scratch.
+#   adapters instead (with a warning if the settings changed since). Set `RETRAIN = True`
+#   to delete them and train from scratch.
 
 # %%
 RETRAIN = False  # True: delete this run's SFT checkpoints and metrics, and train again
@@ -227,8 +232,8 @@ else:
 # `runs/<run>/sft/` now holds the Orbax checkpoints of the adapters (Tunix's
 # `CheckpointManager` restores them, which is what `04_dpo` does through
 # `train.load_policy(preset, run, "sft", mesh)`), `metrics.jsonl`, TensorBoard logs, the
-# plot, and `finished.json`. A merged Hugging Face model is exported once, at the end of
-# `05_grpo`.
+# plot, `settings.json` and `finished.json`. A merged Hugging Face model is exported
+# once, at the end of `05_grpo`.
 
 # %%
 print(sorted(p.name for p in run.stage("sft").iterdir()))

@@ -15,11 +15,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import hashlib
 import json
 import os
 import pathlib
 import random
 import time
+import warnings
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import jax
@@ -362,6 +364,11 @@ class StageResult:
                 "started_from": self.started_from, "seconds": round(self.seconds, 1), **self.stats}
 
 
+SETTINGS_FILE = "settings.json"
+# How a stage is laid out and logged, not what it learns: free to change on resume.
+_LAYOUT_ONLY = ("mesh", "checkpoint_every", "log_every")
+
+
 def _begin(run: RunDir, stage: str, overwrite: bool) -> None:
     if run.is_finished(stage) and not overwrite:
         info = run.finished_info(stage)
@@ -372,9 +379,56 @@ def _begin(run: RunDir, stage: str, overwrite: bool) -> None:
     if overwrite:
         import shutil
 
-        for name in ("checkpoints", "metrics.jsonl", "tensorboard", "finished.json"):
+        for name in ("checkpoints", "metrics.jsonl", "tensorboard", "finished.json", SETTINGS_FILE):
             path = run.stage(stage) / name
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+
+
+def stage_settings(preset: Preset, run: RunDir, stage: str, started: str | None) -> dict[str, Any]:
+    """What a stage's adapters are a function of, flat: model, LoRA, stage config, data, start.
+
+    Recorded in ``<stage>/settings.json`` when the stage starts, so that a resume or a
+    reload can tell that the preset, the data or the earlier stage changed since.
+    """
+    cfg = getattr(preset, stage)
+    parts = {"model": {k: v for k, v in dataclasses.asdict(preset.model).items() if k != "remat"},
+             "lora": dataclasses.asdict(preset.lora),
+             stage: {k: v for k, v in dataclasses.asdict(cfg).items() if k not in _LAYOUT_ONLY}}
+    flat = {f"{head}.{k}": v for head, fields in parts.items() for k, v in fields.items()}
+    split = run.stage("data") / f"{stage}.jsonl"
+    flat["data.split_sha1"] = hashlib.sha1(split.read_bytes()).hexdigest() if split.is_file() else None
+    flat["started_from"] = started
+    flat["started_from.finished_at"] = (run.finished_info(started).get("finished_at")
+                                        if started and run.is_finished(started) else None)
+    return json.loads(json.dumps(flat, default=str))  # tuples -> lists, as they read back
+
+
+def settings_changes(run: RunDir, stage: str, settings: dict[str, Any]) -> list[str]:
+    """``"key: recorded -> now"`` for each setting that differs from ``<stage>/settings.json``."""
+    path = run.stage(stage) / SETTINGS_FILE
+    if not path.is_file():
+        return []  # a run from before settings were recorded: nothing to compare with
+    return _changes(json.loads(path.read_text()), settings)
+
+
+def _changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}"
+            for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+
+
+def _record_settings(run: RunDir, stage: str, settings: dict[str, Any]) -> None:
+    """Refuse to resume a checkpoint trained with other settings; then record these ones."""
+    step = latest_step(run, stage)
+    changes = settings_changes(run, stage, settings) if step is not None else []
+    if changes:
+        raise ValueError(
+            f"stage {stage!r} of run {run.name!r} has a checkpoint at step {step} trained with "
+            f"other settings than now ({'; '.join(changes)}). Resuming would mix two runs: put "
+            "the settings back to resume, pass overwrite=True (retrain=True in train_or_load) "
+            "to start this stage again, or use another run name.")
+    tmp = run.stage(stage) / (SETTINGS_FILE + ".tmp")
+    tmp.write_text(json.dumps(settings, indent=1))
+    tmp.replace(run.stage(stage) / SETTINGS_FILE)
 
 
 def _finish(run: RunDir, stage: str, cfg: TrainConfig, steps: int, t0: float, started: str | None,
@@ -396,6 +450,7 @@ def train_sft(preset: Preset, run: RunDir, *, deadline: float | None = None,
     _begin(run, "sft", overwrite)
     t0, cfg = time.time(), preset.sft
     splits, _ = data.read_splits(run.require("data"))
+    _record_settings(run, "sft", stage_settings(preset, run, "sft", None))
     mesh = mesh_lib.stage_mesh(preset, "sft")
     with mesh:
         _, policy, tok, model_dir = load_policy(preset, run, None, mesh, seed=cfg.seed)
@@ -428,6 +483,7 @@ def train_dpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
     t0, cfg = time.time(), preset.dpo
     splits, _ = data.read_splits(run.require("data"))
     started = start_from(run, "dpo")
+    _record_settings(run, "dpo", stage_settings(preset, run, "dpo", started))
     mesh = mesh_lib.stage_mesh(preset, "dpo")
     with mesh:
         base, policy, tok, model_dir = load_policy(preset, run, started, mesh, seed=cfg.seed)
@@ -508,6 +564,7 @@ def train_grpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
     t0, cfg = time.time(), preset.grpo
     splits, _ = data.read_splits(run.require("data"))
     started = start_from(run, "grpo")
+    _record_settings(run, "grpo", stage_settings(preset, run, "grpo", started))
     mesh = mesh_lib.stage_mesh(preset, "grpo")
     with mesh:
         base, policy, tok, model_dir = load_policy(preset, run, started, mesh, seed=cfg.seed)
@@ -568,6 +625,13 @@ def train_or_load(preset: Preset, run: RunDir, stage: str, *, retrain: bool = Fa
         print(f"{stage} of run {run.name!r} already finished ({info.get('steps')} steps, "
               f"{info.get('finished_at')}): loading its adapters instead of training "
               "(retrain=True trains again)")
+        changes = settings_changes(run, stage, stage_settings(preset, run, stage,
+                                                              info.get("started_from")))
+        if changes:
+            warnings.warn(f"{stage} of run {run.name!r} was trained with other settings than "
+                          f"now ({'; '.join(changes)}): the adapters loaded are the old "
+                          "run's. retrain=True, or another run name, trains with these.",
+                          stacklevel=2)
         _, policy, tok, model_dir = load_policy(preset, run, stage, None)
         return StageResult(stage, info.get("steps", 0), True, info.get("started_from"), 0.0, {},
                            policy, tok, model_dir)

@@ -5,6 +5,7 @@ import json
 import re
 import shutil
 import time
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -144,9 +145,28 @@ def test_resume_after_a_crash_ends_like_an_uninterrupted_run(tmp_path, preset, m
         train.train_sft(p, run)
     assert not run.is_finished("sft") and train.latest_step(run, "sft") == 4
     monkeypatch.undo()
-    resumed = train.train_sft(p, run)
+    # Resuming with another learning rate would mix two runs: refused, nothing lost.
+    with pytest.raises(ValueError, match=r"checkpoint at step 4 .*sft\.learning_rate: 0\.003 -> "
+                                         r"0\.001.*overwrite=True"):
+        train.train_sft(p.replace(**{"sft.learning_rate": 1e-3}), run)
+    assert train.latest_step(run, "sft") == 4 and not run.is_finished("sft")
+    # How often it checkpoints or logs does not change what it learns: free to change.
+    resumed = train.train_sft(p.replace(**{"sft.checkpoint_every": 3, "sft.log_every": 1}), run)
     assert resumed.finished and resumed.steps == 6
     assert changed(models.lora_params(whole.policy), models.lora_params(resumed.policy)) < 1e-5
+
+
+def test_stage_settings_name_the_override_to_put_back(tmp_path, preset):
+    run = make_run(tmp_path, "settings", preset)
+    s = train.stage_settings(preset, run, "sft", None)
+    assert s["sft.learning_rate"] == preset.sft.learning_rate and s["lora.rank"] == preset.lora.rank
+    assert not {"sft.mesh", "sft.checkpoint_every", "model.remat"} & set(s)
+    assert len(s["data.split_sha1"]) == 40 and s["started_from"] is None
+    for key in ("sft.learning_rate", "lora.rank", "model.dtype"):  # each a Preset.replace key
+        other = preset.replace(**{key: {"sft.learning_rate": 1e-3, "lora.rank": 4,
+                                        "model.dtype": "bfloat16"}[key]})
+        assert [c.split(":")[0] for c in train._changes(
+            s, train.stage_settings(other, run, "sft", None))] == [key]
 
 
 def test_an_interrupt_is_not_hidden_by_a_save_that_fails_to_land():
@@ -321,3 +341,14 @@ def test_train_or_load_loads_a_finished_stage(pipeline, preset):
     assert changed(models.lora_params(results["dpo"].policy), models.lora_params(loaded.policy)) == 0
     with pytest.raises(ValueError, match="unknown training stage 'ppo'"):
         train.train_or_load(preset, run, "ppo")
+
+
+def test_reloading_a_stage_trained_with_other_settings_says_so(pipeline, preset):
+    run, _, _, _ = pipeline
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        train.train_or_load(preset, run, "grpo")
+    assert not [w for w in seen if "other settings" in str(w.message)]  # the same settings
+    with pytest.warns(UserWarning, match=r"grpo\.max_steps: 2 -> 200.*retrain=True"):
+        loaded = train.train_or_load(preset.replace(**{"grpo.max_steps": 200}), run, "grpo")
+    assert loaded.steps == preset.grpo.max_steps  # the old run's adapters, as it says
