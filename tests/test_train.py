@@ -81,6 +81,7 @@ def test_hand_off_chain_and_metrics(pipeline):
     sft, dpo, grpo = (train.read_metrics(run, s) for s in ("sft", "dpo", "grpo"))
     assert len(sft["train/loss"][1]) == 4 and all(np.isfinite(sft["train/loss"][1]))
     assert "train/rewards/margin" in dpo and "train/rewards/accuracy" in dpo
+    assert "train/odds_ratio" not in dpo  # ORPO's term (test_orpo_is_a_config_switch)
     for fn in ("format_exact", "answer_correct", "numeric_backup"):
         assert f"rewards/train/{fn}" in grpo
     # the KL reference is the policy GRPO starts from (DPO's adapters), not the raw base:
@@ -100,6 +101,19 @@ def test_finished_stage_is_not_silently_retrained(pipeline, preset):
     run, _, _, _ = pipeline
     with pytest.raises(FileExistsError, match="already finished.*overwrite=True"):
         train.train_sft(preset, run)
+
+
+def test_orpo_is_a_config_switch(pipeline, preset, tmp_path):
+    sft_run, base, _, results = pipeline
+    p = preset.replace(**{"dpo.algorithm": "orpo"})
+    run = make_run(tmp_path, "orpo", p)
+    shutil.copytree(sft_run.stage("sft"), run.stage("sft"), dirs_exist_ok=True)
+    result = train.train_dpo(p, run)
+    assert result.finished and result.started_from == "sft"
+    assert changed(models.lora_params(results["sft"].policy), models.lora_params(result.policy)) > 0
+    after = models.base_params(result.policy)
+    assert all(np.array_equal(after[k], base[k]) for k in base)
+    assert "train/odds_ratio" in train.read_metrics(run, "dpo")  # ORPO's own term, not DPO's
 
 
 def test_dpo_before_sft_says_which_notebook(tmp_path, preset):
