@@ -7,4 +7,6 @@ export REASONKIT_PRESET=tiny JAX_PLATFORMS=cpu
 export REASONKIT_CACHE="$PWD/.cache/reasonkit"       # the tiny base model is built once and reused
 export REASONKIT_RUNS="${REASONKIT_RUNS:-$(mktemp -d)/runs}"  # never touch the user's ./runs
 .venv/bin/ruff check reasonkit tests notebooks/*.py benchmarks
-.venv/bin/python -m pytest -q --durations=15 tests reasonkit --nbval-lax notebooks "$@"
+# The .ipynb files, not the folder: --doctest-modules would import notebooks/*.py (their
+# jupytext twins) to look for doctests, which runs the whole series at collection time.
+.venv/bin/python -m pytest -q --durations=15 tests reasonkit --nbval-lax notebooks/*.ipynb "$@"
