@@ -3,7 +3,7 @@
 ```
 runs/<run-name>/
   data/              rebalanced splits (JSONL) + data_report.json
-  sft/ dpo/ grpo/    checkpoints, metrics.jsonl, plots, finished.json once done
+  sft/ dpo/ grpo/    checkpoints, metrics.jsonl, plots, settings.json, finished.json once done
   eval/              results.json, stage_table.md, plots
 ```
 
@@ -80,12 +80,18 @@ class RunDir:
         self.require(stage)
         return json.loads((self.stage(stage) / "finished.json").read_text())
 
+    def write_json(self, stage: str, name: str, obj: Any) -> pathlib.Path:
+        """Write ``<stage>/<name>`` atomically (a kernel that dies mid-write leaves the old file)."""
+        path = self.stage(stage) / name
+        tmp = path.with_name(name + ".tmp")
+        tmp.write_text(json.dumps(obj, indent=2, default=str))
+        tmp.replace(path)
+        return path
+
     def mark_finished(self, stage: str, **info: Any) -> None:
         """Record that ``stage`` completed (with whatever summary the caller gives)."""
-        info = {"finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"), **info}
-        tmp = self.stage(stage) / "finished.json.tmp"
-        tmp.write_text(json.dumps(info, indent=2, default=str))
-        tmp.replace(self.stage(stage) / "finished.json")  # atomic: never half-written
+        self.write_json(stage, "finished.json",
+                        {"finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"), **info})
 
     def require(self, stage: str) -> pathlib.Path:
         """The stage's directory, or a clear error saying which notebook to run first."""

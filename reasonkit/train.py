@@ -426,9 +426,7 @@ def _record_settings(run: RunDir, stage: str, settings: dict[str, Any]) -> None:
             f"other settings than now ({'; '.join(changes)}). Resuming would mix two runs: put "
             "the settings back to resume, pass overwrite=True (retrain=True in train_or_load) "
             "to start this stage again, or use another run name.")
-    tmp = run.stage(stage) / (SETTINGS_FILE + ".tmp")
-    tmp.write_text(json.dumps(settings, indent=1))
-    tmp.replace(run.stage(stage) / SETTINGS_FILE)
+    run.write_json(stage, SETTINGS_FILE, settings)
 
 
 def _finish(run: RunDir, stage: str, cfg: TrainConfig, steps: int, t0: float, started: str | None,

@@ -15,6 +15,9 @@ def test_layout_and_finish_marker(tmp_path):
     assert run.require("sft") == tmp_path / "r1" / "sft"
     assert run.finished_info("sft")["steps"] == 3
     assert not (tmp_path / "r1" / "sft" / "finished.json.tmp").exists()
+    path = run.write_json("sft", "settings.json", {"shape": (1, 2)})
+    assert json.loads(path.read_text()) == {"shape": [1, 2]}
+    assert not path.with_name("settings.json.tmp").exists()
 
 
 def test_metrics_round_trip(tmp_path):
