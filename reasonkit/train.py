@@ -365,8 +365,8 @@ class StageResult:
 
 
 SETTINGS_FILE = "settings.json"
-# How a stage is laid out and logged, not what it learns: free to change on resume.
-_LAYOUT_ONLY = ("mesh", "checkpoint_every", "log_every")
+# How a stage is laid out, logged or rematerialised, not what it learns: free to change.
+_LAYOUT_ONLY = ("mesh", "checkpoint_every", "log_every", "remat")
 
 
 def _begin(run: RunDir, stage: str, overwrite: bool) -> None:
@@ -390,11 +390,9 @@ def stage_settings(preset: Preset, run: RunDir, stage: str, started: str | None)
     Recorded in ``<stage>/settings.json`` when the stage starts, so that a resume or a
     reload can tell that the preset, the data or the earlier stage changed since.
     """
-    cfg = getattr(preset, stage)
-    parts = {"model": {k: v for k, v in dataclasses.asdict(preset.model).items() if k != "remat"},
-             "lora": dataclasses.asdict(preset.lora),
-             stage: {k: v for k, v in dataclasses.asdict(cfg).items() if k not in _LAYOUT_ONLY}}
-    flat = {f"{head}.{k}": v for head, fields in parts.items() for k, v in fields.items()}
+    parts = {"model": preset.model, "lora": preset.lora, stage: getattr(preset, stage)}
+    flat = {f"{head}.{k}": v for head, cfg in parts.items()
+            for k, v in dataclasses.asdict(cfg).items() if k not in _LAYOUT_ONLY}
     split = run.stage("data") / f"{stage}.jsonl"
     flat["data.split_sha1"] = hashlib.sha1(split.read_bytes()).hexdigest() if split.is_file() else None
     flat["started_from"] = started
