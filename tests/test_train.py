@@ -237,6 +237,32 @@ def test_grpo_loss_variants_are_selectable(preset):
     assert train.grpo_algorithm(preset.replace(**{"grpo.loss": "gspo-token"}))[1].loss_algo == "gspo-token"
 
 
+@pytest.mark.parametrize("loss", ["gspo-token", "dapo", "dr-grpo"])
+def test_each_grpo_loss_variant_trains(pipeline, preset, tmp_path, loss):
+    """Tunix's other policy losses train too, from the same DPO adapters as "grpo".
+
+    Same seed and start, so the first step's rollouts are the pipeline's: the gradient
+    norm shows the switch reached the loss.
+    """
+    src, base, _, results = pipeline
+    p = preset.replace(**{"grpo.loss": loss})
+    run = make_run(tmp_path, loss, p)
+    for stage in ("sft", "dpo"):
+        shutil.copytree(src.stage(stage), run.stage(stage), dirs_exist_ok=True)
+    result = train.train_grpo(p, run)
+    assert result.finished and result.started_from == "dpo"
+    assert changed(models.lora_params(results["dpo"].policy), models.lora_params(result.policy)) > 0
+    after = models.base_params(result.policy)
+    assert all(np.array_equal(after[k], base[k]) for k in base)
+    norm = train.read_metrics(run, "grpo")["actor/train/grad_norm"][1][0]
+    default = train.read_metrics(src, "grpo")["actor/train/grad_norm"][1][0]  # same rollouts
+    assert np.isfinite(norm) and norm > 0
+    if loss == "gspo-token":  # on-policy (ratio 1), its gradient is GRPO's
+        assert norm == pytest.approx(default, rel=1e-4)
+    else:  # token-mean (DAPO), no std normalisation (Dr. GRPO): another gradient
+        assert abs(norm - default) > 0.02 * default, (norm, default)
+
+
 def says_gold(prompts, completions, answer, **kwargs):
     """1 when the row's own gold number appears anywhere in the completion (tags or not)."""
     return [float(re.search(rf"(?<!\d){re.escape(g)}(?!\d)", c) is not None)
