@@ -43,6 +43,14 @@ def make_run(root, name, preset):
     return run
 
 
+def run_after(src, root, name, preset, *stages):
+    """A new run with its own data stage and ``stages`` copied from the run ``src``."""
+    run = make_run(root, name, preset)
+    for stage in stages:
+        shutil.copytree(src.stage(stage), run.stage(stage), dirs_exist_ok=True)
+    return run
+
+
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory, preset):
     """SFT -> DPO -> GRPO, a few steps each, in one run directory."""
@@ -59,6 +67,12 @@ def changed(a, b):
     return max(float(np.abs(a[k] - b[k]).max()) for k in a)
 
 
+def assert_base_untouched(policy, base):
+    after = models.base_params(policy)
+    for k in base:
+        np.testing.assert_array_equal(after[k], base[k], err_msg=k)
+
+
 @pytest.mark.parametrize("stage", ["sft", "dpo", "grpo"])
 def test_each_stage_moves_the_adapters_and_not_the_base(pipeline, preset, stage):
     run, base, fresh, results = pipeline
@@ -66,9 +80,7 @@ def test_each_stage_moves_the_adapters_and_not_the_base(pipeline, preset, stage)
     assert result.finished and result.steps == getattr(preset, stage).max_steps
     assert run.is_finished(stage) and train.latest_step(run, stage) == result.steps
     assert changed(fresh, models.lora_params(result.policy)) > 0
-    after = models.base_params(result.policy)
-    for k in base:
-        np.testing.assert_array_equal(after[k], base[k], err_msg=k)
+    assert_base_untouched(result.policy, base)
 
 
 def test_hand_off_chain_and_metrics(pipeline):
@@ -106,13 +118,11 @@ def test_finished_stage_is_not_silently_retrained(pipeline, preset):
 def test_orpo_is_a_config_switch(pipeline, preset, tmp_path):
     sft_run, base, _, results = pipeline
     p = preset.replace(**{"dpo.algorithm": "orpo"})
-    run = make_run(tmp_path, "orpo", p)
-    shutil.copytree(sft_run.stage("sft"), run.stage("sft"), dirs_exist_ok=True)
+    run = run_after(sft_run, tmp_path, "orpo", p, "sft")
     result = train.train_dpo(p, run)
     assert result.finished and result.started_from == "sft"
     assert changed(models.lora_params(results["sft"].policy), models.lora_params(result.policy)) > 0
-    after = models.base_params(result.policy)
-    assert all(np.array_equal(after[k], base[k]) for k in base)
+    assert_base_untouched(result.policy, base)
     assert "train/odds_ratio" in train.read_metrics(run, "dpo")  # ORPO's own term, not DPO's
 
 
@@ -198,8 +208,7 @@ def test_grpo_resume_samples_and_ends_like_an_uninterrupted_run(tmp_path, preset
     p = preset.replace(**{"grpo.max_steps": 3})
     first = make_run(tmp_path, "whole", p)
     train.train_sft(p, first)
-    run = make_run(tmp_path, "crashed", p)
-    shutil.copytree(first.stage("sft"), run.stage("sft"), dirs_exist_ok=True)
+    run = run_after(first, tmp_path, "crashed", p, "sft")
     whole = train.train_grpo(p, first)
     monkeypatch.setattr(train, "until", dies_at(2))  # step 3's batch
     with pytest.raises(KeyboardInterrupt):
@@ -246,14 +255,11 @@ def test_each_grpo_loss_variant_trains(pipeline, preset, tmp_path, loss):
     """
     src, base, _, results = pipeline
     p = preset.replace(**{"grpo.loss": loss})
-    run = make_run(tmp_path, loss, p)
-    for stage in ("sft", "dpo"):
-        shutil.copytree(src.stage(stage), run.stage(stage), dirs_exist_ok=True)
+    run = run_after(src, tmp_path, loss, p, "sft", "dpo")
     result = train.train_grpo(p, run)
     assert result.finished and result.started_from == "dpo"
     assert changed(models.lora_params(results["dpo"].policy), models.lora_params(result.policy)) > 0
-    after = models.base_params(result.policy)
-    assert all(np.array_equal(after[k], base[k]) for k in base)
+    assert_base_untouched(result.policy, base)
     norm = train.read_metrics(run, "grpo")["actor/train/grad_norm"][1][0]
     default = train.read_metrics(src, "grpo")["actor/train/grad_norm"][1][0]  # same rollouts
     assert np.isfinite(norm) and norm > 0
