@@ -28,7 +28,8 @@ import json
 import os
 import pathlib
 import time
-from typing import Any
+import warnings
+from typing import IO, Any
 
 STAGES = ("data", "sft", "dpo", "grpo", "eval")
 NOTEBOOK_OF = {"data": "02_dataset_rebalance", "sft": "03_sft", "dpo": "04_dpo",
@@ -43,6 +44,19 @@ def default_root() -> pathlib.Path:
     if KAGGLE_WORKING.is_dir():
         return KAGGLE_WORKING / "runs"
     return pathlib.Path("runs")
+
+
+def open_jsonl(path: str | os.PathLike) -> IO[str]:
+    """``path`` opened to append JSON lines, after ending a line a killed kernel cut short.
+
+    Without that, a resumed run's first line would be glued onto the cut one.
+    """
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "ab+") as f:
+        if f.tell() and (f.seek(-1, os.SEEK_END), f.read(1))[1] != b"\n":
+            f.write(b"\n")
+    return open(path, "a")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,11 +118,21 @@ class RunDir:
 
     def append_metrics(self, stage: str, row: dict[str, Any]) -> None:
         """Append one JSON line to ``<stage>/metrics.jsonl``."""
-        with open(self.stage(stage) / "metrics.jsonl", "a") as f:
+        with open_jsonl(self.stage(stage) / "metrics.jsonl") as f:
             f.write(json.dumps(row, default=float) + "\n")
 
     def read_metrics(self, stage: str) -> list[dict[str, Any]]:
+        """The rows of ``<stage>/metrics.jsonl``, skipping (with a warning) a line cut short."""
         path = self.stage(stage) / "metrics.jsonl"
         if not path.is_file():
             return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        rows = []
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                warnings.warn(f"{path}:{number}: skipped a line that is not JSON ({e.msg}): {line[:80]!r}",
+                              stacklevel=2)
+        return rows

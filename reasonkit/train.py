@@ -31,7 +31,7 @@ import optax
 from reasonkit import collate, compiles, data, masks, models, rewards
 from reasonkit import mesh as mesh_lib
 from reasonkit.config import Preset, TrainConfig
-from reasonkit.runs import RunDir
+from reasonkit.runs import RunDir, open_jsonl
 
 PREVIOUS = {"sft": (), "dpo": ("sft",), "grpo": ("dpo", "sft")}
 
@@ -61,8 +61,7 @@ class JsonlBackend:
     """A metrax logging backend that appends ``{"event", "step", "value"}`` lines."""
 
     def __init__(self, path: str | os.PathLike):
-        pathlib.Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._f = open(path, "a")
+        self._f = open_jsonl(path)
 
     def log_scalar(self, event: str, value: Any, **kwargs: Any) -> None:
         # jax.monitoring listeners are process-wide: JAX / Orbax internals arrive here
@@ -112,7 +111,13 @@ def read_metrics(run: RunDir, stage: str) -> dict[str, tuple[list[int], list[flo
 def deadline_from_env(default_hours: float | None = None) -> float | None:
     """Absolute wall-clock deadline from ``$REASONKIT_DEADLINE_HOURS`` (hours from now)."""
     hours = os.environ.get("REASONKIT_DEADLINE_HOURS") or default_hours
-    return time.time() + float(hours) * 3600 if hours else None
+    if not hours:
+        return None
+    try:
+        return time.time() + float(hours) * 3600
+    except ValueError:
+        raise ValueError(f"REASONKIT_DEADLINE_HOURS must be a number of hours, e.g. 8.5; "
+                         f"got {hours!r}") from None
 
 
 def until(stream: Iterable[Any], deadline: float | None, margin_s: float = 120.0) -> Iterator[Any]:

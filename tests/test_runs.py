@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from reasonkit.runs import RunDir, default_root
+from reasonkit.runs import RunDir, default_root, open_jsonl
 
 
 def test_layout_and_finish_marker(tmp_path):
@@ -45,3 +45,19 @@ def test_default_root(monkeypatch, tmp_path):
     assert default_root() == tmp_path
     monkeypatch.delenv("REASONKIT_RUNS")
     assert str(default_root()) in ("runs", "/kaggle/working/runs")
+
+
+def test_a_line_cut_short_by_a_killed_kernel(tmp_path):
+    """The cut line is skipped with a warning; the resumed run's lines stay readable."""
+    run = RunDir.create("r", root=tmp_path)
+    run.append_metrics("sft", {"step": 1, "loss": 2.5})
+    path = tmp_path / "r" / "sft" / "metrics.jsonl"
+    with open(path, "a") as f:
+        f.write('{"step": 2, "lo')  # the kernel died here
+    run.append_metrics("sft", {"step": 2, "loss": 2.0})  # the resumed run
+    with pytest.warns(UserWarning, match=r"metrics.jsonl:2: skipped a line that is not JSON"):
+        rows = run.read_metrics("sft")
+    assert rows == [{"step": 1, "loss": 2.5}, {"step": 2, "loss": 2.0}]
+    with open_jsonl(path) as f:  # a whole last line is left as it is
+        f.write("{}\n")
+    assert path.read_text().endswith('"loss": 2.0}\n{}\n')

@@ -229,6 +229,17 @@ def test_deadline_stops_the_stream_cleanly(monkeypatch):
     assert list(train.until(range(5), deadline=None)) == list(range(5))
 
 
+def test_deadline_from_env(monkeypatch):
+    monkeypatch.setenv("REASONKIT_DEADLINE_HOURS", "8.5")
+    assert abs(train.deadline_from_env() - (time.time() + 8.5 * 3600)) < 5
+    monkeypatch.setenv("REASONKIT_DEADLINE_HOURS", "8h")
+    with pytest.raises(ValueError, match=r"REASONKIT_DEADLINE_HOURS must be a number of hours.*'8h'"):
+        train.deadline_from_env()
+    monkeypatch.delenv("REASONKIT_DEADLINE_HOURS")
+    assert train.deadline_from_env() is None
+    assert abs(train.deadline_from_env(1) - (time.time() + 3600)) < 5
+
+
 def test_time_budget_stop_leaves_a_resumable_checkpoint(tmp_path, preset):
     run = make_run(tmp_path, "budget", preset)
     result = train.train_sft(preset, run, deadline=time.time() - 1)  # already out of time
