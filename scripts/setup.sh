@@ -4,6 +4,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
+  if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+    found=$("$PY" -c 'import sys; print("Python", sys.version.split()[0])' 2>/dev/null || echo "not found")
+    echo "reasonkit needs Python 3.11 or newer (google-tunix 0.1.7 does); '$PY' is $found." \
+      "Point PYTHON at one, e.g. PYTHON=python3.11 bash scripts/demo.sh" >&2
+    exit 1
+  fi
   "$PY" -m venv .venv
 fi
 stamp=.venv/.reasonkit-installed
