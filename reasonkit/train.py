@@ -476,7 +476,7 @@ def train_sft(preset: Preset, run: RunDir, *, deadline: float | None = None,
 
 def train_dpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
               overwrite: bool = False) -> StageResult:
-    """DPO (or ORPO) from the SFT adapters; the reference is the frozen base itself."""
+    """DPO (or ORPO) from the SFT adapters; the reference is the SFT policy, frozen (no ORPO)."""
     import tunix
     from tunix.sft.dpo.dpo_trainer import DPOTrainingConfig
 
