@@ -106,21 +106,21 @@ def _items(text: str) -> set[str]:
 def partial_credit(domain: str, predicted: str | None, gold: str) -> float:
     """1 for a correct answer; otherwise numeric closeness (within 10%) or item overlap.
 
+    Numeric closeness is GRPO's ``answer_close`` divided by its maximum
+    (:func:`reasonkit.rewards.numeric_closeness`), so a percent reads both ways and a
+    gold of 0 uses the absolute error there as here.
+
     >>> partial_credit("math", "11", "10"), partial_credit("general", "2 7", "2 7 9")
     (0.0, 0.6666666666666666)
-    >>> round(partial_credit("science", "10.5", "10"), 2)
-    0.5
+    >>> round(partial_credit("science", "10.5", "10"), 2), round(partial_credit("math", "49%", "0.5"), 2)
+    (0.5, 0.8)
     """
     if predicted is None:
         return 0.0
     if rewards.check_answer(domain, predicted, gold):
         return 1.0
     if domain in NUMERIC:
-        p, g = rewards.normalize_number(predicted), rewards.normalize_number(gold)
-        if p is None or g is None or g == 0:
-            return 0.0
-        err = abs(p - g) / abs(g)
-        return max(0.0, 1.0 - err / rewards.CLOSE_TOLERANCE)
+        return rewards.numeric_closeness(predicted, gold)
     pred, want = _items(predicted), _items(gold)
     return len(pred & want) / len(pred | want) if pred | want else 0.0
 
@@ -133,20 +133,35 @@ def score(record: dict, completion: str, num_tokens: int | None = None) -> dict[
     return {"format_ok": rewards.has_exact_format(completion), "reason": ext.reason,
             "answer": ext.answer, "correct": bool(correct),
             "partial": partial_credit(domain, ext.answer if ext.ok else None, record["answer"]),
-            "length": num_tokens if num_tokens is not None else len(completion.split())}
+            "length": num_tokens if num_tokens is not None else len((completion or "").split())}
 
 
-def majority(answers: Sequence[str | None]) -> str | None:
-    """The most common extracted answer (normalised), ignoring failed extractions.
+def majority(answers: Sequence[str | None], domain: str = "general") -> str | None:
+    """The most common extracted answer, ignoring failed extractions.
+
+    Answers that :func:`reasonkit.rewards.check_answer` calls equal under ``domain``
+    (or that normalise to the same text) vote together, so "12", "12.0" and "$12" are
+    one answer; ties go to the answer seen first.
 
     >>> majority(["12", " 12 ", "13", None])
     '12'
+    >>> majority(["13", "13", "12", "12.0", "$12"], "math")
+    '12'
     """
-    keyed = [(rewards.normalize_text(a), a.strip()) for a in answers if a]
-    if not keyed:
+    groups: list[tuple[str, str, list[str]]] = []  # (representative, its text key, members)
+    for a in answers:
+        if not a or not a.strip():
+            continue
+        key = rewards.normalize_text(a)
+        for rep, rep_key, members in groups:
+            if key == rep_key or rewards.check_answer(domain, a, rep):
+                members.append(a)
+                break
+        else:
+            groups.append((a.strip(), key, [a]))
+    if not groups:
         return None
-    top = collections.Counter(k for k, _ in keyed).most_common(1)[0][0]
-    return next(a for k, a in keyed if k == top)
+    return max(groups, key=lambda g: len(g[2]))[0]  # max keeps the first of equal counts
 
 
 def score_stage(records: Sequence[dict], greedy: Sequence[str], samples: Sequence[Sequence[str]],
@@ -158,7 +173,7 @@ def score_stage(records: Sequence[dict], greedy: Sequence[str], samples: Sequenc
         sampled = [rewards.extract_answer(s) for s in group]
         answers = [e.answer if e.ok else None for e in sampled]
         domain = rec.get("domain", "general")
-        maj = majority(answers)
+        maj = majority(answers, domain)
         row.update(id=rec.get("id"), domain=domain, gold=rec["answer"], prompt=rec["prompt"],
                    completion=text,
                    pass_at_k=any(a is not None and rewards.check_answer(domain, a, rec["answer"])
@@ -257,13 +272,16 @@ def stage_table(results: dict[str, dict], k: int | None = None) -> str:
     | stage | n | format pass | accuracy | partial accuracy | pass@4 | maj@4 | mean length (tokens) |
     |---|---|---|---|---|---|---|---|
     | base | 10 | 0.0% | 10.0% | 20.0% | 30.0% | 10.0% | 40.0 |
+
+    A stage evaluated on no prompts (``n`` 0) shows "-" for its metrics.
     """
     kk = "k" if k is None else str(k)
     head = ["stage", "n"] + [LABELS[m].replace("@k", f"@{kk}") for m in (*METRICS, "mean_length")]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for stage in ordered(results):
         o = results[stage]["summary"]["overall"]
-        cells = [stage, str(o["n"])] + [f"{100 * o[m]:.1f}%" for m in METRICS] + [f"{o['mean_length']:.1f}"]
+        cells = [stage, str(o["n"])] + [f"{100 * o[m]:.1f}%" if m in o else "-" for m in METRICS]
+        cells.append(f"{o['mean_length']:.1f}" if "mean_length" in o else "-")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -289,6 +307,9 @@ def describe_changes(results: dict[str, dict], metrics: Sequence[str] = ("format
     for prev, cur in zip(stages, stages[1:], strict=False):
         a, b = results[prev]["summary"]["overall"], results[cur]["summary"]["overall"]
         for m in metrics:
+            if m not in a or m not in b:  # a stage evaluated on no prompts
+                lines.append(f"{cur} vs {prev}: {LABELS[m]} not measured (n = {a['n']}, {b['n']})")
+                continue
             delta = 100 * (b[m] - a[m])
             noise = noise_points(a[m], b[m], a["n"], b["n"])
             what = f"{cur} vs {prev}: {LABELS[m]}"

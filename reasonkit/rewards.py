@@ -51,8 +51,8 @@ from reasonkit.data import (
 
 __all__ = [
     "FAILURE_REASONS", "Extraction", "extract_answer", "normalize_number", "normalize_text",
-    "check_answer", "has_exact_format", "reasoning_quality", "format_exact", "format_approx",
-    "answer_correct", "answer_close", "numeric_backup", "multi_domain", "weighted",
+    "check_answer", "numeric_closeness", "has_exact_format", "reasoning_quality", "format_exact",
+    "format_approx", "answer_correct", "answer_close", "numeric_backup", "multi_domain", "weighted",
     "MATH_REWARDS",
 ]
 
@@ -226,9 +226,10 @@ _REPLACEMENTS = (
     ("\\approx", "="), ("≈", "="), ("€", ""), ("£", ""), ("¥", ""), ("₹", ""),
     ("\u2212", "-"), ("\u2013", "-"), ("\u2014", "-"),
 )
-# 3 \times 10^{8} -> 3e8 (before powers, or 10^8 would become a second number)
-_SCI_RE = re.compile(r"[ \t]*(?:\\times|\\cdot|×|·|\*)[ \t]*10[ \t]*\^[ \t]*\{?[ \t]*([-+]?\d{1,3})"
-                     r"[ \t]*\}?")
+# 3 \times 10^{8}, 3 x 10^8 -> 3e8 (before powers, or 10^8 would become a second number);
+# a letter x counts as "times" only right after a digit ("max 10^9" stays 10^9).
+_SCI_RE = re.compile(r"[ \t]*(?:\\times|\\cdot|×|·|\*|(?:(?<=\d)|(?<=\d[ \t]))[xX])[ \t]*10[ \t]*"
+                     r"\^[ \t]*\{?[ \t]*([-+]?\d{1,3})[ \t]*\}?")
 _POWER_RE = re.compile(r"(?<![\w.])(\d{1,6})\^\{?([-+]?\d{1,2})\}?")
 _UNIT_POWER_RE = re.compile(r"(?<=[^\W\d_])(?:\^\{?[-+]?\d{1,2}\}?|[⁻¹²³⁴⁵⁶⁷⁸⁹⁰]+)")
 _DIGIT_GROUP_RE = re.compile(r"(?<=\d)[\u2009\u202f\u00a0'’](?=\d{3}(?!\d))")
@@ -374,6 +375,26 @@ def _relative_error(pred: _Value, gold: _Value) -> Fraction:
     """|pred - gold| / |gold| (absolute error when gold is 0), best over percent readings."""
     return min(abs(p - g) / abs(g) if g else abs(p)
                for p in _candidates(pred) for g in _candidates(gold))
+
+
+def numeric_closeness(predicted: Any, gold: Any, tolerance: float = CLOSE_TOLERANCE) -> float:
+    r"""``1 - rel_err / tolerance`` for a number near a numeric gold, in [0, 1]; else 0.
+
+    ``rel_err`` is :func:`answer_close`'s: relative to the gold (absolute when the gold is
+    0), with a percent read both ways. 0 at or beyond ``tolerance`` or without a single
+    number on both sides. Evaluation's partial accuracy uses the same number.
+
+    >>> [round(numeric_closeness(p, "50"), 3) for p in ["50", "48", "$46", "45", "x"]]
+    [1.0, 0.6, 0.2, 0.0, 0.0]
+    >>> round(numeric_closeness("49%", "0.5"), 3), numeric_closeness("0.05", "0")
+    (0.8, 0.5)
+    """
+    pred_value, gold_value = _single_number(_gold_text(predicted)), _single_number(_gold_text(gold))
+    if pred_value is None or gold_value is None:
+        return 0.0
+    limit = Fraction(tolerance)
+    err = _relative_error(pred_value, gold_value)
+    return 1.0 - float(err / limit) if err < limit else 0.0
 
 
 def normalize_number(s: Any) -> float | None:
@@ -573,19 +594,17 @@ def answer_close(prompts: Any, completions: Sequence[Any], *, tolerance: float =
     ...                     "<answer>30</answer>", "<answer>forty</answer>"], answer=["42"] * 4)
     [1.5, 0.785714, 0.0, 0.0]
     """
-    if not (isinstance(tolerance, (int, float)) and 0 < tolerance < math.inf):
+    if not (isinstance(tolerance, numbers.Real) and not isinstance(tolerance, bool)
+            and 0 < tolerance < math.inf):
         raise ValueError(f"answer_close: tolerance={tolerance!r} must be a positive number")
+    tolerance = float(tolerance)
     golds = _column(kwargs, "answer", completions, "answer_close")
-    limit = Fraction(tolerance)
 
     def score(text: str, gold: Any) -> float:
         found = extract_answer(text)
-        gold_value = _single_number(_gold_text(gold))
-        pred_value = _single_number(found.answer) if found.ok else None
-        if gold_value is None or pred_value is None:
+        if not found.ok:
             return 0.0
-        err = _relative_error(pred_value, gold_value)
-        return round(CLOSE_MAX_SCORE * (1.0 - float(err / limit)), 6) if err < limit else 0.0
+        return round(CLOSE_MAX_SCORE * numeric_closeness(found.answer, gold, tolerance), 6)
 
     return _score(answer_close, completions, score, golds)
 
@@ -675,9 +694,12 @@ def weighted(fn: Callable[..., list[float]], weight: float,
     >>> weighted(format_exact, 2, name="format").__name__
     'format'
     """
-    weight = float(weight)
-    if not math.isfinite(weight):
+    if not callable(fn):
+        raise TypeError(f"weighted: fn={fn!r} must be a reward function "
+                        "fn(prompts, completions, **kwargs), not its name or result")
+    if not isinstance(weight, numbers.Real) or not math.isfinite(weight):
         raise ValueError(f"weighted: weight={weight!r} must be a finite number")
+    weight = float(weight)
     label = name or f"{getattr(fn, '__name__', 'reward')}_x{weight:g}"
 
     def scaled(prompts: Any, completions: Sequence[Any], **kwargs: Any) -> list[float]:

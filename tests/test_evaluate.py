@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from reasonkit import evaluate, models, tasks
+from reasonkit import evaluate, models, rewards, tasks
 from reasonkit.config import get_preset
 
 GOOD = "<reasoning>3 * 4 = 12.</reasoning>\n<answer>12</answer><end_of_turn>"
@@ -30,6 +30,38 @@ def test_pass_and_majority_at_k():
     assert (row["correct"], row["pass_at_k"], row["maj_at_k"]) == (False, True, False)
     samples = [["<answer>12</answer>", "<answer> 12 </answer>", "<answer>11</answer>"]]
     assert evaluate.score_stage([rec], ["x"], samples)[0]["maj_at_k"] is True
+
+
+def test_majority_votes_by_value():
+    # Three of five samples say twelve, written three ways: maj@k must count them as one.
+    rec = {"domain": "math", "answer": "12", "prompt": "p", "id": 1}
+    samples = [[f"<answer>{a}</answer>" for a in ("13", "13", "12", "12.0", "$12.00")]]
+    row = evaluate.score_stage([rec], ["<answer>13</answer>"], samples)[0]
+    assert (row["correct"], row["pass_at_k"], row["maj_at_k"]) == (False, True, True)
+    assert evaluate.majority(["13", "13", "12", "12.0", "$12.00"], "math") == "12"
+    assert evaluate.majority(["x = 5", "5 apples", "6", "6"], "math") == "x = 5"  # tie: first
+    assert evaluate.majority(["Paris", "paris.", "Rome"], "general") == "Paris"
+    assert evaluate.majority([None, "", "  "]) is None
+
+
+@pytest.mark.parametrize("pred, gold", [("40", "42"), ("49%", "0.5"), ("0.05", "0"), ("$46", "50")])
+def test_partial_accuracy_is_the_training_reward_s_closeness(pred, gold):
+    row = evaluate.score({"domain": "math", "answer": gold}, f"<answer>{pred}</answer>")
+    close = rewards.answer_close(None, [f"<answer>{pred}</answer>"], answer=[gold])[0]
+    assert close > 0 and row["partial"] == pytest.approx(close / rewards.CLOSE_MAX_SCORE, abs=1e-6)
+
+
+def test_score_of_a_missing_completion():
+    row = evaluate.score({"domain": "math", "answer": "12"}, None)
+    assert (row["format_ok"], row["correct"], row["reason"], row["length"]) == (
+        False, False, "no_answer_tag", 0)
+
+
+def test_stage_with_no_rows_is_tabulated():
+    res = {"base": {"summary": evaluate.summarize([]), "rows": []}, **results_of(sft=(0.5, 0.5))}
+    table = evaluate.stage_table(res, k=1)
+    assert "| base | 0 | - | - | - | - | - | - |" in table.splitlines()
+    assert "sft vs base: accuracy not measured (n = 0, 100)" in evaluate.describe_changes(res)
 
 
 def results_of(**stages):

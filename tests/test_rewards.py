@@ -93,6 +93,9 @@ CASES = [
     ("answer_correct", A("٤٢"), "42", 3.0),                  # Arabic-Indic digits
     ("answer_correct", A("４２"), "42", 3.0),                # full-width digits
     ("answer_correct", A("3 \\times 10^{8} m/s"), "300000000", 3.0),
+    ("answer_correct", A("3 x 10^8 m/s"), "300000000", 3.0),  # plain-text times sign
+    ("answer_correct", A("6.02x10^{23}"), "6.02e23", 3.0),
+    ("answer_correct", A("max 10^3"), "1000", 3.0),          # a word's x is no times sign
     ("answer_correct", A("2^10"), "1024", 3.0),
     ("answer_correct", A("6 * 7 = 42"), "42", 3.0),
     ("answer_correct", A("Paris"), "paris", 3.0),
@@ -299,6 +302,34 @@ def test_weighted_scales_and_keeps_a_readable_name():
     assert double(prompts=None, completions=completions, answer=["42"] * 2, mode="train")[0] == 6.0
     with pytest.raises(ValueError):
         R.weighted(R.format_exact, float("inf"))
+
+
+def test_weighted_names_a_bad_argument():
+    with pytest.raises(TypeError, match=r"weighted: fn='answer_correct' must be a reward function"):
+        R.weighted("answer_correct", 0.5)  # a name instead of the function: refused up front
+    for bad in (None, "0.5", float("nan")):
+        with pytest.raises(ValueError, match=r"weighted: weight=.* must be a finite number"):
+            R.weighted(R.answer_correct, bad)
+    assert R.weighted(R.answer_correct, np.float32(0.5))(None, [A(42)], answer=["42"]) == [1.5]
+
+
+@pytest.mark.parametrize("tolerance", [0.2, np.float32(0.2), np.float64(0.2)])
+def test_answer_close_takes_any_real_tolerance(tolerance):
+    assert R.answer_close(None, [A(41)], answer=["42"], tolerance=tolerance) == [
+        pytest.approx(1.5 * (1 - (1 / 42) / 0.2), abs=1e-6)]
+
+
+@pytest.mark.parametrize("tolerance", [0, -0.1, float("inf"), True, "0.1", None])
+def test_answer_close_refuses_a_bad_tolerance(tolerance):
+    with pytest.raises(ValueError, match=r"answer_close: tolerance=.* must be a positive number"):
+        R.answer_close(None, [A(41)], answer=["42"], tolerance=tolerance)
+
+
+@pytest.mark.parametrize("pred, gold", [("42", "42"), ("40", "42"), ("$46", "50"), ("49%", "0.5"),
+                                        ("0.05", "0"), ("x = 9", "10"), ("30", "42"), ("pi", "3")])
+def test_numeric_closeness_is_answer_close_over_its_maximum(pred, gold):
+    close = R.answer_close(None, [A(pred)], answer=[gold])[0]
+    assert R.numeric_closeness(pred, gold) == pytest.approx(close / R.CLOSE_MAX_SCORE, abs=1e-6)
 
 
 def test_math_rewards_list():
