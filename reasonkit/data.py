@@ -275,11 +275,25 @@ class DataReport:
 Row = tuple[str, Any, str | None]  # (where, parsed row or None, error or None)
 
 
+# What surrogateescape turns an undecodable byte into; valid UTF-8 never decodes to it.
+_UNDECODED = re.compile("[\udc80-\udcff]")
+
+
 def _jsonl_rows(path: pathlib.Path) -> Iterator[Row]:
-    """Each non-blank line of a JSONL file, parsed, with ``file:line``; errors are kept."""
-    with open(path, encoding="utf-8") as f:
+    """Each non-blank line of a JSONL file, parsed, with ``file:line``; errors are kept.
+
+    A leading byte-order mark (Windows editors write one) is skipped, and a line that is
+    not UTF-8 is kept as an error instead of ending the read of the whole file.
+    """
+    with open(path, encoding="utf-8-sig", errors="surrogateescape") as f:
         for number, line in enumerate(f, start=1):
             if not line.strip():
+                continue
+            bad = _UNDECODED.search(line)
+            if bad:
+                yield (f"{path}:{number}", None,
+                       f"not UTF-8 (byte 0x{ord(bad.group()) - 0xDC00:02x} at column "
+                       f"{bad.start() + 1})")
                 continue
             try:
                 yield f"{path}:{number}", json.loads(line), None
@@ -334,6 +348,11 @@ def parse_gsm8k(row: Mapping) -> tuple[str, str, str]:
     return question, reasoning, final.strip().replace(",", "")
 
 
+def _untagged(text: str) -> str:
+    """An untagged response as an answer: stripped, without its closing end-of-turn marker."""
+    return text.strip().removesuffix(END_OF_TURN).rstrip()
+
+
 def _fields(row: Any, domain: str) -> dict | None:
     """Schema fields of a row in the schema, instruction or question/answer layout."""
     if not isinstance(row, dict):
@@ -343,14 +362,14 @@ def _fields(row: Any, domain: str) -> dict | None:
         out.setdefault("reasoning", "")
         if "answer" not in out and isinstance(row.get("chosen"), str):
             tagged = split_tagged(row["chosen"])
-            out["reasoning"], out["answer"] = tagged or ("", row["chosen"].strip())
+            out["reasoning"], out["answer"] = tagged or ("", _untagged(row["chosen"]))
     elif "instruction" in row:
         prompt, extra = _text(row["instruction"]), _text(row.get("input") or "")
         if isinstance(prompt, str) and isinstance(extra, str) and extra.strip():
             prompt = f"{prompt}\n{extra}"
         output = _text(row.get("output"))
         tagged = split_tagged(output) if isinstance(output, str) else None
-        reasoning, answer = tagged or ("", output.strip() if isinstance(output, str) else output)
+        reasoning, answer = tagged or ("", _untagged(output) if isinstance(output, str) else output)
         out = {"prompt": prompt, "reasoning": reasoning, "answer": answer}
     elif "question" in row:
         out = {"prompt": _text(row["question"]), "answer": _text(row.get("answer")),
@@ -374,7 +393,8 @@ def record_from_row(row: Any, *, domain: str, source: str, rid: str) -> tuple[di
     Layouts: the schema's own (``prompt``, ``answer``, optional ``reasoning``/``id``/
     ``domain``/``source``/``chosen``/``rejected``); instructions (``instruction``,
     ``input``, ``output``; a tagged output is split into reasoning and answer, otherwise
-    it is all answer); ``question``/``answer`` (a ``#### x`` line is split off).
+    it is all answer); ``question``/``answer`` (a ``#### x`` line is split off). A
+    numeric answer (``4``, ``6.0``) becomes its text (``"4"``, ``"6"``).
 
     >>> rec, _ = record_from_row({"instruction": "Reverse dog", "output": "god"},
     ...                          domain="instruction", source="demo", rid="demo-1")
@@ -390,6 +410,11 @@ def record_from_row(row: Any, *, domain: str, source: str, rid: str) -> tuple[di
         return None, f"unknown layout (keys: {keys})" if isinstance(row, dict) else "not an object"
     if isinstance(out.get("id"), int) and not isinstance(out["id"], bool):
         out["id"] = str(out["id"])
+    answer = out.get("answer")  # JSON and Arrow give numeric gold answers as numbers
+    if isinstance(answer, int) and not isinstance(answer, bool):
+        out["answer"] = str(answer)
+    elif isinstance(answer, float) and math.isfinite(answer):
+        out["answer"] = str(int(answer)) if answer.is_integer() else repr(answer)
     out.setdefault("id", rid)
     out.setdefault("source", source)
     for k in PAIR_FIELDS:
@@ -397,6 +422,12 @@ def record_from_row(row: Any, *, domain: str, source: str, rid: str) -> tuple[di
             out[k] = out[k].strip() + END_OF_TURN  # every completion ends the model's turn
     reason = validate_record(out)
     return (None, reason) if reason else (out, None)
+
+
+def _check_domain(domain: Any) -> None:
+    """A loader's default domain must be known, or every row without one is dropped."""
+    if domain not in DOMAINS:
+        raise ValueError(f"domain={domain!r}: unknown domain; known: {', '.join(DOMAINS)}")
 
 
 def load_jsonl(path: str | pathlib.Path, *, domain: str = "general",
@@ -407,6 +438,7 @@ def load_jsonl(path: str | pathlib.Path, *, domain: str = "general",
     file's stem. Broken lines and invalid rows are counted in the report by reason with
     ``file:line``; blank lines are skipped. An empty file raises ``ValueError``.
     """
+    _check_domain(domain)
     path = _existing(path)
     source = source or path.stem
     report = SourceReport(f"jsonl:{path}")
@@ -424,6 +456,7 @@ def load_preferences(path: str | pathlib.Path, *, domain: str = "general",
     the whole of ``chosen`` is the answer); both responses get ``<end_of_turn>``.
     Pairs feed DPO only: they carry no checked gold answer for eval or GRPO.
     """
+    _check_domain(domain)
     path = _existing(path)
     source = source or path.stem
     report = SourceReport(f"prefs:{path}")
@@ -555,6 +588,7 @@ def load_hf(name_or_path: str, split: str = "train", *, columns: Mapping[str, st
     ``{"prompt": "question", "answer": "answer", "reasoning": "rationale"}``; without it
     each row's layout is detected as in :func:`record_from_row`.
     """
+    _check_domain(domain)
     if columns:
         unknown = set(columns) - set(FIELDS) - set(PAIR_FIELDS)
         if unknown:
@@ -826,12 +860,13 @@ def hold_out_eval(records: Sequence[dict], per_domain: int, *, seed: int | str,
     chosen: set[int] = set()
     info: dict[str, Any] = {"count": {}, "short": {}}
     for d in DOMAINS:
-        eligible = [i for i, r in enumerate(records) if r["domain"] == d and "chosen" not in r
-                    and gold_problem(r) is None
-                    and (limits is None or too_long(r, count_tokens, limits) is None)]
-        if not eligible:
+        in_domain = [i for i, r in enumerate(records) if r["domain"] == d]
+        if not in_domain:
             continue
-        rng.shuffle(eligible)
+        eligible = [i for i in in_domain if "chosen" not in records[i]
+                    and gold_problem(records[i]) is None
+                    and (limits is None or too_long(records[i], count_tokens, limits) is None)]
+        rng.shuffle(eligible)  # an empty list draws nothing: other domains are unaffected
         take = eligible[:min(per_domain, len(eligible) // 2)]
         chosen.update(take)
         info["count"][d] = len(take)
@@ -1047,7 +1082,8 @@ def write_splits(splits: Splits, report: DataReport, out_dir: str | pathlib.Path
     out.mkdir(parents=True, exist_ok=True)
     for name in STAGES:
         write_jsonl(getattr(splits, name), out / f"{name}.jsonl")
-    (out / REPORT_FILE).write_text(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
+    (out / REPORT_FILE).write_text(json.dumps(report.to_dict(), indent=2, ensure_ascii=False),
+                                   encoding="utf-8")
     return out
 
 
@@ -1055,5 +1091,6 @@ def read_splits(out_dir: str | pathlib.Path) -> tuple[Splits, DataReport]:
     """What :func:`write_splits` wrote."""
     out = _existing(out_dir)
     splits = Splits(**{name: read_jsonl(out / f"{name}.jsonl") for name in STAGES})
-    report = DataReport.from_dict(json.loads((_existing(out / REPORT_FILE)).read_text()))
+    report = DataReport.from_dict(json.loads(
+        _existing(out / REPORT_FILE).read_text(encoding="utf-8")))
     return splits, report

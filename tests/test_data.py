@@ -2,7 +2,10 @@
 
 import dataclasses
 import json
+import os
 import random
+import subprocess
+import sys
 from collections import Counter
 
 import pytest
@@ -100,6 +103,44 @@ def test_bad_lines_are_counted_and_good_rows_kept(tmp_path):
     assert report.drops.examples["prompt not a string"] == [f"{path}:4"]
     assert "keys: text" in report.drops.examples["unknown layout"][0]
     assert report.to_dict()["dropped"] == report.drops.counts
+
+
+def test_byte_order_mark_does_not_cost_the_first_row(tmp_path):
+    path = tmp_path / "notepad.jsonl"  # Windows editors save UTF-8 with a BOM
+    path.write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps(r) + "\n" for r in GSM8K_ROWS).encode())
+    records, report = data.load_jsonl(path, domain="math")
+    assert [r["answer"] for r in records] == ["72", "2000"] and report.drops.total == 0
+    records, report = data.load_gsm8k("train", source="jsonl", path=path)
+    assert [r["answer"] for r in records] == ["72", "2000"] and report.drops.total == 0
+
+
+def test_a_line_that_is_not_utf8_is_counted_not_fatal(tmp_path):
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(json.dumps(rec(0)).encode() + b"\n"
+                     + '{"prompt": "Caf\u00e9?", "answer": "x"}\n'.encode("latin-1")
+                     + json.dumps(rec(1), ensure_ascii=False).encode() + b"\n")
+    records, report = data.load_jsonl(path)
+    assert [r["id"] for r in records] == ["r0", "r1"]
+    assert report.read == 3 and report.drops.counts == {"not UTF-8": 1}
+    assert report.drops.examples["not UTF-8"] == [f"{path}:2: not UTF-8 (byte 0xe9 at column 16)"]
+
+
+def test_numeric_gold_answers_are_read_as_text(tmp_path):
+    """JSON (and Arrow) give numeric answers as numbers; they are gold, not wrong types."""
+    path = write_jsonl(tmp_path / "nums.jsonl", [
+        {"question": "2 + 2?", "answer": 4}, {"prompt": "3 * 2?", "answer": 6.0},
+        {"prompt": "1 / 4?", "answer": 0.25}, {"prompt": "Yes?", "answer": True},
+        {"prompt": "Big?", "answer": 10 ** 30}])
+    records, report = data.load_jsonl(path, domain="math")
+    assert [r["answer"] for r in records] == ["4", "6", "0.25", str(10 ** 30)]
+    assert report.drops.counts == {"answer not a string": 1}  # a bool is no answer
+
+
+def test_unknown_default_domain_is_refused_up_front(tmp_path):
+    path = write_jsonl(tmp_path / "x.jsonl", [{"question": "2 + 2?", "answer": "4"}])
+    for load in (data.load_jsonl, data.load_preferences, data.load_hf):
+        with pytest.raises(ValueError, match=r"domain='maths': unknown domain; known: math, "):
+            load(path if load is not data.load_hf else str(path), domain="maths")
 
 
 def test_empty_file_is_an_error(tmp_path):
@@ -237,6 +278,18 @@ def test_load_preferences(tmp_path):
         "", "Blue, because...", "general")
     assert all(r[k].endswith(END_OF_TURN) for r in records for k in ("chosen", "rejected"))
     assert data.load_source(f"prefs:{path}")[0] == records
+
+
+def test_an_untagged_response_ending_its_turn_leaves_the_marker_out_of_the_answer(tmp_path):
+    """Gemma-formatted data ends responses with <end_of_turn>: it is no part of the answer."""
+    prefs = write_jsonl(tmp_path / "prefs.jsonl", [
+        {"prompt": "Best color?", "chosen": f"Blue.{END_OF_TURN}", "rejected": f"Red.{END_OF_TURN}"}])
+    (pair,), _ = data.load_preferences(prefs)
+    assert pair["answer"] == "Blue." and pair["chosen"] == f"Blue.{END_OF_TURN}"
+    sft = write_jsonl(tmp_path / "sft.jsonl", [{"instruction": "Say hi", "output": f"hi{END_OF_TURN}"}])
+    (record,), _ = data.load_jsonl(sft)
+    assert record["answer"] == "hi"
+    assert format_completion(record["reasoning"], record["answer"]).count(END_OF_TURN) == 1
 
 
 def test_load_source_dispatch_and_errors(tmp_path):
@@ -502,6 +555,17 @@ def test_shortfalls_are_reported_not_hidden(task_records):
     assert "eval general: 1 of 8" in " ".join(report.notes)
 
 
+def test_a_domain_with_nothing_to_evaluate_is_named():
+    """Preference pairs carry no checked gold: their domain gets no eval set, and a note."""
+    pairs = [rec(i, domain="general", prompt=f"Pick {i}", chosen=f"a{END_OF_TURN}",
+                 rejected=f"b{END_OF_TURN}") for i in range(10)]
+    _, report = data.build_splits([rec(i) for i in range(10)] + pairs, DataConfig(
+        eval_per_domain=3, train_size=10, domain_weights={"math": 1.0, "general": 1.0}))
+    assert report.eval == {"math": 3, "general": 0}
+    assert "eval general: 0 of 3: 0 eligible records, at most half are held out" in report.notes
+    assert "| general | 10 | 0 | 0 | 5 | 0 |" in report.table()
+
+
 PROMPTS = st.sampled_from(["Sort 3 1 2.", "Which is larger, 4 or 9?", "Reverse dog.",
                            "Count cats: cat dog cat.", "What is 2 + 2?", "Name a fruit."])
 
@@ -544,6 +608,24 @@ def test_write_read_round_trip(task_records, tmp_path):
     data.write_splits(splits, report, out, overwrite=True)
     with pytest.raises(FileNotFoundError, match="missing"):
         data.read_splits(tmp_path / "missing")
+
+
+def test_report_round_trip_does_not_depend_on_the_locale(tmp_path):
+    """data_report.json is UTF-8 like the JSONL files, whatever the platform's encoding."""
+    script = (
+        "import sys; from reasonkit import data; from reasonkit.config import DataConfig\n"
+        "recs = [{'id': f'caf\\u00e9-{i}', 'domain': 'math', 'source': '\\u65e5\\u672c', "
+        "'prompt': f'{i} + 1?', 'reasoning': '', 'answer': str(i + 1)} for i in range(10)]\n"
+        "splits, report = data.build_splits(recs + [recs[0]], DataConfig(eval_per_domain=2, "
+        "train_size=10))\n"
+        "data.write_splits(splits, report, sys.argv[1])\n"
+        "assert data.read_splits(sys.argv[1]) == (splits, report)\n")
+    env = dict(os.environ, LC_ALL="C", LANG="C", PYTHONUTF8="0", PYTHONCOERCECLOCALE="0")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "data")], env=env,
+                          capture_output=True, text=True, encoding="utf-8", timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads((tmp_path / "data" / "data_report.json").read_text(encoding="utf-8"))
+    assert report["drops"]["clean"]["examples"]["duplicate prompt"] == ["caf\u00e9-0"]
 
 
 def test_wrong_answer_always_differs():
