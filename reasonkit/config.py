@@ -62,6 +62,11 @@ def _integer(obj: Any, *names: str) -> None:
     _require(obj, names, _is_int, "must be an int")
 
 
+def _flag(obj: Any, *names: str) -> None:
+    """Booleans: JSON's ``"false"`` is a truthy string, so only True / False pass."""
+    _require(obj, names, lambda v: isinstance(v, bool), "must be a bool (true / false)")
+
+
 def _buckets(obj: Any) -> None:
     _require(obj, ("buckets",), lambda v: _is_int(v) and 1 <= v <= 8, "must be an int in [1, 8]")
 
@@ -121,6 +126,7 @@ class ModelConfig:
             _fail("ModelConfig", "head_dim", self.head_dim, "must be even (RoPE)")
         if self.dtype not in ("bfloat16", "float32"):
             _fail("ModelConfig", "dtype", self.dtype, "must be 'bfloat16' or 'float32'")
+        _flag(self, "remat")
 
     @property
     def num_params(self) -> int:
@@ -146,6 +152,7 @@ class LoraConfig:
     def __post_init__(self):
         _count(self, "rank", "tile_size")
         _positive(self, "alpha")
+        _flag(self, "qlora")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -189,6 +196,10 @@ class DataConfig:
     def __post_init__(self):
         if not self.sources:
             _fail("DataConfig", "sources", self.sources, "must name at least one source")
+        if not isinstance(self.sources, (tuple, list)) or not all(
+                isinstance(s, str) and s for s in self.sources):
+            _fail("DataConfig", "sources", self.sources,
+                  'must be a list of non-empty source strings, e.g. ["tasks"]')
         if not isinstance(self.domain_weights, Mapping):
             _fail("DataConfig", "domain_weights", self.domain_weights,
                   "must map domain names to weights, e.g. {\"math\": 2.0}")
@@ -235,8 +246,7 @@ class SFTConfig(TrainConfig):
     def __post_init__(self):
         super().__post_init__()
         _count(self, "max_prompt_length", "max_target_length")
-        if not isinstance(self.packing, bool):
-            _fail("SFTConfig", "packing", self.packing, "must be a bool")
+        _flag(self, "packing")
         if self.max_prompt_length >= self.max_target_length:
             _fail("SFTConfig", "max_prompt_length", self.max_prompt_length,
                   f"must be < max_target_length={self.max_target_length}")
@@ -341,29 +351,34 @@ class Preset:
         >>> get_preset("tiny").replace(**{"sft.max_steps": 3}).sft.max_steps
         3
         """
-        nested: dict[str, dict[str, Any]] = {}
-        flat: dict[str, Any] = {}
-        for key, value in changes.items():
-            if "." in key:
-                head, tail = key.split(".", 1)
-                nested.setdefault(head, {})[tail] = value
-            else:
-                flat[key] = value
-        for head, sub in nested.items():
-            if not hasattr(self, head):
-                raise ValueError(f"Preset has no field {head!r} (in {list(sub)})")
-            flat[head] = _replace_nested(getattr(self, head), sub)
-        return dataclasses.replace(self, **flat)
+        return _replace_nested(self, changes)
 
 
-def _replace_nested(obj: Any, changes: dict[str, Any]) -> Any:
-    names = {f.name for f in dataclasses.fields(obj)}
+def _replace_nested(obj: Any, changes: Mapping[str, Any], where: str = "") -> Any:
+    """``obj`` with ``changes`` applied; keys sharing a prefix change one nested copy."""
+    cls = type(obj).__name__
+    names = [f.name for f in dataclasses.fields(obj)]
     flat: dict[str, Any] = {}
+    nested: dict[str, dict[str, Any]] = {}
     for key, value in changes.items():
         head, _, tail = key.partition(".")
         if head not in names:
-            raise ValueError(f"{type(obj).__name__} has no field {head!r}; fields: {sorted(names)}")
-        flat[head] = _replace_nested(getattr(obj, head), {tail: value}) if tail else value
+            raise ValueError(f"{cls} has no field {head!r}; fields: {sorted(names)}")
+        current = getattr(obj, head)
+        if tail:
+            if not dataclasses.is_dataclass(current):
+                raise ValueError(f"{cls}.{head} is {current!r}, not a config: no field {tail!r}")
+            nested.setdefault(head, {})[tail] = value
+        elif dataclasses.is_dataclass(current) and not isinstance(value, type(current)):
+            example = (next(iter(value)) if isinstance(value, Mapping) and value
+                       else dataclasses.fields(current)[0].name)
+            raise ValueError(
+                f"{cls}.{head}={value!r}: must be a {type(current).__name__}; to change some "
+                f"of its fields use dotted keys, e.g. '{where}{head}.{example}'")
+        else:
+            flat[head] = value
+    for head, sub in nested.items():  # on top of a whole replacement given for the same field
+        flat[head] = _replace_nested(flat.get(head, getattr(obj, head)), sub, f"{where}{head}.")
     return dataclasses.replace(obj, **flat)
 
 

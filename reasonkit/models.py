@@ -9,6 +9,7 @@ the *source* differs: the tiny directory is built here from the synthetic tasks
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -224,7 +225,15 @@ def check_checkpoint_dir(path: str | os.PathLike, cfg: ModelConfig) -> ModelConf
         raise CheckpointError(f"{path}: not a directory")
     missing = [name for name in REQUIRED_FILES if not (path / name).is_file()]
     files = sorted(path.glob("*.safetensors"))
-    if not files:
+    index = path / "model.safetensors.index.json"
+    if index.is_file():  # a sharded checkpoint: name the shards a partial download lacks
+        try:
+            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (OSError, ValueError, KeyError, AttributeError) as e:
+            raise CheckpointError(f"{index}: cannot read its weight_map ({e!r})") from e
+        missing += [f"{name} (named in {index.name})" for name in shards
+                    if not (path / name).is_file()]
+    elif not files:
         missing.append("*.safetensors")
     if missing:
         raise CheckpointError(f"{path}: missing {', '.join(missing)}")
@@ -232,8 +241,15 @@ def check_checkpoint_dir(path: str | os.PathLike, cfg: ModelConfig) -> ModelConf
     shapes: dict[str, tuple[int, ...]] = {}
     for file in files:
         with safe_open(file, framework="numpy") as sf:
+            dtypes = set()
             for key in sf.keys():
-                shapes[key.removeprefix("language_model.")] = tuple(sf.get_slice(key).get_shape())
+                tensor = sf.get_slice(key)
+                shapes[key.removeprefix("language_model.")] = tuple(tensor.get_shape())
+                dtypes.add(tensor.get_dtype())
+        if len(dtypes) > 1:  # Tunix reads every tensor of a file with the first one's item size
+            raise CheckpointError(
+                f"{file}: {file.name} mixes dtypes {sorted(dtypes)}; Tunix's safetensors loader "
+                "needs one dtype per file: re-save it with a single dtype")
     expected = hf_shapes(cfg)
     absent = [k for k in expected if k not in shapes]
     wrong = [f"{k}: {shapes[k]} (expected {v})" for k, v in expected.items()
@@ -357,6 +373,20 @@ def read_platform_secrets(
     return found
 
 
+@contextlib.contextmanager
+def _download_errors(source: str):
+    """Turn a failed download (no network, no credentials, licence not accepted) into advice."""
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001 - each client raises its own zoo (requests, httpx, ...)
+        raise CheckpointError(
+            f"cannot download {source!r} ({type(e).__name__}: {e}). Turn the internet on "
+            "(Kaggle: notebook settings), accept the Gemma licence on the model's page and set "
+            "KAGGLE_USERNAME + KAGGLE_KEY or HF_TOKEN (models.read_platform_secrets() copies "
+            "notebook secrets); or, offline, point the preset at a local copy: "
+            'REASONKIT_OVERRIDES=\'{"model.source": "/path/to/model_dir"}\'') from e
+
+
 def resolve_source(cfg: ModelConfig) -> pathlib.Path:
     """A local directory holding ``cfg``'s weights: built (tiny), downloaded, or given."""
     source = cfg.source
@@ -365,13 +395,15 @@ def resolve_source(cfg: ModelConfig) -> pathlib.Path:
     if source.startswith("kaggle:"):
         import kagglehub
 
-        return pathlib.Path(kagglehub.model_download(source.removeprefix("kaggle:")))
+        with _download_errors(source):
+            return pathlib.Path(kagglehub.model_download(source.removeprefix("kaggle:")))
     if source.startswith("hf:"):
         from huggingface_hub import snapshot_download
 
-        return pathlib.Path(snapshot_download(
-            source.removeprefix("hf:"),
-            allow_patterns=["*.json", "*.safetensors", "tokenizer.model"]))
+        with _download_errors(source):
+            return pathlib.Path(snapshot_download(
+                source.removeprefix("hf:"),
+                allow_patterns=["*.json", "*.safetensors", "tokenizer.model"]))
     path = pathlib.Path(source).expanduser()
     if not path.is_dir():
         raise CheckpointError(
@@ -429,8 +461,11 @@ def merge_lora(lora_model: nnx.Module, lora: LoraConfig) -> None:
     """Fold every adapter into its base weight in place and zero the adapter.
 
     Works on qwix's einsum and linear adapters of Gemma 2 and Gemma 3 alike: the
-    delta is ``einsum(a, b)`` laid out like the weight, scaled by alpha / rank.
+    delta is ``einsum(a, b)`` laid out like the weight, scaled by alpha / rank. A QLoRA
+    (NF4) base weight is dequantized first, so the merged weight is full precision.
     """
+    import qwix
+
     scale = lora.alpha / lora.rank
     for _, module in nnx.iter_graph(lora_model):
         if not isinstance(module, nnx.Module):
@@ -441,8 +476,14 @@ def merge_lora(lora_model: nnx.Module, lora: LoraConfig) -> None:
             if a is None or b is None:
                 continue
             weight = getattr(module, name)
-            delta = _lora_delta(module, name, a.value, b.value, weight.value.shape)
-            weight.value = (weight.value + scale * delta).astype(weight.value.dtype)
+            if isinstance(weight, nnx.Variable):
+                base = weight.value
+            else:  # QLoRA: qwix's NF4 base (a WithAux around a QArray): merge in full precision
+                base = jnp.asarray(qwix.dequantize(weight.array))
+                weight = nnx.Param(base)
+                setattr(module, name, weight)
+            delta = _lora_delta(module, name, a.value, b.value, base.shape)
+            weight.value = (base + scale * delta).astype(base.dtype)
             b.value = jnp.zeros_like(b.value)
 
 
@@ -476,8 +517,9 @@ def export_merged(lora_model: nnx.Module, cfg: ModelConfig, lora: LoraConfig,
 def tiny_corpus(records: list[dict]) -> list[str]:
     """Pretraining documents: a user turn, then plain-prose reasoning and answer, no tags.
 
-    The base model learns the tasks' language and the turn structure but never sees
-    ``<reasoning>`` / ``<answer>``: teaching that format is SFT's job.
+    The base model learns the tasks' language and the turn structure. It reads
+    ``<reasoning>`` / ``<answer>`` only in the prompt's instruction and never writes
+    them: teaching that format is SFT's job.
     """
     return [f"{data.format_prompt(r['prompt'])}{r['reasoning']} So the answer is {r['answer']}."
             f"{data.END_OF_TURN}" for r in records]
@@ -491,8 +533,12 @@ _TINY_SEQ_LEN = 160  # the longest document is about 150 tokens: none is cut
 
 
 def tiny_key(cfg: ModelConfig, steps: int = TINY_STEPS, seed: int = 0) -> str:
-    """What the tiny checkpoint is a function of: its config and the pretraining recipe."""
-    key = json.dumps([dataclasses.asdict(cfg), steps, seed, _TINY_VERSION], sort_keys=True)
+    """What the tiny checkpoint is a function of: its config and the pretraining recipe.
+
+    ``remat`` is left out: it trades memory for compute, the weights are the same.
+    """
+    arch = dataclasses.asdict(dataclasses.replace(cfg, remat=False))
+    key = json.dumps([arch, steps, seed, _TINY_VERSION], sort_keys=True)
     return hashlib.sha1(key.encode()).hexdigest()[:10]
 
 

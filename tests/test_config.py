@@ -75,6 +75,11 @@ def test_auto_on_this_cpu_is_tiny():
     (lambda: GRPOConfig(beta="0.1"), "beta", "'0.1'"),
     (lambda: DataConfig(domain_weights=["math"]), "domain_weights", "math"),
     (lambda: DataConfig(domain_weights={"math": "2"}), "domain_weights", "math"),
+    # from JSON: "false" is a truthy string, and a bare string is iterated char by char
+    (lambda: LoraConfig(rank=8, alpha=8.0, qlora="false"), "qlora", "'false'"),
+    (lambda: dataclasses.replace(get_preset("tiny").model, remat="no"), "remat", "'no'"),
+    (lambda: DataConfig(sources="gsm8k:hf"), "sources", "'gsm8k:hf'"),
+    (lambda: DataConfig(sources=("tasks", "")), "sources", "''"),
 ])
 def test_validation_names_field_and_value(make, field, value):
     with pytest.raises(ValueError, match=rf"\.{field}=.*{value}"):
@@ -88,6 +93,16 @@ def test_replace_nested_and_errors():
         get_preset("tiny").replace(**{"sft.max_stepz": 7})
     with pytest.raises(ValueError, match="GRPOConfig.num_generations"):
         get_preset("tiny", **{"grpo.num_generations": 1})
+
+
+def test_replace_two_fields_of_one_nested_config():
+    # Each key used to rebuild grpo.mesh from the shipped one: the last key won alone.
+    p = get_preset("tiny").replace(**{"grpo.mesh.shape": (2, 4), "grpo.mesh.axis_names": ("data", "model")})
+    assert p.grpo.mesh == MeshConfig(shape=(2, 4), axis_names=("data", "model"))
+    p = get_preset("tiny").replace(**{"sft.mesh.shape": (8,), "sft.mesh.axis_names": ("fsdp",),
+                                      "sft.max_steps": 3})
+    assert (p.sft.mesh.shape, p.sft.mesh.axis_names, p.sft.max_steps) == ((8,), ("fsdp",), 3)
+    assert get_preset("tiny").replace(lora=LoraConfig(rank=2, alpha=2.0)).lora.rank == 2
 
 
 def test_num_params_matches_gemma3_1b_order_of_magnitude():
@@ -118,6 +133,9 @@ def test_env_overrides_change_the_env_preset(monkeypatch):
     ('{"sft.max_stepz": 5}', r"preset 'tiny' with overrides .*no field 'max_stepz'"),
     ('{"grpo.num_generations": 1}', r"GRPOConfig.num_generations=1"),
     ('{"sft.max_steps": 3.5}', r"SFTConfig.max_steps=3.5: must be a positive int"),
+    ('{"sft": {"max_steps": 5}}', r"Preset.sft=\{'max_steps': 5\}: must be a SFTConfig.*'sft.max_steps'"),
+    ('{"grpo.mesh": [1, 1]}', r"GRPOConfig.mesh=\(1, 1\): must be a MeshConfig.*'grpo.mesh.shape'"),
+    ('{"sft.max_steps.x": 5}', r"SFTConfig.max_steps is 240, not a config: no field 'x'"),
 ])
 def test_env_overrides_errors_say_what_and_where(monkeypatch, text, match):
     monkeypatch.delenv("REASONKIT_PRESET", raising=False)

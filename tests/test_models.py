@@ -133,6 +133,41 @@ def test_bad_checkpoint_dirs_say_what_is_wrong(tmp_path, tokenizer_path, problem
         models.load_model(path, G3)
 
 
+
+def test_sharded_checkpoint_loads_and_a_missing_shard_is_named(tmp_path, tokenizer_path):
+    path = tmp_path / "ckpt"
+    tensors = write_hf_checkpoint(path, G3, tokenizer_path)
+    (path / "model.safetensors").unlink()
+    keys = sorted(tensors)
+    shards = {f"model-0000{i + 1}-of-00002.safetensors": keys[i::2] for i in range(2)}
+    for name, names in shards.items():
+        save_file({k: tensors[k] for k in names}, str(path / name))
+    (path / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {}, "weight_map": {k: name for name, names in shards.items() for k in names}}))
+    flat = models.base_params(models.load_model(path, G3))
+    np.testing.assert_array_equal(flat["final_norm.scale"], tensors["model.norm.weight"])
+    (path / "model-00002-of-00002.safetensors").unlink()  # an interrupted download
+    named = r"missing model-00002-of-00002.safetensors \(named in model.safetensors.index.json"
+    with pytest.raises(models.CheckpointError, match=named):
+        models.load_model(path, G3)
+
+
+def test_bf16_checkpoint_loads_and_mixed_dtypes_are_refused(tmp_path, tokenizer_path):
+    import ml_dtypes
+
+    path = tmp_path / "ckpt"
+    tensors = write_hf_checkpoint(path, G3, tokenizer_path)
+    save_file({k: v.astype(ml_dtypes.bfloat16) for k, v in tensors.items()}, str(path / "model.safetensors"))
+    flat = models.base_params(models.load_model(path, G3))  # cast to the preset's float32
+    want = tensors["model.embed_tokens.weight"].astype(ml_dtypes.bfloat16).astype(np.float32)
+    np.testing.assert_array_equal(flat["embedder.input_embedding"], want)
+    # Tunix 0.1.7 reads a file with the first tensor's item size: mixing dtypes in one file
+    # failed deep inside it ("cannot reshape array of size 8192 into shape (512,32)").
+    save_file({k: v if "norm" in k else v.astype(ml_dtypes.bfloat16) for k, v in tensors.items()},
+              str(path / "model.safetensors"))
+    with pytest.raises(models.CheckpointError, match=r"model.safetensors mixes dtypes \['BF16', 'F32'\]"):
+        models.load_model(path, G3)
+
 def test_tokenizer_vocab_must_match_checkpoint(tmp_path, tokenizer_path):
     cfg = dataclasses.replace(G3, vocab_size=640)
     write_hf_checkpoint(tmp_path / "c", cfg, tokenizer_path)
@@ -166,6 +201,21 @@ def test_resolve_source_kaggle_hf_local_and_bad(tmp_path, monkeypatch):
     with pytest.raises(models.CheckpointError, match="'nowhere' is not 'tiny'"):
         models.resolve_source(dataclasses.replace(G3, source="nowhere"))
 
+
+
+@pytest.mark.parametrize("source", ["kaggle:google/gemma-3/transformers/gemma-3-1b-it",
+                                    "hf:google/gemma-3-1b-it"])
+def test_failed_download_says_what_to_do(monkeypatch, source):
+    def offline(*args, **kwargs):  # what both clients raise with no network and no cache
+        raise OSError("Failed to resolve 'api.kaggle.com' ([Errno -2] Name or service not known)")
+
+    monkeypatch.setitem(sys.modules, "kagglehub", types.SimpleNamespace(model_download=offline))
+    monkeypatch.setitem(sys.modules, "huggingface_hub", types.SimpleNamespace(snapshot_download=offline))
+    with pytest.raises(models.CheckpointError) as e:
+        models.resolve_source(dataclasses.replace(G3, source=source))
+    msg = str(e.value)
+    assert f"cannot download {source!r}" in msg and "Name or service not known" in msg
+    assert "internet" in msg and "licence" in msg and '"model.source"' in msg
 
 def test_platform_secrets_are_set_not_printed(monkeypatch, capsys):
     for name in ("HF_TOKEN", "KAGGLE_USERNAME", "KAGGLE_KEY"):
@@ -231,6 +281,22 @@ def test_merged_export_reloads_to_the_lora_models_logits(tmp_path, tokenizer_pat
     np.testing.assert_allclose(got, want, atol=1e-4)  # ...and the export carries them
 
 
+
+@pytest.mark.parametrize("cfg", [G3, G2], ids=["gemma3", "gemma2"])
+def test_qlora_merged_export_dequantizes_the_nf4_base(tmp_path, tokenizer_path, cfg):
+    # README: `**{"lora.qlora": True}`; the base weights are then qwix NF4 arrays, which
+    # the merge must dequantize (it raised TypeError: 'WithAux' + 'ArrayImpl').
+    qlora = dataclasses.replace(LORA, qlora=True, tile_size=16)
+    model = models.apply_lora(models.new_model(cfg, seed=1), qlora)
+    for path, v in nnx.iter_graph(model):
+        if isinstance(v, nnx.LoRAParam) and str(path[-1]).endswith("lora_b"):
+            v[...] = 0.05 * jax.random.normal(jax.random.key(len(path)), v.shape)
+    want = forward(model, TOKENS)
+    out = models.export_merged(model, cfg, qlora, tmp_path / "merged", tokenizer_path)
+    np.testing.assert_array_equal(forward(model, TOKENS), want)  # still the QLoRA model
+    got = forward(models.load_model(out, cfg), TOKENS)
+    np.testing.assert_allclose(got, want, atol=1e-4)
+
 # --- the tiny base model ---------------------------------------------------------------
 
 def test_shipped_tiny_base_model_is_the_current_recipe(tiny_dir):
@@ -245,6 +311,14 @@ def test_shipped_tiny_base_model_is_the_current_recipe(tiny_dir):
     for sym in data.SPECIAL_TOKENS:  # tags and turn markers are single pieces
         assert tok.EncodeAsPieces(sym) == [sym]
 
+
+
+def test_remat_does_not_rebuild_the_tiny_base_model():
+    # remat trades memory for compute (hardware.py suggests it): same weights, so the
+    # shipped checkpoint serves it instead of a ~30-minute rebuild.
+    cfg = dataclasses.replace(get_preset("tiny").model, remat=True)
+    assert models.tiny_key(cfg) == models.tiny_key(get_preset("tiny").model)
+    assert models.resolve_source(cfg) == models.TINY_ASSET
 
 def test_tiny_pretraining_never_sees_the_presets_data_pool():
     records, excluded = models.tiny_pretraining_records()
