@@ -134,7 +134,7 @@ class CompileCounter:
             self._last_warm = True
 
     def summary(self) -> dict[str, Any]:
-        """``{"total", "after_warmup", "names_after_warmup", "seconds"}`` for logs."""
+        """``{"total", "after_warmup", "shapes", "names_after_warmup", "seconds"}`` for logs."""
         return {"total": self.count, "after_warmup": self.after_warmup, "shapes": self.shapes,
                 "names_after_warmup": sorted(set(self.names_after_warmup)),
                 "seconds": round(self.seconds, 2)}
@@ -146,7 +146,12 @@ def _signature(batch: Any) -> Any:
         return tuple(sorted((k, _signature(v)) for k, v in batch.items()))
     shape = getattr(batch, "shape", None)
     if shape is not None:
-        return tuple(shape), str(getattr(batch, "dtype", ""))
+        dtype = getattr(batch, "dtype", "")
+        # Text (GRPO's prompts) is tokenized and padded before XLA sees it: '<U37' vs '<U41'
+        # is the longest string in the batch, not a new shape.
+        if getattr(dtype, "kind", None) in ("U", "S", "O"):
+            return tuple(shape), "text"
+        return tuple(shape), str(dtype)
     if isinstance(batch, (list, tuple)):
         return tuple(_signature(v) for v in batch)
     return type(batch).__name__

@@ -199,6 +199,9 @@ def from_name(name: str) -> HardwareInfo:
     >>> from_name("tpu-v5e-8").name
     'tpu-v5e-8'
     """
+    m = re.fullmatch(r"(?:cpu|tpu-\w+|gpu-\w+)-0+", name)
+    if m:
+        raise ValueError(f"hardware name {name!r}: the device count must be >= 1")
     m = re.fullmatch(r"cpu(?:-(\d+))?", name)
     if m:
         n = int(m.group(1) or 1)
@@ -404,11 +407,13 @@ def format_bytes(n: float) -> str:
     """
     n = float(n)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            if unit == "B":
-                return f"{int(n)} B"
-            digits = 2 if abs(n) < 10 else 1 if abs(n) < 100 else 0
-            return f"{n:.{digits}f} {unit}"
+        if unit == "B" and abs(n) < 1024:
+            return f"{int(n)} B"
+        rounded = abs(float(f"{n:.3g}"))  # 9.996 is 10.0, not 10.00
+        digits = 2 if rounded < 10 else 1 if rounded < 100 else 0
+        text = f"{n:.{digits}f}"
+        if abs(float(text)) < 1024 or unit == "TiB":  # 1023.9 KiB is 1.00 MiB, not 1024 KiB
+            return f"{text} {unit}"
         n /= 1024
     raise AssertionError("unreachable")
 

@@ -111,6 +111,8 @@ def make_mesh(mesh_config_or_shape: MeshConfig | Sequence[int] | None = None,
         names = tuple(axis_names or AXIS_NAMES[:len(shape)])
     if len(names) != len(shape):
         raise ValueError(f"mesh shape {shape} needs one axis name per entry, got {names}")
+    if len(set(names)) != len(names):  # jax would silently merge the repeated axis
+        raise ValueError(f"mesh axis names must be distinct, got {names}")
     devices = list(jax.devices() if devices is None else devices)
     shape = resolve_shape(shape, len(devices))
     axis_type = getattr(jax.sharding, "AxisType", None)
@@ -266,15 +268,14 @@ def reshard(tree_or_model: Any, mesh: jax.sharding.Mesh, *, strict: bool = False
         tree = nnx.state(model)
     else:
         tree = tree_or_model
+    leaves, treedef = jax.tree.flatten(tree)  # None entries are empty subtrees: no leaf
     if isinstance(tree, nnx.State):
-        specs = nnx.get_partition_spec(tree)
+        spec_leaves = jax.tree.leaves(nnx.get_partition_spec(tree), is_leaf=_is_spec)
     else:
-        specs = jax.tree.map(
-            lambda x: x.sharding.spec
-            if isinstance(getattr(x, "sharding", None), jax.sharding.NamedSharding) else None,
-            tree)
-    spec_leaves = jax.tree.leaves(specs, is_leaf=_is_spec)
-    leaves, treedef = jax.tree.flatten(tree)
+        spec_leaves = [
+            x.sharding.spec
+            if isinstance(getattr(x, "sharding", None), jax.sharding.NamedSharding) else None
+            for x in leaves]
     if len(spec_leaves) != len(leaves):
         raise ValueError(f"found {len(spec_leaves)} partition specs for {len(leaves)} arrays")
     dropped, shardings = [], []

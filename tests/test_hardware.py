@@ -69,6 +69,12 @@ def test_from_name():
         from_name("tpu-v9-8")
 
 
+@pytest.mark.parametrize("name", ["cpu-0", "tpu-v5e-0", "gpu-h100-0"])
+def test_from_name_refuses_zero_devices(name):
+    with pytest.raises(ValueError, match=f"{name}.*device count must be >= 1"):
+        from_name(name)
+
+
 def test_matmul_benchmark():
     r = hwmod.matmul_benchmark(n=128, repeats=2, inner=4)
     assert r["flops_per_s"] > 0 and r["seconds"] > 0
@@ -81,6 +87,11 @@ def test_format_bytes():
     assert hwmod.format_bytes(32 * 1024 * 262144 * 4) == "32.0 GiB"
     assert hwmod.format_bytes(238 * 2**20) == "238 MiB"
     assert hwmod.format_bytes(6.5 * GiB) == "6.50 GiB"
+    # three significant digits, also where rounding carries into the next digit or unit
+    assert hwmod.format_bytes(2**20 - 1) == "1.00 MiB"
+    assert hwmod.format_bytes(GiB - 2**20) == "1023 MiB"
+    assert hwmod.format_bytes(9.996 * 1024) == "10.0 KiB"
+    assert hwmod.format_bytes(99.96 * 2**20) == "100 MiB"
 
 
 # --- the budget by hand ------------------------------------------------------------------

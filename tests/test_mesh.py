@@ -70,6 +70,12 @@ def test_make_mesh_single_device_is_auto():
         rkmesh.make_mesh((1, 1, 1))
 
 
+def test_make_mesh_refuses_repeated_axis_names():
+    # jax.make_mesh would merge them into one axis of the wrong size: Mesh('a': 1)
+    with pytest.raises(ValueError, match=r"distinct, got \('a', 'a'\)"):
+        rkmesh.make_mesh((1, 1), axis_names=("a", "a"))
+
+
 def test_stage_mesh_config_eval_uses_grpo_layout():
     p = get_preset("gemma3-1b")
     assert rkmesh.stage_mesh_config(p, "sft").shape == (-1, 1)
@@ -115,6 +121,18 @@ def test_reshard_pytree_single_device():
     out = rkmesh.reshard(tree, m)
     assert out["w"].sharding.mesh == m and (out["w"] == tree["w"]).all()
     assert rkmesh.mesh_of(out) == m
+
+
+def test_reshard_pytree_with_none_leaves():
+    # None is an empty subtree (optax states, a layer without bias): it stays None
+    import jax.numpy as jnp
+
+    m = rkmesh.make_mesh((1, 1))
+    tree = {"w": jnp.arange(6.0).reshape(2, 3), "b": None, "rest": (None, jnp.ones(2))}
+    out = rkmesh.reshard(tree, m)
+    assert out["b"] is None and out["rest"][0] is None
+    assert out["w"].sharding.mesh == m and (out["w"] == tree["w"]).all()
+    assert out["rest"][1].sharding.mesh == m
 
 
 def test_init_distributed_single_host_is_noop():

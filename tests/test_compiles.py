@@ -1,0 +1,28 @@
+"""The compile counter's view of a batch stream."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from reasonkit import compiles
+
+
+def test_watch_ignores_the_length_of_text_columns():
+    """GRPO batches carry prompts as text: '<U4' vs '<U6' is not a new shape for XLA."""
+    @jax.jit
+    def step(ids):
+        return (ids * 2).sum()
+
+    prompts = [["2+2?", "3+3?"], ["12+12?", "1+1?"], ["100+100?", "5+5?"]]
+    stream = [{"prompts": np.array(p), "answer": np.array(["4", "6"]), "ids": np.ones((2, 8))}
+              for p in prompts]
+    assert len({b["prompts"].dtype for b in stream}) == 3
+    with compiles.CompileCounter() as counter:
+        for i, batch in enumerate(counter.watch(stream)):
+            step(batch["ids"]).block_until_ready()
+            if i == 2:
+                jnp.zeros((5, 7)).block_until_ready()  # a compile in a steady-state step
+    assert counter.shapes == 1
+    assert counter.after_warmup >= 1 and counter.names_after_warmup
+    assert compiles._signature(stream[0]) == compiles._signature(stream[2])
+    assert compiles._signature(np.ones(3, np.int32)) != compiles._signature(np.ones(3))
