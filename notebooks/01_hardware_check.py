@@ -20,7 +20,7 @@
 # accelerator memory *before* spending hours on it.
 #
 # **What you will learn:** where the memory of LoRA post-training goes (for Gemma the
-# 262k-token vocabulary makes the logits one of the largest items), and why SFT / DPO
+# 256k-262k-token vocabulary makes the logits one of the largest items), and why SFT / DPO
 # use an FSDP mesh while GRPO prefers tensor parallelism.
 #
 # **What you need:** any runtime. On Kaggle pick *TPU v5e-8* or *TPU v3-8*, on Colab
@@ -32,17 +32,36 @@
 # nothing. On Kaggle / Colab it installs reasonkit the first time, from
 # `$REASONKIT_PIP` (a git URL, or the path of this repo uploaded as a Kaggle dataset),
 # and JAX for TPUs when the runtime has one.
+#
+# Settings come from environment variables. On Kaggle / Colab set them in a cell above
+# this one, e.g. `%env REASONKIT_PRESET=gemma3-1b`, with the same values in every
+# notebook of a run.
+#
+# **Where the runs live.** Each notebook reads what the one before it wrote under
+# `runs/<run>/`: `./runs` in the notebook's working directory, `/kaggle/working/runs`
+# on Kaggle, or `$REASONKIT_RUNS`. On Colab that folder goes with the runtime: mount
+# Google Drive and point `REASONKIT_RUNS` at a folder there. On Kaggle
+# `/kaggle/working` belongs to one notebook and one session: to go on in another
+# notebook (or a new session), add the earlier one's output as an input and copy its
+# `runs` folder into `/kaggle/working` before running it.
 
 # %%
+import glob
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 if importlib.util.find_spec("reasonkit") is None:  # Kaggle / Colab, first run only
     source = os.environ.get("REASONKIT_PIP", "git+https://github.com/reasonkit/reasonkit")
+    if os.path.isdir(source):  # pip builds in the source tree; a Kaggle dataset is read-only
+        source = shutil.copytree(source, os.path.join(tempfile.mkdtemp(), "reasonkit"),
+                                 ignore=shutil.ignore_patterns(".git", ".venv", "runs"))
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", source], check=True)
-    if os.path.exists("/dev/accel0") or os.environ.get("TPU_NAME"):  # a TPU VM
+    # A TPU VM: v2-v4 chips appear as /dev/accel*, v5e and later as /dev/vfio/<n>.
+    if glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*") or os.environ.get("TPU_NAME"):
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "jax[tpu]==0.10.2"],
                        check=True)
 

@@ -37,11 +37,16 @@
 # %%
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 if importlib.util.find_spec("reasonkit") is None:  # Kaggle / Colab, first run only
     source = os.environ.get("REASONKIT_PIP", "git+https://github.com/reasonkit/reasonkit")
+    if os.path.isdir(source):  # pip builds in the source tree; a Kaggle dataset is read-only
+        source = shutil.copytree(source, os.path.join(tempfile.mkdtemp(), "reasonkit"),
+                                 ignore=shutil.ignore_patterns(".git", ".venv", "runs"))
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", source], check=True)
 
 # %%
@@ -80,9 +85,10 @@ for tag in data.SPECIAL_TOKENS:
 
 # %% [markdown]
 # The tiny tokenizer keeps every tag as one piece, so the model writes `<answer>` in one
-# step. Gemma's has `<start_of_turn>` / `<end_of_turn>` as single tokens (ids 105, 106);
-# the other tags are plain text to it and may take a few pieces each. That works too, at
-# the cost of a few tokens: the cell above shows what this preset's tokenizer does.
+# step. Gemma's has `<start_of_turn>` / `<end_of_turn>` as single tokens (ids 105, 106
+# in Gemma 3; 106, 107 in Gemma 2); the other tags are plain text to it and may take a
+# few pieces each. That works too, at the cost of a few tokens: the cell above shows
+# what this preset's tokenizer does.
 #
 # ## Load the sources
 # Each source turns its rows into one schema (`id`, `domain`, `source`, `prompt`,

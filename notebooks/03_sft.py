@@ -37,15 +37,22 @@
 # and JAX for TPUs when the runtime has one.
 
 # %%
+import glob
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 if importlib.util.find_spec("reasonkit") is None:  # Kaggle / Colab, first run only
     source = os.environ.get("REASONKIT_PIP", "git+https://github.com/reasonkit/reasonkit")
+    if os.path.isdir(source):  # pip builds in the source tree; a Kaggle dataset is read-only
+        source = shutil.copytree(source, os.path.join(tempfile.mkdtemp(), "reasonkit"),
+                                 ignore=shutil.ignore_patterns(".git", ".venv", "runs"))
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", source], check=True)
-    if os.path.exists("/dev/accel0") or os.environ.get("TPU_NAME"):  # a TPU VM
+    # A TPU VM: v2-v4 chips appear as /dev/accel*, v5e and later as /dev/vfio/<n>.
+    if glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*") or os.environ.get("TPU_NAME"):
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "jax[tpu]==0.10.2"],
                        check=True)
 
@@ -135,14 +142,19 @@ plt.show()
 
 # %% [markdown]
 # ## Before: three held-out questions
-# The same three held-out prompts (one math, one coding, one summarization question)
-# appear before and after every stage. Decoding is greedy, with the settings
-# `06_evaluation` uses (`preset.eval`), and `evaluate.score` judges each completion
-# with the same parser as the GRPO rewards: is the format exact, and is the answer right?
+# The same three held-out prompts (one math, one coding, one summarization question;
+# other domains stand in when your data has none of these) appear before and after
+# every stage. Decoding is greedy, with the settings `06_evaluation` uses
+# (`preset.eval`), and `evaluate.score` judges each completion with the same parser as
+# the GRPO rewards: is the format exact, and is the answer right?
 
 # %%
-EXAMPLES = [next(r for r in splits.eval if r["domain"] == d)
-            for d in ("math", "coding", "summarization")]
+first_of = {}  # domain -> its first held-out record
+for r in splits.eval:
+    first_of.setdefault(r["domain"], r)
+order = [d for d in ("math", "coding", "summarization") if d in first_of]
+order += [d for d in first_of if d not in order]  # data without some of those: others fill in
+EXAMPLES = [first_of[d] for d in order[:3]]
 
 
 def complete(model, label: str) -> list[dict]:
@@ -170,7 +182,8 @@ train.free()
 #
 # - **Session ending?** Set `REASONKIT_DEADLINE_HOURS` (hours from now) and training
 #   stops cleanly before it, with a checkpoint. Run this notebook again to resume from
-#   the last checkpoint: the same batches follow, as if it had never stopped.
+#   the last checkpoint: the same batches follow, as if it had never stopped. In a new
+#   Kaggle / Colab session, put `runs/` back first (`01_hardware_check`, Setup).
 # - **Changed a setting in between?** The stage records what its adapters depend on
 #   (model, LoRA, this stage's settings, its data split, where it started) in
 #   `sft/settings.json`. A resume under other settings is refused with the list of what

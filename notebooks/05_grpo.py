@@ -39,15 +39,22 @@
 # and JAX for TPUs when the runtime has one.
 
 # %%
+import glob
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 if importlib.util.find_spec("reasonkit") is None:  # Kaggle / Colab, first run only
     source = os.environ.get("REASONKIT_PIP", "git+https://github.com/reasonkit/reasonkit")
+    if os.path.isdir(source):  # pip builds in the source tree; a Kaggle dataset is read-only
+        source = shutil.copytree(source, os.path.join(tempfile.mkdtemp(), "reasonkit"),
+                                 ignore=shutil.ignore_patterns(".git", ".venv", "runs"))
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", source], check=True)
-    if os.path.exists("/dev/accel0") or os.environ.get("TPU_NAME"):  # a TPU VM
+    # A TPU VM: v2-v4 chips appear as /dev/accel*, v5e and later as /dev/vfio/<n>.
+    if glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*") or os.environ.get("TPU_NAME"):
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "jax[tpu]==0.10.2"],
                        check=True)
 
@@ -127,8 +134,12 @@ for fn in reward_fns:  # the first line of each docstring, without its reST mark
 # `evaluate.score`; then what each reward function gives those three answers.
 
 # %%
-EXAMPLES = [next(r for r in splits.eval if r["domain"] == d)
-            for d in ("math", "coding", "summarization")]
+first_of = {}  # domain -> its first held-out record
+for r in splits.eval:
+    first_of.setdefault(r["domain"], r)
+order = [d for d in ("math", "coding", "summarization") if d in first_of]
+order += [d for d in first_of if d not in order]  # data without some of those: others fill in
+EXAMPLES = [first_of[d] for d in order[:3]]
 
 
 def complete(model, label: str) -> list[dict]:
@@ -145,7 +156,8 @@ texts = [s["completion"] for s in before]
 columns = {"answer": [r["answer"] for r in EXAMPLES], "domain": [r["domain"] for r in EXAMPLES]}
 scored = {fn.__name__: fn(None, texts, **columns) for fn in reward_fns}
 scored["sum"] = [sum(v) for v in zip(*scored.values(), strict=True)]
-lines = ["| reward | " + " | ".join(r["domain"] for r in EXAMPLES) + " |", "|---|---|---|---|"]
+lines = ["| reward | " + " | ".join(r["domain"] for r in EXAMPLES) + " |",
+         "|---" * (len(EXAMPLES) + 1) + "|"]
 lines += [f"| {name} | " + " | ".join(f"{v:.2f}" for v in values) + " |"
           for name, values in scored.items()]
 display(Markdown("\n".join(lines)))

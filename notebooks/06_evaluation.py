@@ -39,15 +39,22 @@
 # and JAX for TPUs when the runtime has one.
 
 # %%
+import glob
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 if importlib.util.find_spec("reasonkit") is None:  # Kaggle / Colab, first run only
     source = os.environ.get("REASONKIT_PIP", "git+https://github.com/reasonkit/reasonkit")
+    if os.path.isdir(source):  # pip builds in the source tree; a Kaggle dataset is read-only
+        source = shutil.copytree(source, os.path.join(tempfile.mkdtemp(), "reasonkit"),
+                                 ignore=shutil.ignore_patterns(".git", ".venv", "runs"))
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", source], check=True)
-    if os.path.exists("/dev/accel0") or os.environ.get("TPU_NAME"):  # a TPU VM
+    # A TPU VM: v2-v4 chips appear as /dev/accel*, v5e and later as /dev/vfio/<n>.
+    if glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*") or os.environ.get("TPU_NAME"):
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "jax[tpu]==0.10.2"],
                        check=True)
 
@@ -363,8 +370,9 @@ print(sorted(p.name for p in out.iterdir()))
 #   `REASONKIT_PRESET=gemma3-1b` (Kaggle v5e-8) or `gemma3-270m` (Colab v5e-1), then run
 #   01-06 again under a new run name (`REASONKIT_RUN=...`) so both runs are kept.
 # - **More GRPO steps.** If pass@k is well above accuracy, GRPO has room left:
-#   `get_preset(name, **{"grpo.max_steps": 1600})` in `05_grpo`, under a new run name
-#   (a finished stage is never extended silently).
+#   `REASONKIT_OVERRIDES='{"grpo.max_steps": 1600}'` and `RETRAIN = True` in `05_grpo`
+#   (a finished stage is never extended silently: this trains GRPO again from its
+#   start), or the same overrides for 02-06 under a new run name to keep both.
 # - **The loss variants.** ORPO instead of DPO (`**{"dpo.algorithm": "orpo"}`), or another
 #   GRPO loss (`"grpo.loss"`: `"gspo-token"`, `"dapo"`, `"dr-grpo"`), in a new run; then
 #   compare the stage tables, and whether format pass still drops after the preference stage.
