@@ -309,7 +309,9 @@ def log_compiles(run: RunDir, stage: str, counter: compiles.CompileCounter,
     summary = counter.summary()
     if summary["after_warmup"]:
         print(f"{stage}: {summary['after_warmup']} XLA compilation(s) after the first step: "
-              f"{summary['names_after_warmup']} (a batch shape changed?)")
+              f"{summary['names_after_warmup']}: one per step means a batch shape keeps "
+              "changing; a few tiny ones once (Tunix's sampler compiles jit(equal) on its "
+              "second call) cost nothing")
     for key in ("total", "after_warmup"):
         run.append_metrics(stage, {"event": f"compiles/{key}", "step": step,
                                    "value": float(summary[key] or 0)})
