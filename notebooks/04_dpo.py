@@ -127,12 +127,7 @@ for part in ("prompt", "chosen", "rejected"):
 # The same three held-out prompts as in `03_sft`, greedy, scored by `evaluate.score`.
 
 # %%
-first_of = {}  # domain -> its first held-out record
-for r in splits.eval:
-    first_of.setdefault(r["domain"], r)
-order = [d for d in ("math", "coding", "summarization") if d in first_of]
-order += [d for d in first_of if d not in order]  # data without some of those: others fill in
-EXAMPLES = [first_of[d] for d in order[:3]]
+EXAMPLES = evaluate.pick_examples(splits.eval)  # math, coding, summarization if present
 
 
 def complete(model, label: str) -> list[dict]:

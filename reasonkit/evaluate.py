@@ -217,6 +217,24 @@ def evaluate_model(model, tokenizer, records: Sequence[dict], model_cfg: ModelCo
     return {"stage": stage, "summary": summarize(rows), "rows": rows}
 
 
+def pick_examples(records: Sequence[dict], prefer: Sequence[str] = ("math", "coding", "summarization"),
+                  n: int = 3) -> list[dict]:
+    """The first record of each ``prefer`` domain, then of other domains, ``n`` at most.
+
+    The notebooks show these prompts before and after every stage; data without some of
+    the preferred domains still gives ``n`` examples when it has ``n`` domains.
+
+    >>> recs = [{"id": i, "domain": d} for i, d in enumerate(["general", "math", "math", "science"])]
+    >>> [r["id"] for r in pick_examples(recs)]
+    [1, 0, 3]
+    """
+    first_of: dict[str, dict] = {}
+    for r in records:
+        first_of.setdefault(r["domain"], r)
+    order = [d for d in prefer if d in first_of] + [d for d in first_of if d not in prefer]
+    return [first_of[d] for d in order[:n]]
+
+
 def show_completions(model, tokenizer, records: Sequence[dict], model_cfg: ModelConfig,
                      cfg: EvalConfig, label: str) -> list[dict]:
     """Greedy completions of a few ``records``, printed with their scores (for notebooks).

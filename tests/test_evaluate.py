@@ -146,3 +146,12 @@ def test_evaluate_the_tiny_base_model_for_real(capsys):
     refused = r"1 of 3 prompts .*max_prompt_length=60 .*prompt 1, has \d+ and ends .*Why\?"
     with pytest.raises(ValueError, match=refused):
         evaluate.evaluate_model(model, tok, [records[1], long, records[3]], preset.model, short)
+
+
+def test_pick_examples_prefers_the_named_domains_and_fills_in():
+    recs = [{"id": f"{d}{i}", "domain": d} for i in range(2)
+            for d in ("general", "summarization", "math", "science")]
+    assert [r["id"] for r in evaluate.pick_examples(recs)] == ["math0", "summarization0", "general0"]
+    assert [r["id"] for r in evaluate.pick_examples(recs, prefer=("science",), n=2)] == [
+        "science0", "general0"]
+    assert evaluate.pick_examples([]) == []
