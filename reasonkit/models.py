@@ -173,8 +173,12 @@ def config_from_hf(path: str | os.PathLike, expect: ModelConfig | None = None) -
         raw = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise CheckpointError(f"{path}: cannot read config.json ({e})") from e
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{path}: config.json holds a {type(raw).__name__}, not an object")
     model_type = raw.get("model_type", "")
     text = raw.get("text_config", raw) if model_type == "gemma3" else raw
+    if not isinstance(text, dict):
+        raise CheckpointError(f"{path}: text_config is a {type(text).__name__}, not an object")
     family = "gemma2" if model_type == "gemma2" else "gemma3" if model_type.startswith("gemma3") else None
     if family is None:
         raise CheckpointError(f"{path}: model_type {model_type!r} is not Gemma 2 or Gemma 3")

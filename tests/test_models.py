@@ -106,6 +106,17 @@ def test_config_from_hf_reads_multimodal_gemma3(tmp_path):
     assert (got.family, got.num_layers, got.embed_dim, got.vocab_size) == ("gemma3", 34, 2560, 262208)
 
 
+@pytest.mark.parametrize("text, match", [
+    ("[1, 2]", "config.json holds a list, not an object"),
+    ('{"model_type": "gemma3", "text_config": "x"}', "text_config is a str, not an object"),
+    ("{", "cannot read config.json"),
+])
+def test_config_json_that_is_not_an_object(tmp_path, text, match):
+    (tmp_path / "config.json").write_text(text)
+    with pytest.raises(models.CheckpointError, match=match):
+        models.config_from_hf(tmp_path / "config.json")
+
+
 @pytest.mark.parametrize("problem, match", [
     ("no_config", "missing config.json"),
     ("no_tokenizer", "missing tokenizer.model"),
