@@ -144,7 +144,6 @@ def test_bad_checkpoint_dirs_say_what_is_wrong(tmp_path, tokenizer_path, problem
         models.load_model(path, G3)
 
 
-
 def test_sharded_checkpoint_loads_and_a_missing_shard_is_named(tmp_path, tokenizer_path):
     path = tmp_path / "ckpt"
     tensors = write_hf_checkpoint(path, G3, tokenizer_path)
@@ -178,6 +177,7 @@ def test_bf16_checkpoint_loads_and_mixed_dtypes_are_refused(tmp_path, tokenizer_
               str(path / "model.safetensors"))
     with pytest.raises(models.CheckpointError, match=r"model.safetensors mixes dtypes \['BF16', 'F32'\]"):
         models.load_model(path, G3)
+
 
 def test_tokenizer_vocab_must_match_checkpoint(tmp_path, tokenizer_path):
     cfg = dataclasses.replace(G3, vocab_size=640)
@@ -213,7 +213,6 @@ def test_resolve_source_kaggle_hf_local_and_bad(tmp_path, monkeypatch):
         models.resolve_source(dataclasses.replace(G3, source="nowhere"))
 
 
-
 @pytest.mark.parametrize("source", ["kaggle:google/gemma-3/transformers/gemma-3-1b-it",
                                     "hf:google/gemma-3-1b-it"])
 def test_failed_download_says_what_to_do(monkeypatch, source):
@@ -227,6 +226,7 @@ def test_failed_download_says_what_to_do(monkeypatch, source):
     msg = str(e.value)
     assert f"cannot download {source!r}" in msg and "Name or service not known" in msg
     assert "internet" in msg and "licence" in msg and '"model.source"' in msg
+
 
 def test_platform_secrets_are_set_not_printed(monkeypatch, capsys):
     for name in ("HF_TOKEN", "KAGGLE_USERNAME", "KAGGLE_KEY"):
@@ -292,7 +292,6 @@ def test_merged_export_reloads_to_the_lora_models_logits(tmp_path, tokenizer_pat
     np.testing.assert_allclose(got, want, atol=1e-4)  # ...and the export carries them
 
 
-
 @pytest.mark.parametrize("cfg", [G3, G2], ids=["gemma3", "gemma2"])
 def test_qlora_merged_export_dequantizes_the_nf4_base(tmp_path, tokenizer_path, cfg):
     # README: `**{"lora.qlora": True}`; the base weights are then qwix NF4 arrays, which
@@ -307,6 +306,7 @@ def test_qlora_merged_export_dequantizes_the_nf4_base(tmp_path, tokenizer_path, 
     np.testing.assert_array_equal(forward(model, TOKENS), want)  # still the QLoRA model
     got = forward(models.load_model(out, cfg), TOKENS)
     np.testing.assert_allclose(got, want, atol=1e-4)
+
 
 # --- the tiny base model ---------------------------------------------------------------
 
@@ -323,13 +323,13 @@ def test_shipped_tiny_base_model_is_the_current_recipe(tiny_dir):
         assert tok.EncodeAsPieces(sym) == [sym]
 
 
-
 def test_remat_does_not_rebuild_the_tiny_base_model():
     # remat trades memory for compute (hardware.py suggests it): same weights, so the
     # shipped checkpoint serves it instead of a ~30-minute rebuild.
     cfg = dataclasses.replace(get_preset("tiny").model, remat=True)
     assert models.tiny_key(cfg) == models.tiny_key(get_preset("tiny").model)
     assert models.resolve_source(cfg) == models.TINY_ASSET
+
 
 def test_tiny_pretraining_never_sees_the_presets_data_pool():
     records, excluded = models.tiny_pretraining_records()
