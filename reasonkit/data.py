@@ -414,7 +414,7 @@ def record_from_row(row: Any, *, domain: str, source: str, rid: str) -> tuple[di
     if isinstance(answer, int) and not isinstance(answer, bool):
         out["answer"] = str(answer)
     elif isinstance(answer, float) and math.isfinite(answer):
-        out["answer"] = str(int(answer)) if answer.is_integer() else repr(answer)
+        out["answer"] = str(int(answer)) if answer.is_integer() and abs(answer) < 1e15 else repr(answer)
     out.setdefault("id", rid)
     out.setdefault("source", source)
     for k in PAIR_FIELDS:

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reasonkit import data, tasks
+from reasonkit import data, rewards, tasks
 from reasonkit.config import DOMAINS, DataConfig, get_preset
 from reasonkit.data import (
     END_OF_TURN,
@@ -130,9 +130,10 @@ def test_numeric_gold_answers_are_read_as_text(tmp_path):
     path = write_jsonl(tmp_path / "nums.jsonl", [
         {"question": "2 + 2?", "answer": 4}, {"prompt": "3 * 2?", "answer": 6.0},
         {"prompt": "1 / 4?", "answer": 0.25}, {"prompt": "Yes?", "answer": True},
-        {"prompt": "Big?", "answer": 10 ** 30}])
+        {"prompt": "Big?", "answer": 10 ** 30}, {"prompt": "Avogadro?", "answer": 6.02e23}])
     records, report = data.load_jsonl(path, domain="math")
-    assert [r["answer"] for r in records] == ["4", "6", "0.25", str(10 ** 30)]
+    assert [r["answer"] for r in records] == ["4", "6", "0.25", str(10 ** 30), "6.02e+23"]
+    assert rewards.check_answer("science", "6.02 \\times 10^{23}", records[-1]["answer"])
     assert report.drops.counts == {"answer not a string": 1}  # a bool is no answer
 
 
