@@ -385,21 +385,34 @@ GENERATORS: dict[str, Callable[[random.Random, int], Task]] = {
     "general": general_task,
 }
 _RETRIES = 30  # fresh draws before accepting a duplicate prompt
+# The highest difficulty a domain can draw distinct items for: a general chain takes
+# 2 + d people from NAMES, an instruction 2 + d words from WORDS. The others have none.
+MAX_DIFFICULTY = {"general": len(NAMES) - 2, "instruction": len(WORDS) - 2}
+
+
+def _check_args(domain: str, n: int, difficulty: int) -> None:
+    if domain not in GENERATORS:
+        raise ValueError(f"unknown domain {domain!r}; known: {list(DOMAINS)}")
+    # bool is an int, but True would make ids "dTrue" and records unlike difficulty=1's.
+    if not isinstance(difficulty, int) or isinstance(difficulty, bool) or difficulty < 1:
+        raise ValueError(f"difficulty={difficulty!r}: must be an int >= 1")
+    if difficulty > MAX_DIFFICULTY.get(domain, difficulty):
+        raise ValueError(f"difficulty={difficulty!r}: {domain} tasks go up to "
+                         f"difficulty {MAX_DIFFICULTY[domain]}")
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise ValueError(f"n={n!r}: must be an int >= 0")
 
 
 def generate(domain: str, n: int, *, seed: int, difficulty: int = 1) -> list[dict]:
     """``n`` records of one domain, identical for the same seed, duplicates avoided.
 
+    ``difficulty`` is an int >= 1, at most ``MAX_DIFFICULTY[domain]`` where there is one.
+
     >>> rec = generate("science", 1, seed=0)[0]
     >>> sorted(rec), rec["id"], rec["source"]
     (['answer', 'domain', 'id', 'prompt', 'reasoning', 'source'], 'tasks-science-s0-d1-0', 'tasks')
     """
-    if domain not in GENERATORS:
-        raise ValueError(f"unknown domain {domain!r}; known: {list(DOMAINS)}")
-    if not isinstance(difficulty, int) or difficulty < 1:
-        raise ValueError(f"difficulty={difficulty!r}: must be an int >= 1")
-    if not isinstance(n, int) or n < 0:
-        raise ValueError(f"n={n!r}: must be an int >= 0")
+    _check_args(domain, n, difficulty)
     # A string seed is hashed with SHA-512 by `random`, so it is stable across processes
     # (unlike the salted built-in hash()).
     rng = random.Random(f"reasonkit.tasks:{domain}:{seed}:{difficulty}")
@@ -419,6 +432,9 @@ def generate(domain: str, n: int, *, seed: int, difficulty: int = 1) -> list[dic
 def generate_all(n_per_domain: int, *, seed: int, difficulty: int = 1,
                  domains: Iterable[str] = DOMAINS) -> list[dict]:
     """``n_per_domain`` records for each domain, domain after domain."""
+    domains = tuple(domains)
+    for d in domains:  # a bad argument fails before any domain is generated
+        _check_args(d, n_per_domain, difficulty)
     return [r for d in domains for r in generate(d, n_per_domain, seed=seed,
                                                   difficulty=difficulty)]
 

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from reasonkit import tasks
 from reasonkit.config import DOMAINS
 from reasonkit.data import SPECIAL_TOKENS, normalize_answer, normalize_prompt
+from reasonkit.rewards import check_answer
 
 # --- independent solvers: read the prompt, compute the answer from scratch --------------
 
@@ -93,6 +94,7 @@ def solve_instruction(prompt: str) -> str:
     if prompt.startswith("Write the first letter"):
         return " ".join(w[0] for w in words)
     assert prompt.startswith("Write these words in alphabetical order"), prompt
+    assert len(set(words)) == len(words), prompt  # no ties: one right order
     return " ".join(sorted(words))
 
 
@@ -114,6 +116,8 @@ def solve_summarization(prompt: str) -> str:
 
 
 def solve_general(prompt: str) -> str:
+    if nums := re.findall(r"\d+", prompt):
+        assert len(set(nums)) == len(nums), prompt  # no ties: "which is larger, 7 or 7?"
     if m := re.fullmatch(r"Sort ([\d ]+) from (smallest|largest) to \w+\.", prompt):
         nums = sorted(map(int, m[1].split()), reverse=m[2] == "largest")
         return " ".join(map(str, nums))
@@ -131,6 +135,35 @@ def solve_general(prompt: str) -> str:
     return (top if superlative in tops else bottom).pop()
 
 
+def stated_answer(r: dict) -> str:
+    """The answer the reasoning itself arrives at, read from the reasoning alone."""
+    text, prompt = r["reasoning"], r["prompt"]
+    if m := re.fullmatch(r"s \* (\d+) writes (\w+) \1 times with no spaces\.", text):
+        return m[2] * int(m[1])
+    if m := re.fullmatch(r"t \+ s joins (\w+) and (\w+) with no space\.", text):
+        return m[1] + m[2]
+    if m := re.fullmatch(r"The word is (\w+)\. I write it (\d+) times with (commas|spaces)\.",
+                         text):
+        return (", " if m[3] == "commas" else " ").join([m[1]] * int(m[2]))
+    if m := re.fullmatch(r"The letters are ([a-z ]+)\. Reversed: ([a-z ]+)\.", text):
+        assert m[2].split() == m[1].split()[::-1], text
+        return m[2].replace(" ", "")
+    if m := re.fullmatch(r"(?:Last to first|By first letters|New items in order): (.+)\.", text):
+        return " ".join(re.split(r", | < ", m[1]))
+    if re.fullmatch(r"(?:\w+ starts with \w\. ?)+", text):
+        return " ".join(re.findall(r"starts with (\w)\.", text))
+    if prompt.startswith("Sort "):
+        return " ".join(re.findall(r"\d+", text))
+    if m := re.fullmatch(r"(\d+) > (\d+)\.", text):  # "Which is larger, a or b?"
+        return m[1] if "larger" in prompt else m[2]
+    if facts := re.findall(r"(\w+) is \w+ than (\w+)\.", prompt):  # the chain agrees
+        order = text.partition(". ")[0].split(" > ")
+        assert all(order.index(a) < order.index(b) for a, b in facts), r
+    if m := re.search(r"(?:appears|has) (\d+) (?:times|items)\.$", text):
+        return m[1]
+    return re.findall(r"\w+", text)[-1]  # "... = 42.", "It prints 42.", "is Eva."
+
+
 SOLVERS = {"math": lambda p: str(solve_math(p)), "coding": solve_coding,
            "science": lambda p: str(solve_science(p)), "instruction": solve_instruction,
            "summarization": solve_summarization, "general": solve_general}
@@ -139,6 +172,8 @@ EQUATION = re.compile(r"(\d+(?: [-+*/%] \d+)+) = (\d+)")  # "3 * 4 + 1 = 13"
 
 def check_record(r: dict) -> None:
     assert r["answer"] == SOLVERS[r["domain"]](r["prompt"]), r
+    assert stated_answer(r) == r["answer"], r  # the reasoning concludes what the answer says
+    assert check_answer(r["domain"], r["answer"], r["answer"]), r
     for expr, value in EQUATION.findall(r["reasoning"]):  # every worked step is right
         assert eval(expr) == int(value), r["reasoning"]  # digits and operators only
 
@@ -254,3 +289,23 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="n=-1"):
         tasks.generate("math", -1, seed=0)
     assert tasks.generate("math", 0, seed=0) == []
+    with pytest.raises(ValueError, match="difficulty=True"):  # not a silent "dTrue"
+        tasks.generate("math", 3, seed=0, difficulty=True)
+    with pytest.raises(ValueError, match="n=True"):
+        tasks.generate("math", True, seed=0)
+    with pytest.raises(ValueError, match="difficulty=-2"):
+        tasks.generate_all(3, seed=0, difficulty=-2)
+
+
+def test_difficulty_limits():
+    """Past a domain's limit, a clear error, raised before any domain is generated."""
+    top = tasks.MAX_DIFFICULTY
+    assert top == {"general": 14, "instruction": 28}
+    for domain, d in top.items():
+        for r in tasks.generate(domain, 20, seed=0, difficulty=d):
+            check_record(r)
+        with pytest.raises(ValueError, match=f"difficulty={d + 1}: {domain} tasks go up to"):
+            tasks.generate(domain, 1, seed=0, difficulty=d + 1)
+    with pytest.raises(ValueError, match="difficulty=1000000: instruction"):
+        tasks.generate_all(1, seed=0, difficulty=10**6)  # would loop a million steps first
+    assert len(tasks.generate("math", 1, seed=0, difficulty=40)) == 1  # no limit there
