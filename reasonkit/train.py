@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import gc
 import hashlib
+import itertools
 import json
 import os
 import pathlib
@@ -31,7 +32,7 @@ import optax
 from reasonkit import collate, compiles, data, masks, models, rewards
 from reasonkit import mesh as mesh_lib
 from reasonkit.config import Preset, TrainConfig
-from reasonkit.runs import RunDir, open_jsonl
+from reasonkit.runs import NOTEBOOK_OF, RunDir, open_jsonl
 
 PREVIOUS = {"sft": (), "dpo": ("sft",), "grpo": ("dpo", "sft")}
 
@@ -40,8 +41,11 @@ PREVIOUS = {"sft": (), "dpo": ("sft",), "grpo": ("dpo", "sft")}
 
 
 def schedule(cfg: TrainConfig) -> optax.Schedule:
-    """Linear warm-up over ``warmup_ratio`` of the steps, then cosine decay to 0."""
-    warmup = max(1, int(round(cfg.warmup_ratio * cfg.max_steps)))
+    """Linear warm-up over ``warmup_ratio`` of the steps, then cosine decay to 0.
+
+    A warm-up starts at 0, so it takes at least a step; no warm-up starts at the peak.
+    """
+    warmup = max(1, int(round(cfg.warmup_ratio * cfg.max_steps))) if cfg.warmup_ratio else 0
     return optax.warmup_cosine_decay_schedule(0.0, cfg.learning_rate, warmup,
                                               max(cfg.max_steps, warmup + 1), 0.0)
 
@@ -96,6 +100,19 @@ def _detach(logger: Any) -> None:
             pass
 
 
+@contextlib.contextmanager
+def detached_after(logger: Any) -> Iterator[None]:
+    """:func:`_detach` ``logger`` however training ends, an interrupt included.
+
+    Left registered, its listeners would copy every metric logged later in the same
+    process (a resumed run, the next stage) into this stage's metrics.jsonl.
+    """
+    try:
+        yield
+    finally:
+        _detach(logger)
+
+
 def read_metrics(run: RunDir, stage: str) -> dict[str, tuple[list[int], list[float]]]:
     """``{event: (steps, values)}`` from a stage's metrics.jsonl (last value per step wins)."""
     series: dict[str, dict[int, float]] = {}
@@ -129,13 +146,13 @@ def until(stream: Iterable[Any], deadline: float | None, margin_s: float = 120.0
     """
     last, slowest = time.time(), 0.0
     for item in stream:
+        # From one request to the next: the trainer's step on the batch before, and this fetch.
         now = time.time()
-        slowest = max(slowest, now - last)
+        slowest, last = max(slowest, now - last), now
         if deadline is not None and now + 2 * slowest + margin_s > deadline:
             print(f"time budget: stopping cleanly, {deadline - now:.0f}s before the deadline")
             return
         yield item
-        last = time.time()
 
 
 # --- data ------------------------------------------------------------------------------
@@ -248,10 +265,23 @@ def restore_lora(model, run: RunDir, stage: str) -> int:
 
 
 def start_from(run: RunDir, stage: str) -> str | None:
-    """Which earlier stage's adapters ``stage`` starts from (None: fresh LoRA on the base)."""
+    """Which earlier stage's adapters ``stage`` starts from (None: fresh LoRA on the base).
+
+    GRPO starts from SFT when DPO was skipped; a DPO stopped half-way (checkpoints, no
+    finished.json) is skipped too, with a warning: it is more likely unfinished than unwanted.
+    """
+    unfinished = []
     for prev in PREVIOUS[stage]:
         if run.is_finished(prev):
+            for skipped, step in unfinished:
+                warnings.warn(
+                    f"{skipped} of run {run.name!r} stopped at step {step} without finishing: "
+                    f"{stage} starts from the {prev} adapters instead. Run notebooks/"
+                    f"{NOTEBOOK_OF[skipped]} again to finish it first, or delete "
+                    f"{run.stage(skipped)} to skip it.", stacklevel=2)
             return prev
+        if latest_step(run, prev):  # step 0: stopped before its first step, nothing trained
+            unfinished.append((prev, latest_step(run, prev)))
     if PREVIOUS[stage]:
         run.require(PREVIOUS[stage][-1])  # raises: says which notebook to run first
     return None
@@ -376,6 +406,16 @@ SETTINGS_FILE = "settings.json"
 _LAYOUT_ONLY = ("mesh", "checkpoint_every", "log_every", "remat")
 
 
+def _trained_from(run: RunDir, stage: str) -> list[str]:
+    """The later stages that started from ``stage``'s adapters, directly or through another."""
+    found = [stage]
+    for later in ("dpo", "grpo"):
+        path = run.stage(later) / SETTINGS_FILE
+        if path.is_file() and json.loads(path.read_text()).get("started_from") in found:
+            found.append(later)
+    return found[1:]
+
+
 def _begin(run: RunDir, stage: str, overwrite: bool) -> None:
     if run.is_finished(stage) and not overwrite:
         info = run.finished_info(stage)
@@ -386,6 +426,11 @@ def _begin(run: RunDir, stage: str, overwrite: bool) -> None:
     if overwrite:
         import shutil
 
+        stale = _trained_from(run, stage)
+        if stale:
+            warnings.warn(f"retraining {stage} of run {run.name!r}: {' and '.join(stale)} started from "
+                          "its old adapters, so they will not follow from the new ones until "
+                          "they are trained again too (retrain=True)", stacklevel=3)
         for name in ("checkpoints", "metrics.jsonl", "tensorboard", "finished.json", SETTINGS_FILE):
             path = run.stage(stage) / name
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
@@ -434,6 +479,26 @@ def _record_settings(run: RunDir, stage: str, settings: dict[str, Any]) -> None:
     run.write_json(stage, SETTINGS_FILE, settings)
 
 
+def _check_hand_off(preset: Preset, run: RunDir, stage: str, started: str | None) -> None:
+    """Refuse to start ``stage`` from adapters trained for another model or LoRA than the preset's.
+
+    Restoring them would fail deep in Orbax (another rank or model shape), or silently
+    give another model than the one the earlier stage trained (another alpha or base).
+    """
+    path = run.stage(started) / SETTINGS_FILE if started else None
+    if path is None or not path.is_file():
+        return  # a fresh start, or a stage from before settings were recorded
+    then, now = json.loads(path.read_text()), stage_settings(preset, run, stage, started)
+    changes = _changes({k: v for k, v in then.items() if k.startswith(("model.", "lora."))},
+                       {k: v for k, v in now.items() if k.startswith(("model.", "lora."))})
+    if changes:
+        raise ValueError(
+            f"stage {stage!r} of run {run.name!r} starts from the {started!r} adapters, which were "
+            f"trained for another model or LoRA than now ({'; '.join(changes)}). Put those settings "
+            f"back, train {started!r} again with these (retrain=True, notebooks/"
+            f"{NOTEBOOK_OF[started]}), or use another run name.")
+
+
 def _finish(run: RunDir, stage: str, cfg: TrainConfig, steps: int, t0: float, started: str | None,
             stats: dict[str, Any], policy, tok, model_dir) -> StageResult:
     done = steps >= cfg.max_steps
@@ -466,10 +531,10 @@ def train_sft(preset: Preset, run: RunDir, *, deadline: float | None = None,
             checkpoint_root_directory=str(checkpoint_dir(run, "sft")),
             checkpointing_options=_checkpointing(cfg), metrics_logging_options=metrics_options(run, "sft"),
             pbar_description="SFT")).with_gen_model_input_fn(gen_model_input_fn(tok.pad_id()))
-        with compiles.CompileCounter() as counter, saves_land_on_interrupt(trainer.checkpoint_manager):
+        with compiles.CompileCounter() as counter, saves_land_on_interrupt(trainer.checkpoint_manager), \
+                detached_after(trainer.metrics_logger):
             trainer.train(counter.watch(until(train, deadline), skip=trainer.train_steps),
                           list(take(held_out, 2)))
-        _detach(trainer.metrics_logger)
         steps = trainer.train_steps
     stats = {"collate": collator.stats.to_dict(),
              "compiles": log_compiles(run, "sft", counter, steps)}
@@ -486,6 +551,7 @@ def train_dpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
     t0, cfg = time.time(), preset.dpo
     splits, _ = data.read_splits(run.require("data"))
     started = start_from(run, "dpo")
+    _check_hand_off(preset, run, "dpo", started)
     _record_settings(run, "dpo", stage_settings(preset, run, "dpo", started))
     mesh = mesh_lib.stage_mesh(preset, "dpo")
     with mesh:
@@ -504,9 +570,9 @@ def train_dpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
                 checkpointing_options=_checkpointing(cfg),
                 metrics_logging_options=metrics_options(run, "dpo"),
                 pbar_description=cfg.algorithm.upper()))
-        with compiles.CompileCounter() as counter, saves_land_on_interrupt(trainer.checkpoint_manager):
+        with compiles.CompileCounter() as counter, saves_land_on_interrupt(trainer.checkpoint_manager), \
+                detached_after(trainer.metrics_logger):
             trainer.train(counter.watch(until(train, deadline), skip=trainer.train_steps))
-        _detach(trainer.metrics_logger)
         steps = trainer.train_steps
     stats = {"collate": collator.stats.to_dict(),
              "compiles": log_compiles(run, "dpo", counter, steps)}
@@ -567,6 +633,7 @@ def train_grpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
     t0, cfg = time.time(), preset.grpo
     splits, _ = data.read_splits(run.require("data"))
     started = start_from(run, "grpo")
+    _check_hand_off(preset, run, "grpo", started)
     _record_settings(run, "grpo", stage_settings(preset, run, "grpo", started))
     mesh = mesh_lib.stage_mesh(preset, "grpo")
     with mesh:
@@ -595,9 +662,14 @@ def train_grpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
         learner = learner_cls(rl_cluster=cluster, reward_fns=list(reward_fns or reward_functions(preset)),
                               algo_config=algo)
         actor = cluster.actor_trainer
-        with compiles.CompileCounter() as counter, saves_land_on_interrupt(actor.checkpoint_manager):
-            learner.train(counter.watch(until(train, deadline), skip=actor.train_steps))
-        _detach(cluster._rl_metrics_logger)
+        with compiles.CompileCounter() as counter, saves_land_on_interrupt(actor.checkpoint_manager), \
+                detached_after(cluster._rl_metrics_logger):
+            stream = counter.watch(until(train, deadline), skip=actor.train_steps)
+            first = next(stream, None)
+            if first is None:  # out of time before the first batch: Tunix's learner would
+                cluster.close()  # raise StopIteration; close as it does (saves the step)
+            else:
+                learner.train(itertools.chain([first], stream))
         steps = actor.train_steps
         policy = actor.model
     del tunix

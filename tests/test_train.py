@@ -381,6 +381,14 @@ def test_schedule_warms_up_then_decays():
     assert float(s(5)) == pytest.approx(0.5) and float(s(55)) < float(s(20))
 
 
+def test_no_warmup_means_the_first_step_learns():
+    """warmup_ratio=0 once still gave step 0 a learning rate of 0: one step (or a whole
+    max_steps=1 run) that changed nothing."""
+    for steps in (1, 10):
+        s = train.schedule(SFTConfig(max_steps=steps, warmup_ratio=0.0, learning_rate=1.0))
+        assert float(s(0)) == 1.0 and float(s(steps)) < 1e-6
+
+
 def test_merged_export_matches_the_lora_model(pipeline, preset, tmp_path):
     run, _, _, results = pipeline
     out = train.export(results["grpo"], preset, run)
@@ -409,3 +417,78 @@ def test_reloading_a_stage_trained_with_other_settings_says_so(pipeline, preset)
     with pytest.warns(UserWarning, match=r"grpo\.max_steps: 2 -> 200.*retrain=True"):
         loaded = train.train_or_load(preset.replace(**{"grpo.max_steps": 200}), run, "grpo")
     assert loaded.steps == preset.grpo.max_steps  # the old run's adapters, as it says
+
+
+def test_deadline_margin_counts_the_trainers_step_not_just_the_batch_fetch(monkeypatch):
+    """Fetching a batch takes no time here, each step 100 s: no step may end past the deadline."""
+    clock = [0.0]
+    monkeypatch.setattr(train.time, "time", lambda: clock[0])
+    ends = []
+    for _ in train.until(range(100), deadline=1000, margin_s=0):
+        clock[0] += 100  # the step the trainer runs on this batch
+        ends.append(clock[0])
+    assert 8 <= len(ends) and ends[-1] <= 1000, ends
+
+
+def test_grpo_out_of_time_before_its_first_step_stops_cleanly(tmp_path, preset):
+    """Tunix's learner raises StopIteration on an empty stream; SFT and DPO's trainers stop."""
+    p = preset.replace(**{"sft.max_steps": 1, "grpo.max_steps": 1})
+    run = make_run(tmp_path, "late", p)
+    train.train_sft(p, run)
+    result = train.train_grpo(p, run, deadline=time.time() - 1)  # already out of time
+    assert not result.finished and result.steps == 0 and not run.is_finished("grpo")
+    assert train.train_grpo(p, run).finished  # the next session resumes and completes
+
+
+def test_a_stage_does_not_start_from_adapters_of_another_model_or_lora(tmp_path, preset):
+    """Not Orbax's "set strict=False" about a shape, nor another alpha restored in silence."""
+    run = make_run(tmp_path, "handoff", preset)
+    other = preset.replace(**{"lora.rank": 4, "lora.alpha": 4.0})
+    run.write_json("sft", "settings.json", train.stage_settings(other, run, "sft", None))
+    run.mark_finished("sft", steps=4)
+    for stage in (train.train_dpo, train.train_grpo):
+        with pytest.raises(ValueError, match=r"starts from the 'sft' adapters.*lora\.alpha: 4\.0 -> "
+                                             r"16\.0; lora\.rank: 4 -> 8.*retrain=True"):
+            stage(preset, run)
+    assert not (run.stage("dpo") / "settings.json").exists()  # refused before anything started
+    train._check_hand_off(other, run, "dpo", "sft")  # the same model and LoRA: no complaint
+
+
+def test_grpo_skipping_an_unfinished_dpo_says_so(tmp_path):
+    """Skipping DPO is fine; skipping one that a deadline stopped half-way is likely a slip."""
+    run = RunDir.create("skip", root=tmp_path)
+    run.mark_finished("sft", steps=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert train.start_from(run, "grpo") == "sft"  # no DPO at all: nothing to say
+        (train.checkpoint_dir(run, "dpo") / "0" / "model_params").mkdir(parents=True)
+        assert train.start_from(run, "grpo") == "sft"  # stopped before its first step
+    (train.checkpoint_dir(run, "dpo") / "2" / "model_params").mkdir(parents=True)
+    with pytest.warns(UserWarning, match=r"dpo of run 'skip' stopped at step 2 without finishing: "
+                                         r"grpo starts from the sft adapters.*notebooks/04_dpo"):
+        assert train.start_from(run, "grpo") == "sft"
+    run.mark_finished("dpo", steps=3)
+    assert train.start_from(run, "grpo") == "dpo"
+
+
+def test_retraining_a_stage_names_the_later_stages_it_leaves_behind(tmp_path):
+    run = RunDir.create("stale", root=tmp_path)
+    run.write_json("dpo", "settings.json", {"started_from": "sft"})
+    run.write_json("grpo", "settings.json", {"started_from": "dpo"})
+    with pytest.warns(UserWarning, match=r"retraining sft of run 'stale': dpo and grpo started "
+                                         r"from its old adapters.*retrain=True"):
+        train._begin(run, "sft", overwrite=True)
+    run.write_json("grpo", "settings.json", {"started_from": "sft"})  # GRPO skipped DPO
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        train._begin(run, "dpo", overwrite=True)  # nothing started from DPO's adapters
+
+
+def test_an_interrupted_stage_stops_listening_for_metrics(tmp_path, preset, monkeypatch):
+    """Tunix unregisters nothing when training raises: its listeners heard every later metric."""
+    run = make_run(tmp_path, "stopped", preset)
+    monkeypatch.setattr(train, "until", dies_at(0))
+    with pytest.raises(KeyboardInterrupt):
+        train.train_sft(preset, run)
+    jax.monitoring.record_scalar("train/loss", 123.0, step=1)  # the next stage, same kernel
+    assert not [row for row in run.read_metrics("sft") if row.get("value") == 123.0]
