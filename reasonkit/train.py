@@ -158,10 +158,14 @@ def until(stream: Iterable[Any], deadline: float | None, margin_s: float = 120.0
 # --- data ------------------------------------------------------------------------------
 
 
-def epochs(items: Sequence[Any], seed: int) -> Iterator[Any]:
+def epochs(items: Sequence[Any], seed: int, split: str = "training") -> Iterator[Any]:
     """``items`` reshuffled each epoch (seeded), forever; the same seed gives the same stream."""
     if not items:
-        raise ValueError("no training examples: the data split is empty (run 02_dataset_rebalance)")
+        raise ValueError(
+            f"no training examples: the {split} split is empty. data/data_report.json "
+            f"(02_dataset_rebalance) says what each source gave and why rows were dropped; "
+            f"{split} needs " + ("preference pairs or gold answers to build them from"
+                                 if split == "dpo" else "records with a gold answer"))
     for epoch in range(1_000_000):
         order = list(range(len(items)))
         random.Random(seed * 1_000_003 + epoch).shuffle(order)
@@ -199,8 +203,8 @@ def sft_batches(examples, preset: Preset, tok, *, seed: int | None = None):
     layout = collate.PackedLayout(max_length=cfg.max_target_length) if cfg.packing \
         else collate.StaticLayout(max_length=cfg.max_target_length)
     collator = collate.SFTCollator(layout=layout, pad_id=tok.pad_id(), bos_id=tok.bos_id())
-    stream = collate.batches(epochs(examples, cfg.seed if seed is None else seed), cfg.batch_size,
-                             collator)
+    stream = collate.batches(epochs(examples, cfg.seed if seed is None else seed, "sft"),
+                             cfg.batch_size, collator)
     return take(stream, cfg.max_steps), collator
 
 
@@ -210,7 +214,7 @@ def dpo_batches(examples, preset: Preset, tok, *, seed: int | None = None):
         prompt_layout=collate.layout_for(cfg.max_prompt_length, cfg.buckets),
         response_layout=collate.layout_for(cfg.max_response_length, cfg.buckets),
         pad_id=tok.pad_id())
-    stream = epochs(examples, cfg.seed if seed is None else seed)
+    stream = epochs(examples, cfg.seed if seed is None else seed, "dpo")
     if cfg.buckets > 1:  # rows of similar length together: most batches fit a small bucket
         stream = collate.length_sorted(stream, 8 * cfg.batch_size,
                                        lambda t: (len(t[0]), max(len(t[1]), len(t[2]))))
@@ -222,8 +226,8 @@ def grpo_batches(rows, preset: Preset, tok, *, seed: int | None = None):
     cfg = preset.grpo
     # The sampler adds BOS: leave it one token of room.
     collator = collate.GRPOCollator(tokenizer=tok, max_prompt_length=cfg.max_prompt_length - 1)
-    stream = collate.batches(epochs(rows, cfg.seed if seed is None else seed), cfg.batch_size,
-                             collator)
+    stream = collate.batches(epochs(rows, cfg.seed if seed is None else seed, "grpo"),
+                             cfg.batch_size, collator)
     return take(stream, cfg.max_steps), collator
 
 
@@ -260,7 +264,9 @@ def restore_lora(model, run: RunDir, stage: str) -> int:
     finally:
         manager.close()
     if not step:
-        raise FileNotFoundError(f"no checkpoint of stage {stage!r} under {root}")
+        raise FileNotFoundError(
+            f"no checkpoint of stage {stage!r} under {root}: run notebooks/{NOTEBOOK_OF[stage]} "
+            f"for run {run.name!r} (or set REASONKIT_RUN to the run that has it)")
     return step
 
 

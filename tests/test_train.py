@@ -492,3 +492,12 @@ def test_an_interrupted_stage_stops_listening_for_metrics(tmp_path, preset, monk
         train.train_sft(preset, run)
     jax.monitoring.record_scalar("train/loss", 123.0, step=1)  # the next stage, same kernel
     assert not [row for row in run.read_metrics("sft") if row.get("value") == 123.0]
+
+
+def test_an_empty_split_and_a_missing_checkpoint_say_what_to_do(tmp_path, preset):
+    with pytest.raises(ValueError, match=r"the dpo split is empty\. data/data_report\.json"):
+        next(train.epochs([], seed=0, split="dpo"))
+    run = RunDir.create("nockpt", root=tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"no checkpoint of stage 'sft' .*run notebooks/03_sft "
+                                                r"for run 'nockpt'"):
+        train.load_policy(preset, run, "sft", None)
