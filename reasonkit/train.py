@@ -91,26 +91,21 @@ def metrics_options(run: RunDir, stage: str):
         lambda: JsonlBackend(jsonl), lambda: TensorboardBackend(log_dir=tb)]})
 
 
-def _detach(logger: Any) -> None:
-    """Unregister a finished MetricsLogger's listeners (Tunix leaves them registered)."""
-    for backend in getattr(logger, "_backends", []):
-        try:
-            jax.monitoring.unregister_scalar_listener(backend.log_scalar)
-        except Exception:  # noqa: BLE001 - it was not registered
-            pass
-
-
 @contextlib.contextmanager
 def detached_after(logger: Any) -> Iterator[None]:
-    """:func:`_detach` ``logger`` however training ends, an interrupt included.
+    """Unregister a MetricsLogger's listeners however training ends, an interrupt included.
 
-    Left registered, its listeners would copy every metric logged later in the same
+    Tunix leaves them registered: they would copy every metric logged later in the same
     process (a resumed run, the next stage) into this stage's metrics.jsonl.
     """
     try:
         yield
     finally:
-        _detach(logger)
+        for backend in getattr(logger, "_backends", []):
+            try:
+                jax.monitoring.unregister_scalar_listener(backend.log_scalar)
+            except Exception:  # noqa: BLE001 - it was not registered
+                pass
 
 
 def read_metrics(run: RunDir, stage: str) -> dict[str, tuple[list[int], list[float]]]:
@@ -286,8 +281,9 @@ def start_from(run: RunDir, stage: str) -> str | None:
                     f"{NOTEBOOK_OF[skipped]} again to finish it first, or delete "
                     f"{run.stage(skipped)} to skip it.", stacklevel=2)
             return prev
-        if latest_step(run, prev):  # step 0: stopped before its first step, nothing trained
-            unfinished.append((prev, latest_step(run, prev)))
+        step = latest_step(run, prev)
+        if step:  # step 0: stopped before its first step, nothing trained
+            unfinished.append((prev, step))
     if PREVIOUS[stage]:
         run.require(PREVIOUS[stage][-1])  # raises: says which notebook to run first
     return None
@@ -473,7 +469,9 @@ def _changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 
 def _record_settings(run: RunDir, stage: str, settings: dict[str, Any]) -> None:
-    """Refuse to resume a checkpoint trained with other settings; then record these ones."""
+    """Refuse to resume a checkpoint trained with other settings, or to start from adapters
+    of another model or LoRA (:func:`_check_hand_off`); then record these settings."""
+    _check_hand_off(run, stage, settings)
     step = latest_step(run, stage)
     changes = settings_changes(run, stage, settings) if step is not None else []
     if changes:
@@ -485,18 +483,21 @@ def _record_settings(run: RunDir, stage: str, settings: dict[str, Any]) -> None:
     run.write_json(stage, SETTINGS_FILE, settings)
 
 
-def _check_hand_off(preset: Preset, run: RunDir, stage: str, started: str | None) -> None:
-    """Refuse to start ``stage`` from adapters trained for another model or LoRA than the preset's.
+def _check_hand_off(run: RunDir, stage: str, settings: dict[str, Any]) -> None:
+    """Refuse to start ``stage`` from adapters trained for another model or LoRA than ``settings``'.
 
     Restoring them would fail deep in Orbax (another rank or model shape), or silently
     give another model than the one the earlier stage trained (another alpha or base).
     """
+    started = settings["started_from"]
     path = run.stage(started) / SETTINGS_FILE if started else None
     if path is None or not path.is_file():
         return  # a fresh start, or a stage from before settings were recorded
-    then, now = json.loads(path.read_text()), stage_settings(preset, run, stage, started)
-    changes = _changes({k: v for k, v in then.items() if k.startswith(("model.", "lora."))},
-                       {k: v for k, v in now.items() if k.startswith(("model.", "lora."))})
+
+    def arch(flat: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in flat.items() if k.startswith(("model.", "lora."))}
+
+    changes = _changes(arch(json.loads(path.read_text())), arch(settings))
     if changes:
         raise ValueError(
             f"stage {stage!r} of run {run.name!r} starts from the {started!r} adapters, which were "
@@ -557,7 +558,6 @@ def train_dpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
     t0, cfg = time.time(), preset.dpo
     splits, _ = data.read_splits(run.require("data"))
     started = start_from(run, "dpo")
-    _check_hand_off(preset, run, "dpo", started)
     _record_settings(run, "dpo", stage_settings(preset, run, "dpo", started))
     mesh = mesh_lib.stage_mesh(preset, "dpo")
     with mesh:
@@ -639,7 +639,6 @@ def train_grpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
     t0, cfg = time.time(), preset.grpo
     splits, _ = data.read_splits(run.require("data"))
     started = start_from(run, "grpo")
-    _check_hand_off(preset, run, "grpo", started)
     _record_settings(run, "grpo", stage_settings(preset, run, "grpo", started))
     mesh = mesh_lib.stage_mesh(preset, "grpo")
     with mesh:

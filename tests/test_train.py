@@ -451,7 +451,7 @@ def test_a_stage_does_not_start_from_adapters_of_another_model_or_lora(tmp_path,
                                              r"16\.0; lora\.rank: 4 -> 8.*retrain=True"):
             stage(preset, run)
     assert not (run.stage("dpo") / "settings.json").exists()  # refused before anything started
-    train._check_hand_off(other, run, "dpo", "sft")  # the same model and LoRA: no complaint
+    train._check_hand_off(run, "dpo", train.stage_settings(other, run, "dpo", "sft"))  # same: no complaint
 
 
 def test_grpo_skipping_an_unfinished_dpo_says_so(tmp_path):
