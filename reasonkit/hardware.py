@@ -188,6 +188,12 @@ def detect(devices: list | None = None) -> HardwareInfo:
                         peak_flops_per_device=peak)
 
 
+def _device_count(name: str, digits: str) -> int:
+    if int(digits) < 1:
+        raise ValueError(f"hardware name {name!r}: the device count must be >= 1")
+    return int(digits)
+
+
 def from_name(name: str) -> HardwareInfo:
     """A machine by name, from the table: ``"tpu-v5e-8"``, ``"tpu-v3-8"``, ``"gpu-h100-1"``.
 
@@ -199,12 +205,9 @@ def from_name(name: str) -> HardwareInfo:
     >>> from_name("tpu-v5e-8").name
     'tpu-v5e-8'
     """
-    m = re.fullmatch(r"(?:cpu|tpu-\w+|gpu-\w+)-0+", name)
-    if m:
-        raise ValueError(f"hardware name {name!r}: the device count must be >= 1")
     m = re.fullmatch(r"cpu(?:-(\d+))?", name)
     if m:
-        n = int(m.group(1) or 1)
+        n = _device_count(name, m.group(1) or "1")
         return HardwareInfo(platform="cpu", device_kind="cpu", generation="cpu",
                             device_count=n, memory_per_device=_host_ram() // n,
                             memory_source="host RAM", peak_flops_per_device=None)
@@ -213,7 +216,7 @@ def from_name(name: str) -> HardwareInfo:
         known = ", ".join(f"tpu-{g}-8" if g.startswith("v") else f"gpu-{g}-1"
                           for g in PEAK_TABLE)
         raise ValueError(f"unknown hardware name {name!r}; use cpu, cpu-N or one of {known}")
-    platform, gen, n = m.group(1), m.group(2), int(m.group(3))
+    platform, gen, n = m.group(1), m.group(2), _device_count(name, m.group(3))
     memory, peak = PEAK_TABLE[gen]
     return HardwareInfo(platform=platform, device_kind=DEVICE_KINDS[gen], generation=gen,
                         device_count=n, memory_per_device=memory, memory_source="table",
