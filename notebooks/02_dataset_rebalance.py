@@ -142,7 +142,7 @@ assert tok.DecodeIds(ids) == completion
 limits = data.stage_limits(preset)
 lengths = {key: {d: [] for d in first} for key in ("prompt", "completion", "prompt + completion")}
 for r in records:
-    p = count_tokens(data.format_prompt(r["prompt"]))
+    p = count_tokens(data.format_prompt(r["prompt"])) + 1  # + BOS: the budgets count it
     c = count_tokens(data.format_completion(r["reasoning"], r["answer"]))
     for key, n in (("prompt", p), ("completion", c), ("prompt + completion", p + c)):
         lengths[key][r["domain"]].append(n)

@@ -656,9 +656,10 @@ def load_sources(config: DataConfig) -> tuple[list[dict], list[SourceReport]]:
 class Limits:
     """A stage's token budgets (None: no limit).
 
-    ``prompt`` counts ``format_prompt(prompt)``; ``completion`` the target
-    (``format_completion(...)``, or the longer of ``chosen``/``rejected``); ``total``
-    both together.
+    ``prompt`` counts ``format_prompt(prompt)`` plus the BOS token every stage puts
+    before it (SFT's collator, DPO's examples, GRPO's rollout and evaluation all do);
+    ``completion`` the target (``format_completion(...)``, or the longer of
+    ``chosen``/``rejected``); ``total`` both together.
     """
 
     prompt: int | None = None
@@ -724,8 +725,20 @@ def _completions(record: dict) -> list[str]:
 
 
 def too_long(record: dict, count_tokens: Callable[[str], int], limits: Limits) -> str | None:
-    """Which budget a record exceeds (``"prompt too long"``, ...), or None."""
-    p = count_tokens(format_prompt(record["prompt"]))
+    """Which budget a record exceeds (``"prompt too long"``, ...), or None.
+
+    ``count_tokens`` counts a text's tokens without BOS; the prompt's count adds one
+    for it, as the stages do. A prompt of exactly ``limits.prompt`` tokens would
+    otherwise pass here and then be refused by evaluation (or cut by the collators):
+
+    >>> words = lambda text: len(text.split())
+    >>> n = words(format_prompt("Add 2 and 3."))
+    >>> too_long({"prompt": "Add 2 and 3."}, words, Limits(prompt=n))
+    'prompt too long (... > ... tokens)'
+    >>> too_long({"prompt": "Add 2 and 3."}, words, Limits(prompt=n + 1)) is None
+    True
+    """
+    p = count_tokens(format_prompt(record["prompt"])) + 1  # + BOS
     if limits.prompt is not None and p > limits.prompt:
         return f"prompt too long ({p} > {limits.prompt} tokens)"
     if limits.completion is None and limits.total is None:

@@ -350,7 +350,7 @@ def test_drop_too_long_by_each_budget():
         assert len(kept) == 4 - drops.total and short in kept
     drops = Drops()
     data.drop_too_long([long_prompt], drops, count_tokens=words, limits=Limits(prompt=30))
-    n = words(data.format_prompt(long_prompt["prompt"]))
+    n = words(data.format_prompt(long_prompt["prompt"])) + 1  # + BOS
     assert drops.examples["prompt too long"] == [f"r1: {n} > 30 tokens"]
 
 
@@ -534,7 +534,7 @@ def test_length_limits_per_stage(task_records):
     for name in ("sft", "dpo", "grpo"):
         assert report.drops[name].counts.get("prompt too long", 0) > 0
         assert all(data.too_long(r, count, tight[name]) is None for r in getattr(splits, name))
-    assert all(count(data.format_prompt(r["prompt"])) <= cut for r in splits.eval)
+    assert all(count(data.format_prompt(r["prompt"])) + 1 <= cut for r in splits.eval)  # + BOS
     with pytest.raises(ValueError, match="limits need count_tokens"):
         data.build_splits(task_records, DataConfig(), limits=tight)
     with pytest.raises(ValueError, match="unknown stage"):

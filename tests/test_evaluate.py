@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from reasonkit import evaluate, models, rewards, tasks
+from reasonkit import data, evaluate, models, rewards, tasks
 from reasonkit.config import get_preset
 
 GOOD = "<reasoning>3 * 4 = 12.</reasoning>\n<answer>12</answer><end_of_turn>"
@@ -146,6 +146,19 @@ def test_evaluate_the_tiny_base_model_for_real(capsys):
     refused = r"1 of 3 prompts .*max_prompt_length=60 .*prompt 1, has \d+ and ends .*Why\?"
     with pytest.raises(ValueError, match=refused):
         evaluate.evaluate_model(model, tok, [records[1], long, records[3]], preset.model, short)
+    # The data splits' prompt budget (data.too_long) counts the BOS the way evaluation
+    # does: a prompt the splits keep at exactly the budget is evaluated, one token over
+    # is dropped by both.
+    count = lambda text: len(tok.EncodeAsIds(text))
+    n = len(tok.EncodeAsIds(data.format_prompt(records[1]["prompt"]))) + 1
+    assert data.too_long(records[1], count, data.Limits(prompt=n)) is None
+    at = dataclasses.replace(greedy_only, max_prompt_length=n)
+    assert evaluate.evaluate_model(model, tok, records[1:2], preset.model, at)["rows"][0][
+        "completion"] == rows[1]["completion"]
+    assert data.too_long(records[1], count, data.Limits(prompt=n - 1)) is not None
+    with pytest.raises(ValueError, match=f"has {n} and ends"):
+        evaluate.evaluate_model(model, tok, records[1:2], preset.model,
+                                dataclasses.replace(at, max_prompt_length=n - 1))
 
 
 def test_pick_examples_prefers_the_named_domains_and_fills_in():
