@@ -1,0 +1,51 @@
+"""benchmarks/seeds.py: its held-out sets and its summary (the training loop is the package's)."""
+
+import importlib.util
+import math
+import pathlib
+
+from reasonkit import data, models, runs
+from reasonkit.config import get_preset
+
+_spec = importlib.util.spec_from_file_location(
+    "seeds", pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "seeds.py")
+seeds = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(seeds)
+
+
+def test_heldout_sets_hold_no_training_or_pretraining_prompt(tmp_path):
+    preset = get_preset("tiny")
+    count = seeds.token_counter(preset)
+    run = runs.RunDir.create("s", root=tmp_path)
+    splits = seeds.build_data(preset, run, count)
+    assert run.is_finished("data") and seeds.build_data(preset, run, count) == splits  # read back
+    sets = seeds.heldout_sets(preset, splits, count, 30)
+    key = lambda recs: {data.normalize_prompt(r["prompt"]) for r in recs}  # noqa: E731
+    left, fresh = sets["leftover"], sets["fresh"]
+    assert left[:len(splits.eval)] == list(splits.eval) and len(left) > 10 * len(splits.eval)
+    assert len(key(left)) == len(left) and len(key(fresh)) == len(fresh) == 6 * 30
+    assert not key(left) & key(fresh)
+    trained = key(splits.sft) | key(splits.dpo) | key(splits.grpo)
+    assert not trained & (key(left) | key(fresh))
+    assert not key(models.tiny_pretraining_records()[0]) & (key(left) | key(fresh))
+    limits = data.stage_limits(preset)["eval"]
+    assert all(seeds._fits(r, count, limits) for r in left + fresh)
+    assert {r["domain"] for r in fresh} == set(seeds.tasks.DOMAINS)
+
+
+def test_summary_and_table():
+    results = {s: {st: {"fresh": base + d} for st, d in (("sft", 0), ("dpo", -1), ("grpo", g))}
+               for s, base, g in ((0, 40.0, 1.0), (1, 42.0, 2.0), (2, 41.0, 0.0))}
+    summary = seeds.summarize(results, {"fresh": 100})
+    assert summary["fresh"]["sft"] == {"mean": 41.0, "sd": 1.0}
+    assert summary["fresh"]["grpo_minus_sft"] == {"per_seed": [1.0, 2.0, 0.0], "mean": 1.0, "sd": 1.0}
+    text = seeds.table(results, summary, {"fresh": 100})
+    assert "| grpo - sft | +1.00 | +2.00 | +0.00 | +1.00 ± 1.00 |" in text
+    one = seeds.summarize({0: results[0]}, {"fresh": 100})
+    assert math.isnan(one["fresh"]["sft"]["sd"])
+    by_domain = {s: {"sft": {"fresh": {"math": 10.0, "coding": 50.0}},
+                     "grpo": {"fresh": {"math": 10.0 + s, "coding": 40.0}}} for s in (1, 3)}
+    gains = seeds.domain_gains(by_domain, {"fresh": 100})
+    assert gains == {"fresh": {"math": 2.0, "coding": -10.0}}
+    assert "by domain, mean over seeds: math +2.00, coding -10.00" in seeds.table(
+        results, summary, {"fresh": 100}, gains)
