@@ -1,11 +1,11 @@
 """Accuracy per stage across seeds on the tiny preset: the numbers behind README's seed tables.
 
-Run from the repository root: ``python benchmarks/seeds.py`` (seeds 0 to 4, about 12
+Run from the repository root: ``python benchmarks/seeds.py`` (seeds 0 to 6, about 12
 minutes a seed on a 2-core CPU; ``--quick`` for a smoke run of a few minutes). For each
 seed it trains SFT -> DPO -> GRPO with the tiny preset's settings and that seed in all
 three stages, on the one data split notebook 02 builds (the data seed stays fixed), and
-scores every stage greedily on two held-out sets that no split
-and no pretraining document holds:
+scores every stage greedily on two held-out sets that no split and no pretraining
+document holds:
 
   leftover  the run's eval split, then every unused prompt of the tiny data pool that
             fits the eval prompt budget (1036 prompts)
@@ -173,7 +173,7 @@ def table(results, summary, sizes, gains=None) -> str:
 
 def main(argv=None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    ap.add_argument("--seeds", type=int, nargs="+", default=list(range(7)))
     ap.add_argument("--fresh", type=int, default=1000, help="fresh prompts per domain")
     ap.add_argument("--root", default=None, help="runs root (default: reasonkit's runs root)/seeds")
     ap.add_argument("--out", default=None,

@@ -378,7 +378,7 @@ print(sorted(p.name for p in out.iterdir()))
 #   compare the stage tables, and whether format pass still drops after the preference stage.
 # - **Tell a change from noise (tiny preset).** One run on these prompts cannot: a seed
 #   moves accuracy by a point or two. `python benchmarks/seeds.py` trains the three stages
-#   for five seeds and scores them on 1036 and 5787 held-out prompts (README: "What the
+#   for seven seeds and scores them on 1036 and 5787 held-out prompts (README: "What the
 #   tiny preset shows"); `--seeds 0 1 2` for fewer.
 # - **Use the model.** `05_grpo` merges the GRPO adapters into the base and saves them to
 #   `runs/<run>/grpo/merged` (Hugging Face safetensors + tokenizer): load that directory
