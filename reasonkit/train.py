@@ -408,12 +408,18 @@ SETTINGS_FILE = "settings.json"
 _LAYOUT_ONLY = ("mesh", "checkpoint_every", "log_every", "remat")
 
 
+def _recorded_settings(run: RunDir, stage: str) -> dict[str, Any] | None:
+    """``<stage>/settings.json``, or None for a stage not started (or from before settings
+    were recorded)."""
+    path = run.stage(stage) / SETTINGS_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
 def _trained_from(run: RunDir, stage: str) -> list[str]:
     """The later stages that started from ``stage``'s adapters, directly or through another."""
     found = [stage]
     for later in ("dpo", "grpo"):
-        path = run.stage(later) / SETTINGS_FILE
-        if path.is_file() and json.loads(path.read_text()).get("started_from") in found:
+        if (_recorded_settings(run, later) or {}).get("started_from") in found:
             found.append(later)
     return found[1:]
 
@@ -457,10 +463,10 @@ def stage_settings(preset: Preset, run: RunDir, stage: str, started: str | None)
 
 def settings_changes(run: RunDir, stage: str, settings: dict[str, Any]) -> list[str]:
     """``"key: recorded -> now"`` for each setting that differs from ``<stage>/settings.json``."""
-    path = run.stage(stage) / SETTINGS_FILE
-    if not path.is_file():
+    recorded = _recorded_settings(run, stage)
+    if recorded is None:
         return []  # a run from before settings were recorded: nothing to compare with
-    return _changes(json.loads(path.read_text()), settings)
+    return _changes(recorded, settings)
 
 
 def _changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
@@ -490,14 +496,14 @@ def _check_hand_off(run: RunDir, stage: str, settings: dict[str, Any]) -> None:
     give another model than the one the earlier stage trained (another alpha or base).
     """
     started = settings["started_from"]
-    path = run.stage(started) / SETTINGS_FILE if started else None
-    if path is None or not path.is_file():
+    recorded = _recorded_settings(run, started) if started else None
+    if recorded is None:
         return  # a fresh start, or a stage from before settings were recorded
 
     def arch(flat: dict[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in flat.items() if k.startswith(("model.", "lora."))}
 
-    changes = _changes(arch(json.loads(path.read_text())), arch(settings))
+    changes = _changes(arch(recorded), arch(settings))
     if changes:
         raise ValueError(
             f"stage {stage!r} of run {run.name!r} starts from the {started!r} adapters, which were "
