@@ -150,7 +150,7 @@ def test_evaluate_the_tiny_base_model_for_real(capsys):
     # does: a prompt the splits keep at exactly the budget is evaluated, one token over
     # is dropped by both.
     count = lambda text: len(tok.EncodeAsIds(text))
-    n = len(tok.EncodeAsIds(data.format_prompt(records[1]["prompt"]))) + 1
+    n = count(data.format_prompt(records[1]["prompt"])) + 1
     assert data.too_long(records[1], count, data.Limits(prompt=n)) is None
     at = dataclasses.replace(greedy_only, max_prompt_length=n)
     assert evaluate.evaluate_model(model, tok, records[1:2], preset.model, at)["rows"][0][
