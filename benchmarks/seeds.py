@@ -15,7 +15,8 @@ document holds:
 Stages are trained with ``train.train_or_load``: a finished stage is loaded, an
 interrupted one resumes, and each stage's scores are kept in the run's ``eval/seeds.json``
 (keyed by the stage's ``finished.json`` and the prompts), so the script can be stopped
-and run again, or run for more seeds, without redoing what it did. Runs go to
+and run again, or run for more seeds, without redoing what it did. ``REASONKIT_OVERRIDES``
+applies, to measure a variant (give it a ``--root`` of its own). Runs go to
 ``<runs root>/seeds/seed<N>`` (``--root``). One seed's accuracy moves by about a point on
 a thousand prompts, with nothing but the seed changed: compare stages by their mean and
 spread over seeds, on the larger set. Prints the table and writes ``benchmarks/seeds.json``.
@@ -37,10 +38,18 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from reasonkit import data, evaluate, models, runs, tasks, train  # noqa: E402
-from reasonkit.config import get_preset  # noqa: E402
+from reasonkit.config import env_overrides, get_preset  # noqa: E402
 
 STAGES = ("sft", "dpo", "grpo")  # the base scores 0%: it never writes the tags
 FRESH_SEED = 50_000  # task seeds from here on: apart from the pool's and pretraining's
+
+
+def seed_preset(seed: int, quick: bool = False):
+    """The tiny preset with ``seed`` in all three stages, after ``$REASONKIT_OVERRIDES``."""
+    overrides = env_overrides()  # a variant to measure (give it a --root of its own)
+    if quick:
+        overrides |= {"sft.max_steps": 4, "dpo.max_steps": 2, "grpo.max_steps": 2}
+    return get_preset("tiny", **overrides | {f"{st}.seed": seed for st in STAGES})
 
 
 def token_counter(preset):
@@ -181,10 +190,8 @@ def main(argv=None) -> dict[str, Any]:
     ap.add_argument("--quick", action="store_true",
                     help="smoke run: 2 seeds, a few steps a stage, 4 fresh prompts a domain")
     args = ap.parse_args(argv)
-    overrides: dict[str, Any] = {}
     if args.quick:
         args.seeds, args.fresh = args.seeds[:2], 4
-        overrides = {"sft.max_steps": 4, "dpo.max_steps": 2, "grpo.max_steps": 2}
     root = pathlib.Path(args.root) if args.root else runs.default_root() / "seeds"
     out = pathlib.Path(args.out or (root / "seeds-quick.json" if args.quick
                                     else ROOT / "benchmarks" / "seeds.json"))
@@ -192,8 +199,7 @@ def main(argv=None) -> dict[str, Any]:
     by_domain: dict[int, dict[str, dict[str, dict[str, float]]]] = {}
     sizes: dict[str, int] = {}
     for seed in args.seeds:
-        preset = get_preset("tiny", **{f"{st}.seed": seed for st in ("sft", "dpo", "grpo")},
-                            **overrides)
+        preset = seed_preset(seed, args.quick)
         run = runs.RunDir.create(f"seed{seed}" + ("-quick" if args.quick else ""), root=root)
         count = token_counter(preset)
         sets = heldout_sets(preset, build_data(preset, run, count), count, args.fresh)
@@ -215,7 +221,8 @@ def main(argv=None) -> dict[str, Any]:
     print(table(results, summary, sizes, gains))
     report = {"sizes": sizes, "results": {str(s): r for s, r in results.items()},
               "summary": summary, "grpo_minus_sft_by_domain": gains,
-              "by_domain": {str(s): r for s, r in by_domain.items()}, "quick": args.quick}
+              "by_domain": {str(s): r for s, r in by_domain.items()}, "quick": args.quick,
+              "overrides": env_overrides()}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1) + "\n")
     print(f"wrote {out}")

@@ -4,6 +4,8 @@ import importlib.util
 import math
 import pathlib
 
+import pytest
+
 from reasonkit import data, models, runs
 from reasonkit.config import get_preset
 
@@ -49,3 +51,13 @@ def test_summary_and_table():
     assert gains == {"fresh": {"math": 2.0, "coding": -10.0}}
     assert "by domain, mean over seeds: math +2.00, coding -10.00" in seeds.table(
         results, summary, {"fresh": 100}, gains)
+
+
+def test_seed_preset_takes_the_environment_overrides_but_keeps_its_seed(monkeypatch):
+    monkeypatch.setenv("REASONKIT_OVERRIDES", '{"grpo.max_steps": 200, "sft.seed": 9}')
+    p = seeds.seed_preset(4)
+    assert (p.grpo.max_steps, p.sft.seed, p.dpo.seed, p.grpo.seed) == (200, 4, 4, 4)
+    assert seeds.seed_preset(4, quick=True).grpo.max_steps == 2  # --quick wins over the variable
+    monkeypatch.setenv("REASONKIT_OVERRIDES", '{"grpo.max_step": 200}')
+    with pytest.raises(ValueError, match="max_step"):
+        seeds.seed_preset(0)
