@@ -54,10 +54,11 @@ def test_summary_and_table():
 
 
 def test_seed_preset_takes_the_environment_overrides_but_keeps_its_seed(monkeypatch):
-    monkeypatch.setenv("REASONKIT_OVERRIDES", '{"grpo.max_steps": 200, "sft.seed": 9}')
+    assert get_preset("tiny").grpo.max_steps != 7
+    monkeypatch.setenv("REASONKIT_OVERRIDES", '{"grpo.max_steps": 7, "sft.seed": 9}')
     p = seeds.seed_preset(4)
-    assert (p.grpo.max_steps, p.sft.seed, p.dpo.seed, p.grpo.seed) == (200, 4, 4, 4)
+    assert (p.grpo.max_steps, p.sft.seed, p.dpo.seed, p.grpo.seed) == (7, 4, 4, 4)
     assert seeds.seed_preset(4, quick=True).grpo.max_steps == 2  # --quick wins over the variable
-    monkeypatch.setenv("REASONKIT_OVERRIDES", '{"grpo.max_step": 200}')
+    monkeypatch.setenv("REASONKIT_OVERRIDES", '{"grpo.max_step": 7}')
     with pytest.raises(ValueError, match="max_step"):
         seeds.seed_preset(0)
