@@ -29,7 +29,7 @@
 # **What you need:** the data splits (`02_dataset_rebalance`) and the DPO adapters
 # (`04_dpo`), or the SFT adapters (`03_sft`) if you skipped DPO, in the same run
 # directory. For Gemma a TPU (Kaggle *TPU v5e-8* / *v3-8*, Colab *v5e-1*): GRPO spends
-# most of its time generating. On a 2-core CPU the `tiny` preset trains in about 13
+# most of its time generating. On a 2-core CPU the `tiny` preset trains in about 11
 # minutes (200 steps; GRPO needs that many to gain more than the spread between seeds).
 
 # %% [markdown]

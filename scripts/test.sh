@@ -6,7 +6,7 @@ bash scripts/setup.sh
 export REASONKIT_PRESET=tiny JAX_PLATFORMS=cpu
 export REASONKIT_CACHE="$PWD/.cache/reasonkit"       # the tiny base model is built once and reused
 export REASONKIT_RUNS="${REASONKIT_RUNS:-$(mktemp -d)/runs}"  # never touch the user's ./runs
-# nbval runs GRPO for 60 steps of the tiny preset's 200 (4 minutes instead of 13 on 2 cores)
+# nbval runs GRPO for 60 steps of the tiny preset's 200 (4 minutes instead of 11 on 2 cores)
 # to keep the suite near 16 minutes; scripts/demo.sh runs the preset as shipped.
 export REASONKIT_OVERRIDES='{"grpo.max_steps": 60}'
 .venv/bin/ruff check reasonkit tests notebooks/*.py benchmarks
