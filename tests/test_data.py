@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reasonkit import answers, data, tasks
+from reasonkit import answers, data, tasks, template
 from reasonkit.config import DOMAINS, DataConfig, get_preset
 from reasonkit.data import Drops, Limits
 from reasonkit.template import END_OF_TURN, format_completion, normalize_prompt, split_tagged
@@ -333,7 +333,7 @@ def test_drop_too_long_by_each_budget():
     long_prompt = rec(1, prompt="word " * 50)
     long_target = dict(rec(2, prompt="hello"), reasoning="step " * 30)
     pair = dict(rec(3, prompt="hey"), chosen="ok", rejected="bad " * 40)
-    p = words(data.format_prompt("hello"))
+    p = words(template.format_prompt("hello"))
     c = words(format_completion(long_target["reasoning"], long_target["answer"]))
     cases = [(Limits(prompt=30), {"prompt too long": 1}),
              (Limits(completion=20), {"completion too long": 2}),
@@ -347,7 +347,7 @@ def test_drop_too_long_by_each_budget():
         assert len(kept) == 4 - drops.total and short in kept
     drops = Drops()
     data.drop_too_long([long_prompt], drops, count_tokens=words, limits=Limits(prompt=30))
-    n = words(data.format_prompt(long_prompt["prompt"])) + 1  # + BOS
+    n = words(template.format_prompt(long_prompt["prompt"])) + 1  # + BOS
     assert drops.examples["prompt too long"] == [f"r1: {n} > 30 tokens"]
 
 
@@ -520,7 +520,7 @@ def test_length_limits_per_stage(task_records):
     assert limits["sft"] == Limits(prompt=96, total=160)
     assert limits["grpo"] == Limits(prompt=96, completion=64)
     count = lambda text: len(text) // 4  # a stand-in tokenizer: 4 characters a token
-    sizes = sorted(count(data.format_prompt(r["prompt"])) for r in task_records)
+    sizes = sorted(count(template.format_prompt(r["prompt"])) for r in task_records)
     cut = sizes[len(sizes) * 3 // 4]  # a quarter of the prompts do not fit
     tight = {k: dataclasses.replace(v, prompt=cut) for k, v in limits.items()}
     splits, report = data.build_splits(task_records, DataConfig(eval_per_domain=5,
@@ -529,7 +529,7 @@ def test_length_limits_per_stage(task_records):
     for name in ("sft", "dpo", "grpo"):
         assert report.drops[name].counts.get("prompt too long", 0) > 0
         assert all(data.too_long(r, count, tight[name]) is None for r in getattr(splits, name))
-    assert all(count(data.format_prompt(r["prompt"])) + 1 <= cut for r in splits.eval)  # + BOS
+    assert all(count(template.format_prompt(r["prompt"])) + 1 <= cut for r in splits.eval)  # + BOS
     with pytest.raises(ValueError, match="limits need count_tokens"):
         data.build_splits(task_records, DataConfig(), limits=tight)
     with pytest.raises(ValueError, match="unknown stage"):
