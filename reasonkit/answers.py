@@ -56,14 +56,13 @@ surrogates), never raises, and returns within the time limits: text longer than
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import functools
 import logging
 import math
 import numbers
 import re
-import signal
-import sys
 import threading
 import time
 import unicodedata
@@ -79,7 +78,7 @@ __all__ = [
 NUMERIC_DOMAINS = ("math", "science")  # the rest compare as normalised text
 MAX_PARSE_CHARS = 400       # longer answers are never read as a number (a real one is short)
 MAX_SYMBOLIC_CHARS = 200    # longer answers never reach sympy
-SYMBOLIC_SECONDS = 0.25     # time limit of one sympy parse or one comparison
+SYMBOLIC_SECONDS = 0.3      # time limit of one sympy parse (cached) and of one comparison
 MAX_POWER_BITS = 4096       # 2^4096 is the largest power evaluated exactly
 FLOAT_ARTEFACT = Fraction(1, 10**9)  # relative error a decimal may have against 1/3, 1/12...
 
@@ -251,16 +250,64 @@ def _clean(text: str) -> str:
     return t.strip()
 
 
-def _boxed_contents(text: str) -> list[str]:
-    r"""The contents of every ``\boxed{...}`` / ``\fbox{...}`` in a short text."""
-    out = []
-    for command in ("\\boxed", "\\fbox"):
-        i = text.find(command + "{")
-        while i >= 0:
-            inner, k = _braced(text, i + len(command))
-            out.append((inner or "").strip())
-            i = text.find(command + "{", k)
-    return out
+def _boxes(text: str, limit: int = 8) -> list[tuple[int, int, str]]:
+    r"""The last ``limit`` closed ``\boxed{...}`` / ``\fbox{...}`` as (start, end, content)."""
+    found = []
+    for command in ("\\boxed{", "\\fbox{"):
+        i, tries = text.rfind(command), 0
+        while i >= 0 and tries < limit:  # the last few only: linear time on junk
+            tries += 1
+            depth, k = 0, i + len(command) - 1
+            end = min(len(text), k + MAX_PARSE_CHARS + 2)
+            while k < end:
+                depth += {"{": 1, "}": -1}.get(text[k], 0)
+                k += 1
+                if depth == 0:
+                    found.append((i, k, text[i + len(command):k - 1].strip()))
+                    break
+            i = text.rfind(command, 0, i)
+    return sorted(found)[-limit:]
+
+
+# Between two boxes of one answer: "\boxed{1}, \boxed{2}", "\boxed{6} and \boxed{8}".
+_BOX_GAP_RE = re.compile(r"[^\n]{0,40}")
+_SEPARATOR_RE = re.compile(r",|;|\band\b|\bor\b")
+
+
+def _box_run(text: str) -> str | None:
+    r"""The last box, with the boxes before it that a separator joins (``\boxed{1} and \boxed{2}``)."""
+    boxes = _boxes(text)
+    if not boxes:
+        return None
+    run = [boxes[-1]]
+    for box in reversed(boxes[:-1]):
+        gap = text[box[1]:run[0][0]]
+        words = re.sub(r"\\text\{[^{}]*\}|\\[A-Za-z]+", " ", gap)
+        if not _BOX_GAP_RE.fullmatch(gap) or not (
+                _SEPARATOR_RE.search(gap) or not re.search("[A-Za-z]", words)):
+            break  # "\boxed{1} no no no \boxed{2}": only the last box answers
+        run.insert(0, box)
+    contents = [c for _, _, c in run if c]
+    return ", ".join(dict.fromkeys(contents)) or None
+
+
+# $...$, $$...$$, \(...\), \[...\]: the math of a sentence ("We find that $x < 3$.").
+_SEGMENT_RE = re.compile(r"(?<!\\)\$\$(.+?)(?<!\\)\$\$|(?<![\\$])\$(?!\$)([^$\n]+?)(?<!\\)\$|\\\((.+?)\\\)"
+                         r"|\\\[(.+?)\\\]", re.DOTALL)
+_PROSE_WORD_RE = re.compile(r"(?<![\\A-Za-z])(?!(?:and|or)\b)[A-Za-z]{3,}")
+
+
+def _segments(text: str) -> list[tuple[int, int, str]]:
+    """(start, end, content) of every math segment in a short text."""
+    return [(m.start(), m.end(), next(g for g in m.groups() if g is not None).strip())
+            for m in _SEGMENT_RE.finditer(text)]
+
+
+def _has_prose(text: str) -> bool:
+    """Two or more words outside math, ``\\text{}`` and commands: a sentence, not an answer."""
+    bare = _SEGMENT_RE.sub(" ", text)
+    bare = re.sub(r"\\[A-Za-z]+(?:\{[^{}]*\})?", " ", bare)
+    return len(_PROSE_WORD_RE.findall(bare)) >= 2
 
 
 # --- numbers --------------------------------------------------------------------------
@@ -278,9 +325,17 @@ _INVALID = object()  # an equation whose sides disagree: never a right answer
 _LEAD_IN_RE = re.compile(
     r"(?:(?:the\s+)?(?:final\s+)?answer(?:\s+is)?\s*:?|approximately|approx\.|about|around|roughly"
     r"|exactly|[^\W\d_][\w' ]{0,30}:)\s*(?=[-+.(\d])", re.IGNORECASE)
-# A name on one side of "=": x, a_{37}, f(3), P(A), total cost.
-_LABEL_RE = re.compile(r"[^\W\d_][\w']*(?:_\{?[\w,]{1,8}\}?)?(?:\s+[^\W\d_][\w']*){0,4}"
-                       r"(?:\s*\([^()=]{0,20}\))?")
+# A name on one side of "=": x, a_{37}, f(3), (p, q), A:B, |AB|, NO/BO, total cost.
+_SUBSCRIPT_RE = re.compile(r"_\{[^{}]{0,12}\}|_\w")
+_CALL_RE = re.compile(r"(?<=[^\W\d_])\([^()]{0,20}\)")  # f(3), P(A): an argument
+_NAME_CHARS_RE = re.compile(r"[^\W\d_](?:[^\W\d]|[\s(),:|/'.]){0,60}")
+
+
+def _is_label(side: str) -> bool:
+    """Whether one side of an equation only names the answer (no number, no operator)."""
+    s = _SUBSCRIPT_RE.sub("", side.strip()).replace("{", "").replace("}", "")
+    s = _CALL_RE.sub(lambda m: "()" if m.group(0)[1:-1].strip() else m.group(0), s)  # f(3): a name
+    return bool(s) and len(side) <= 60 and bool(_NAME_CHARS_RE.fullmatch(s.strip("|( ")))
 # Relations and set notation: the answer is not one number.
 _RELATION_RE = re.compile(r"[<>≤≥≠±∓∪∩∈]|\\(?:le|ge|leq|geq|lt|gt|ne|neq|pm|mp|in|cup|cap|infty|\{)"
                           r"(?![A-Za-z])|\bor\b|\band\b", re.IGNORECASE)
@@ -462,7 +517,7 @@ def _read_number(t: str) -> _Value | None | object:
         return None
     values = []
     for side in sides:
-        if _LABEL_RE.fullmatch(side.strip()):
+        if _is_label(side):
             continue  # a name: x = 5, f(3) = 7
         value = _side_value(side)
         if value is None:
@@ -508,7 +563,7 @@ def _same_value(pred: _Value, gold: _Value, symmetric: bool = False) -> bool:
 
 _KEY_ONLY_RE = re.compile(r"\d\s*_|:|\\(?:text|mathrm|mbox)\{")  # 204_5 (a base), 12:00, words
 _CAP_RE = re.compile(
-    r"\d{16}|\^\s*\{[^{}]*\^|\^\s*\(?\s*-?\d{4}|\d{4}\s*!|\\(?:sum|prod|int|iint|oint|lim|binom)(?![A-Za-z])")
+    r"\d{16}|\^\s*\{[^{}]*\^|\^\s*\(?\s*-?\d{4}|\d{4}\s*!|\\binom\s*\{\s*\d{4}")
 _SINGLE_LETTER_RE = re.compile(
     r"\\(?:mathrm|text|textnormal|textrm|mathit|operatorname)\{\s*([A-Za-z])\s*\}")
 _TRAILING_TEXT_RE = re.compile(
@@ -517,15 +572,20 @@ _CLOSED_WORDS_RE = re.compile(r"\\?(?:sqrt|frac|dfrac|tfrac|pi|cdot|times|div|le
                               r"|tan|sec|csc|cot|exp|circ)(?![A-Za-z])")
 _THOUSANDS_RE = re.compile(r"(?<![\d.,])[1-9]\d{0,2}(?:,\d{3})+(?![\d,])")
 _DIGIT_COMMA_RE = re.compile(r"(?<=\d),(?=\d)")
-_EQUALS_RE = re.compile(r"(?<![<>!\\])=")
+_EQUALS_RE = re.compile(r"(?<![<>!\\])=|\\in(?![A-Za-z])")
+_AND_RE = re.compile(r",?\s*\\(?:text|textnormal|textrm|mbox)\{\s*,?\s*and\s*\}")
+_QUAD_RE = re.compile(r"\\q?quad(?![A-Za-z])|\\q?quad(?=[A-Za-z])")
 
 
 def _math_latex(text: str) -> str | None:
     """The LaTeX handed to sympy: our unwrapping first, None when over the size caps."""
     s = _ascii_digits(text).strip()
-    boxes = _boxed_contents(s) if len(s) <= MAX_PARSE_CHARS else []
-    if boxes:
-        s = ", ".join(dict.fromkeys(boxes))
+    if len(s) > MAX_PARSE_CHARS:
+        return None
+    if "matrix" not in s and "array" not in s:  # JSON-escaped text: an escaped \\frac is \\frac
+        s = re.sub(r"\\\\(?=[A-Za-z])", r"\\", s)
+    s = _AND_RE.sub(",", s)  # 6 \text{ and } 8 is the list 6, 8
+    s = _QUAD_RE.sub(" ", s)
     for old in ("$", "\\(", "\\)", "\\[", "\\]", "\\displaystyle", "\\!"):
         s = s.replace(old, "")
     s = _LATEX_COMMA_RE.sub(",", s)
@@ -568,9 +628,29 @@ def _value_side(latex: str) -> str | None:
     parts = _EQUALS_RE.split(latex)
     if len(parts) == 1:
         return latex
-    names = [_clean(p).replace("{", "").replace("}", "") for p in parts[:-1]]
-    if all(_LABEL_RE.fullmatch(n.strip()) for n in names):
+    if all(_is_label(_clean(p)) for p in parts[:-1]):
         return parts[-1].strip() or None
+    return None
+
+
+def _items(latex: str) -> list[str]:
+    """Top-level items of a list: ``x = 1, y = 2`` -> ``["x = 1", "y = 2"]``."""
+    items, depth, start = [], 0, 0
+    for i, c in enumerate(latex):
+        depth += {"(": 1, "[": 1, "{": 1, ")": -1, "]": -1, "}": -1}.get(c, 0)
+        if depth == 0 and c in ",;":
+            items.append(latex[start:i].strip())
+            start = i + 1
+    items.append(latex[start:].strip())
+    return [item for item in items if item and item not in ("\\quad", "\\qquad")]
+
+
+def _labelled(item: str) -> tuple[str, str] | None:
+    """``x_1 = 5`` -> (``x_1``, ``5``); None unless the item names one value."""
+    parts = _EQUALS_RE.split(item)
+    name = _clean(parts[0]) if len(parts) == 2 else ""
+    if name and _is_label(name) and parts[1].strip():
+        return _compact(name).replace("{", "").replace("}", ""), parts[1].strip()
     return None
 
 
@@ -580,56 +660,53 @@ class _OutOfTime(BaseException):
 
 
 def _limited(fn: Callable[[], Any], seconds: float) -> Any:
-    """``fn()``, or :class:`_OutOfTime` raised inside it once ``seconds`` have passed.
+    """``fn()``, or :class:`_OutOfTime` raised inside it once it used ``seconds`` of CPU.
 
-    In the main thread (a script, a notebook kernel) a real-time interval timer
-    (``SIGALRM``) does it at no cost; it repeats every 50 ms in case sympy swallows one,
-    and any earlier handler and timer are put back. Signals only reach the main thread,
-    so elsewhere (Tunix computes rewards in a worker thread) a trace function checks the
-    clock at every Python call: about 2.5x slower inside sympy, but just as bounded.
-    Neither can stop one long C call; the size caps keep those short.
+    A watchdog thread reads the calling thread's CPU clock every 10 ms and, past the
+    limit, raises the exception in it (``PyThreadState_SetAsyncExc``). That works the
+    same in the main thread (a script, a notebook kernel) and in any other: Tunix
+    computes rewards in a worker thread, where ``signal.alarm`` (math-verify's own
+    timeout, whole seconds only) cannot be used. It costs the checked code nothing, and
+    CPU time rather than wall time means a busy machine does not change a verdict.
+    One long C call cannot be interrupted; the size caps keep those short.
     """
-    deadline = time.monotonic() + seconds
-    armed = [True]
-    if threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer"):
-        def on_alarm(signum: int, frame: Any) -> None:
-            if armed[0]:
-                raise _OutOfTime
+    tid = threading.get_ident()
+    try:
+        clock = time.pthread_getcpuclockid(tid)
+        now = functools.partial(time.clock_gettime, clock)
+    except (AttributeError, OSError):  # no per-thread CPU clock (Windows): wall time
+        now = time.monotonic
+    deadline = now() + seconds
+    lock, armed, done = threading.Lock(), [True], threading.Event()
 
-        try:
-            old_handler = signal.signal(signal.SIGALRM, on_alarm)
-        except ValueError:  # not the main interpreter: trace instead
-            pass
-        else:
-            old_timer = signal.setitimer(signal.ITIMER_REAL, seconds, 0.05)
-            start = time.monotonic()
-            try:
-                return fn()
-            finally:
-                try:
-                    armed[0] = False  # an alarm right here still reaches the cleanup below
-                finally:
-                    signal.setitimer(signal.ITIMER_REAL, 0)
-                    signal.signal(signal.SIGALRM, old_handler)
-                    if old_timer[0] > 0:  # someone else's alarm: put it back, less our time
-                        left = max(old_timer[0] - (time.monotonic() - start), 1e-3)
-                        signal.setitimer(signal.ITIMER_REAL, left, old_timer[1])
+    def watch() -> None:
+        while not done.wait(0.01):
+            if now() > deadline:
+                with lock:
+                    if armed[0]:
+                        armed[0] = False
+                        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(tid),
+                                                                   ctypes.py_object(_OutOfTime))
+                return
 
-    def tracer(frame: Any, event: str, arg: Any) -> None:
-        if armed[0] and time.monotonic() > deadline:
-            raise _OutOfTime
-        return None  # no line events: one check per call is enough
-
-    previous = sys.gettrace()
-    sys.settrace(tracer)
+    watchdog = threading.Thread(target=watch, name="reasonkit.answers.watchdog", daemon=True)
+    watchdog.start()
     try:
         return fn()
     finally:
-        armed[0] = False
-        sys.settrace(previous)
+        done.set()
+        with lock:  # an exception sent but not raised yet must not surface later
+            if not armed[0]:
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(tid), None)
+            armed[0] = False
 
 
 _SYMPY: dict[str, Any] = {}
+_WARM_UP = (
+    ("\\frac{\\sqrt{3}}{2}", "x^2+1"), ("(1,2)", "\\{1,-2\\}"),
+    ("[0,1) \\cup (2, \\infty)", "y = 2x - 1"), ("x \\leq 5", "-2 \\le x < 7"),
+    ("x \\in [-2,7]", "3 \\pm 2\\sqrt{2}"), ("2 \\sin b \\cos a", "\\frac{\\pi r}{h+r}"),
+    ("\\begin{pmatrix}1 & 2\\\\3 & 4\\end{pmatrix}", "(6,31,-1)"), ("10\\%", "a_{1} = 5, b = 2"))
 
 
 def _symbolic_tools() -> dict[str, Any]:
@@ -652,7 +729,8 @@ def _symbolic_tools() -> dict[str, Any]:
                                convert_degrees=False, normalization_config=None)
 
         tools = {"sympy": sympy, "parse": parse, "verify": verify}
-        for a, b in (("\\frac{\\sqrt{3}}{2}", "x^2+1"), ("(1,2)", "\\{1,2\\}"), ("[0,1)", "y = 2x")):
+        # The LaTeX parser builds its tables on first use: a few hundred ms per construct.
+        for a, b in _WARM_UP:
             try:
                 verify(parse(a), parse(b), float_rounding=9, timeout_seconds=None)
             except Exception:  # noqa: BLE001 - a warm-up, nothing depends on it
@@ -761,10 +839,15 @@ def _read_uncached(text: str, numeric: bool) -> Answer:
             if isinstance(value, tuple):
                 return Answer("number", ("number", value[0]), value[0], value[1], words=words)
         return Answer("text", ("text", words), words=words)
-    boxes = _boxed_contents(text)
-    if boxes and len(set(boxes)) == 1:  # "The answer is \boxed{5}": the box is the answer
-        t = _clean(boxes[0])
+    source = _box_run(text)  # "The answer is \boxed{5}": the box is the answer
+    if source is None and _has_prose(text):
+        segments = _segments(text)  # "We find that $x < 3$.": the last math is the answer
+        source = segments[-1][2] if segments else None
+    if source is not None:
+        t = _clean(source)
         words = normalize_text(t)
+    else:
+        source = text
     value = _read_number(t)
     if value is _INVALID:
         return Answer("invalid", ("invalid", _compact(t)), words=words)
@@ -772,7 +855,7 @@ def _read_uncached(text: str, numeric: bool) -> Answer:
         return Answer("number", ("number", value[0]), value[0], value[1], words=words)
     if _WORDS_RE.fullmatch(t) and (_TWO_LETTERS_RE.search(t) or _CHOICE_RE.fullmatch(t)):
         return Answer("text", ("text", words), words=words)
-    latex = _math_latex(text)
+    latex = _math_latex(source)
     return Answer("math", ("math", _compact(latex if latex is not None else t)), latex=latex,
                   closed=latex is not None and _is_closed(latex), words=words)
 
@@ -852,13 +935,17 @@ def _check(domain: Any, predicted: Any, gold: Any) -> bool:
     # gold is math; the prediction a number or math
     if p.key == g.key:
         return True
-    if g.latex is None or _KEY_ONLY_RE.search(g.latex):
+    if g.latex is None:
         return False
     if p.kind == "number":
-        return any(_symbolic_equal(f"L:{g.latex}", f"Q:{v}") for v in _candidates((p.value, p.percent)))
-    if p.latex is None or _KEY_ONLY_RE.search(p.latex):
+        return not _KEY_ONLY_RE.search(g.latex) and any(
+            _symbolic_equal(f"L:{g.latex}", f"Q:{v}") for v in _candidates((p.value, p.percent)))
+    if p.latex is None:
         return False
     gold_latex, pred_latex = g.latex, p.latex
+    gold_items = _items(gold_latex)
+    if len(gold_items) > 1 and all(map(_labelled, gold_items)):  # x = 1, y = 2
+        return _same_items(domain, gold_items, _items(pred_latex))
     gold_eq, pred_eq = bool(_EQUALS_RE.search(gold_latex)), bool(_EQUALS_RE.search(pred_latex))
     if pred_eq and not gold_eq:
         pred_latex = _value_side(pred_latex)  # x = \sqrt{2} is \sqrt{2}; 1 + 1 = 3 is nothing
@@ -868,7 +955,28 @@ def _check(domain: Any, predicted: Any, gold: Any) -> bool:
         return False
     if _compact(gold_latex) == _compact(pred_latex):
         return True
+    if _KEY_ONLY_RE.search(gold_latex) or _KEY_ONLY_RE.search(pred_latex):
+        return False  # 204_5, 12:00: sympy would misread them
     return _symbolic_equal(f"L:{gold_latex}", f"L:{pred_latex}")
+
+
+def _same_items(domain: Any, gold_items: list[str], pred_items: list[str]) -> bool:
+    """A list of named values: the same value under each name, or in order without names."""
+    if len(pred_items) != len(gold_items):
+        return False
+    gold = [_labelled(item) for item in gold_items]
+    pred = [_labelled(item) for item in pred_items]
+    if len({name for name, _ in gold}) < len(gold):  # p = -1, p = 15/8: a set of solutions
+        values = lambda items: ", ".join(v[1] if v else i for v, i in zip(  # noqa: E731
+            [_labelled(i) for i in items], items, strict=True))
+        return _check(domain, values(pred_items), values(gold_items))
+    if all(pred):
+        named = dict(pred)  # type: ignore[arg-type]
+        return len(named) == len(pred) and all(
+            name in named and _check(domain, named[name], value) for name, value in gold)  # type: ignore[misc]
+    if any(pred):
+        return False
+    return all(_check(domain, p, g[1]) for p, g in zip(pred_items, gold, strict=True))  # type: ignore[index]
 
 
 def closeness(predicted: Any, gold: Any, tolerance: float = 0.10) -> float:
@@ -980,9 +1088,11 @@ _OPERATOR_CHARS = "+-*/^×÷·"
 def final_answer(text: Any) -> str | None:
     r"""The final answer of free text (no tags): the last ``\boxed{}``, else the last number.
 
-    The lenient reading, for completions without a usable answer tag: the content of the
-    last ``\boxed{...}`` when there is one, otherwise the last number, unless that number is
-    an operand (``2 + 2``) or the last line hedges. Linear in the text's length.
+    The lenient reading, for completions without a usable answer tag, in this order: the
+    last ``\boxed{...}`` (with the boxes a separator joins to it); what follows "final
+    answer is"; the last math (``$...$``, ``\(...\)``) when no number comes after it;
+    the last number, unless it is an operand (``2 + 2``) or the last line hedges. Linear
+    in the text's length.
 
     >>> final_answer("6 * 7 = 42."), final_answer("so \\boxed{\\frac{1}{2}} it is"), final_answer("2 + 2")
     ('42', '\\frac{1}{2}', None)
@@ -1001,42 +1111,50 @@ def final_answer(text: Any) -> str | None:
 def boxed_answer(text: Any) -> str | None:
     r"""The content of the last ``\boxed{...}`` (or ``\fbox{...}``), as MATH marks its answers.
 
-    None without a closed box, or when the box holds more than ``MAX_PARSE_CHARS``.
+    Boxes just before it that a separator joins (``\boxed{1} and \boxed{2}``) come too, as
+    one list. None without a closed box (a box holding more than ``MAX_PARSE_CHARS``
+    does not count).
 
     >>> boxed_answer("so $x = \\boxed{\\frac{1}{2}}$.")
     '\\frac{1}{2}'
-    >>> boxed_answer("\\boxed{1} or \\boxed{2"), boxed_answer("2")
-    ('1', None)
+    >>> boxed_answer("\\boxed{1} and \\boxed{2}"), boxed_answer("\\boxed{1} or \\boxed{2"), boxed_answer("2")
+    ('1, 2', '1', None)
     """
-    text = _as_text(text)
-    best, where = None, -1
-    for command in ("\\boxed{", "\\fbox{"):
-        i, tries = text.rfind(command), 0
-        while i > where and tries < 4:  # the last few boxes only: linear time on junk
-            tries += 1
-            window = text[i + len(command) - 1:i + len(command) + MAX_PARSE_CHARS]
-            depth = 0
-            for k, c in enumerate(window):
-                depth += {"{": 1, "}": -1}.get(c, 0)
-                if depth == 0:
-                    best, where = window[1:k].strip(), i
-                    break
-            else:  # not closed within reach: an earlier box may be
-                i = text.rfind(command, 0, i)
-                continue
-            break
-    return best or None
+    try:
+        return _box_run(_as_text(text))
+    except Exception:
+        if _STRICT:
+            raise
+        return None
+
+
+_FINAL_RE = re.compile(r"[\s:]*(?:\$([^$]{1,200})\$|\\\((.{1,200}?)\\\)|([^\n]{1,200}?)(?:\.\s|\.?$|\n))")
 
 
 def _final_answer(text: str) -> str | None:
-    box = boxed_answer(text)
+    box, box_end = _box_run(text), max((b[1] for b in _boxes(text, 1)), default=-1)
+    anchor = text.lower().rfind("final answer is")  # Minerva's "The final answer is $x$."
+    if anchor > box_end:  # whichever comes last: a box, or "final answer is"
+        m = _FINAL_RE.match(text, anchor + len("final answer is"))
+        found = next((g for g in m.groups() if g), None) if m else None
+        if found and found.strip(" .") and not _has_prose(found):
+            return found.strip(" .")
     if box is not None:
         return box
     start = _number_boundary(text, max(0, len(text) - MAX_PARSE_CHARS))
-    tail = _clean(text[start:])
+    if (text.count("$", 0, start) - text.count("\\$", 0, start)) % 2:
+        start = max(text.rfind("$", 0, start), 0)  # do not start inside $...$
+    window = text[start:]
+    tail = _clean(window)
     last = None
     for m in _NUMBER_RE.finditer(tail):
         last = m
+    segments = [seg for seg in _segments(window) if seg[2] and not _has_prose(seg[2])]
+    raw_last = None
+    for m in _NUMBER_RE.finditer(window):
+        raw_last = m
+    if segments and (raw_last is None or segments[-1][1] >= raw_last.end()):
+        return segments[-1][2]  # "so $x \\geq 5$ is the answer": the last math of the text
     if last is None and start > 0:  # nothing near the end: the last number further back, raw
         tail, last = text, _last_match(text)
     if last is None or _value_of(last) is None:
