@@ -682,23 +682,27 @@ def _limited(fn: Callable[[], Any], seconds: float) -> Any:
     def watch() -> None:
         while not done.wait(0.01):
             if now() > deadline:
-                with lock:
+                with lock:  # again every 10 ms: a gc callback or a bare except may swallow one
                     if armed[0]:
-                        armed[0] = False
                         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(tid),
                                                                    ctypes.py_object(_OutOfTime))
-                return
 
     watchdog = threading.Thread(target=watch, name="reasonkit.answers.watchdog", daemon=True)
     watchdog.start()
     try:
         return fn()
     finally:
+        while True:  # disarm first; an exception arriving meanwhile just means "again"
+            try:
+                with lock:
+                    armed[0] = False
+                break
+            except _OutOfTime:
+                continue
         done.set()
-        with lock:  # an exception sent but not raised yet must not surface later
-            if not armed[0]:
-                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(tid), None)
-            armed[0] = False
+        # Nothing is sent any more; one already sent may still be pending: drop it. (If it
+        # fires before this line, the caller sees _OutOfTime, as for a timeout.)
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(tid), None)
 
 
 _SYMPY: dict[str, Any] = {}

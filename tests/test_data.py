@@ -196,6 +196,40 @@ def test_load_gsm8k_jsonl(tmp_path):
     assert same == records
 
 
+def test_gsm8k_and_math_golds_from_their_files_are_judged_by_the_checker(tmp_path):
+    """GSM8K's "#### 1,234" and MATH's \\boxed{} golds, read from files in those formats."""
+    gsm8k = write_jsonl(tmp_path / "gsm8k.jsonl", [
+        {"question": "How much?", "answer": "She pays 1,000 + 234 = <<1000+234=1234>>1,234.\n#### 1,234"},
+        {"question": "How many?", "answer": "3 * 4 = <<3*4=12>>12\n#### 12"}])
+    math = write_jsonl(tmp_path / "math.jsonl", [
+        {"problem": "Find $x$.", "solution": "So $x = \\boxed{\\frac{1}{2}}$.", "level": "Level 2",
+         "type": "Algebra"},
+        {"problem": "Simplify.", "solution": "It is $\\boxed{\\frac{\\sqrt{3}}{2}}$.",
+         "level": "Level 3", "type": "Geometry"},
+        {"problem": "Which?", "solution": "The answer is $\\boxed{\\text{(C)}}$."},
+        {"problem": "No box?", "solution": "It is 4."}])
+    gsm, _ = data.load_gsm8k("train", source="jsonl", path=gsm8k)
+    records, report = data.load_jsonl(math, domain="math")
+    assert [r["answer"] for r in gsm] == ["1234", "12"]
+    assert [r["answer"] for r in records] == ["\\frac{1}{2}", "\\frac{\\sqrt{3}}{2}", "\\text{(C)}"]
+    assert report.drops.counts == {"empty answer": 1}  # a MATH row without a box
+    assert records[0]["reasoning"].endswith("$.") and records[0]["prompt"] == "Find $x$."
+    right = {"1234": ["1,234", "$1,234.00", "1234 dollars", "1000 + 234"],
+             "12": ["12", "x = 12", "12.0"],
+             "\\frac{1}{2}": ["0.5", "1/2", "\\dfrac{1}{2}", "\\frac{2}{4}"],
+             "\\frac{\\sqrt{3}}{2}": ["\\frac{\\sqrt3}{2}", "\\sqrt{3}/2"],
+             "\\text{(C)}": ["(C)", "C"]}
+    wrong = {"1234": ["1,23", "123", "1234.5", "1234 or 1235", "1 + 1234"],
+             "12": ["1 + 12", "12 - x", "2"], "\\frac{1}{2}": ["0.49", "\\frac{1}{3}", "2"],
+             "\\frac{\\sqrt{3}}{2}": ["0.866", "\\frac{\\sqrt{2}}{2}"], "\\text{(C)}": ["(D)"]}
+    for r in gsm + records:
+        assert data.gold_problem(r) is None  # every one is kept for GRPO and evaluation
+        assert all(answers.check_answer("math", a, r["answer"]) for a in right[r["answer"]])
+        assert not any(answers.check_answer("math", a, r["answer"]) for a in wrong[r["answer"]])
+    drops = Drops()
+    assert data.drop_bad_gold(gsm + records, drops) == gsm + records and not drops.counts
+
+
 def test_load_gsm8k_through_tfds_without_tensorflow(tmp_path, monkeypatch):
     """The real TFDS builder path (array_record data source), fed from a local file."""
     pytest.importorskip("tensorflow_datasets")
