@@ -17,9 +17,16 @@ else (another rounding, another variable rule, no verdict at all) and are not co
     python benchmarks/checker_agreement.py                # this tree
     python benchmarks/checker_agreement.py --compare main # and a git ref, side by side
     python benchmarks/checker_agreement.py --list         # every disagreement
+    python benchmarks/checker_agreement.py --timing       # and the rewards' time (see below)
 
 "Credited wrong" counts cases whose expected verdict is *wrong* and that a reward pays
 for: the number that must stay 0.
+
+``--timing`` also measures what the checker costs GRPO: the five math rewards on a tiny
+preset step (8 prompts x 8 completions of the kinds a small policy writes: right, wrong,
+hedged, untagged, cut off, rambling), run in a worker thread as Tunix runs them, with
+fresh completions each step; a worst case where every completion is a new closed-form
+expression that needs sympy; and the slowest single call on 100 KB answers.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ import time
 HERE = pathlib.Path(__file__).resolve().parent
 CASES = HERE / "checker_cases.jsonl"
 REASONING = "<reasoning>Worked it out.</reasoning>\n"
+TINY_STEP_S = 3.3  # the tiny preset's GRPO step on 2 CPU cores (README: 200 steps in 655 s)
 
 
 def load_cases(path: pathlib.Path = CASES) -> list[dict]:
@@ -86,7 +94,71 @@ def summarize(cases: list[dict], verdicts: list) -> dict:
     return {"overall": block(pairs), **{f"{k}={v}": block(p) for (k, v), p in sorted(by.items())}}
 
 
-def _ref_verdicts(ref: str, cases_path: pathlib.Path) -> dict:
+def _tiny_step(records: list[dict], step: int, symbolic: bool) -> tuple[list[str], list[str], list[str]]:
+    """64 completions for 8 prompts, fresh for each ``step`` (the caches see new text)."""
+    completions, golds, domains = [], [], []
+    if symbolic:  # numeric golds: a closed expression can only be judged by sympy
+        records = [r for r in records if r["domain"] in ("math", "science")]
+    for i, rec in enumerate((records[8 * step % len(records):] + records)[:8]):
+        gold, n = rec["answer"], step * 97 + i
+        shapes = [f"{rec['reasoning']} {gold}", f"{n} + {n % 7}", f"{n} or {gold}", f"about {gold}.",
+                  f"{gold}", f"x = {n % 50}", f"{n % 13} apples", gold.upper()]
+        if symbolic:  # each one a new closed expression: sympy parses every one
+            shapes = [f"\\sqrt{{{n + k}}} + \\frac{{{k + 1}}}{{{n % 11 + 2}}}" for k in range(8)]
+        for k, answer in enumerate(shapes):
+            body = f"<reasoning>{rec['reasoning']}</reasoning>\n<answer>{answer}</answer><end_of_turn>"
+            if not symbolic and k == 3:
+                body = rec["reasoning"] + " so it is " + gold  # no tags: numeric_backup's case
+            if not symbolic and k == 6:
+                body = body[:120]  # cut off at the generation length
+            completions.append(body)
+            golds.append(gold)
+            domains.append(rec["domain"])
+    return completions, golds, domains
+
+
+def timing(steps: int = 20) -> dict:
+    """Seconds the math rewards take per tiny GRPO step, and the slowest 100 KB call."""
+    import threading
+
+    import numpy as np
+
+    from reasonkit import rewards, tasks
+
+    records = tasks.generate_all(40, seed=123)
+    out: dict = {}
+    for label, symbolic in (("tiny step", False), ("all-sympy step", True)):
+        times: list[float] = []
+
+        def run(times=times, symbolic=symbolic):
+            for step in range(steps):
+                completions, golds, domains = _tiny_step(records, step, symbolic)
+                kwargs = {"answer": np.array(golds), "domain": np.array(domains)}
+                start = time.perf_counter()
+                for fn in rewards.MATH_REWARDS:
+                    fn(["prompt"] * len(completions), completions, **kwargs)
+                times.append(time.perf_counter() - start)
+
+        worker = threading.Thread(target=run)
+        worker.start()
+        worker.join()
+        steady = sorted(times[1:])  # the first step pays any one-time import
+        out[label] = {"first_s": times[0], "median_s": steady[len(steady) // 2], "max_s": steady[-1]}
+    kinds = ["1" * 100_000, "<answer>" + "\\frac{" * 20_000 + "</answer>", "1," * 50_000,
+             "<answer>" + "x+" * 50_000 + "</answer>", "<answer>" + "1 or " * 20_000 + "</answer>",
+             "(" * 100_000]
+    worst = 0.0
+    for kind in kinds:
+        for fn in rewards.MATH_REWARDS:
+            for gold in ("42", "\\frac{\\sqrt{3}}{2}"):
+                start = time.perf_counter()
+                fn(None, [kind], answer=[gold])
+                worst = max(worst, time.perf_counter() - start)
+    out["worst 100 KB call_s"] = worst
+    return out
+
+
+def _ref_verdicts(ref: str, cases_path: pathlib.Path, timed: bool = False) -> dict:
     """Run this script against ``git archive ref reasonkit`` in a fresh interpreter."""
     root = HERE.parent
     with tempfile.TemporaryDirectory() as tmp:
@@ -97,7 +169,8 @@ def _ref_verdicts(ref: str, cases_path: pathlib.Path) -> dict:
         with tarfile.open(tar_path) as tar:
             tar.extractall(tmp, filter="data")
         env = {**os.environ, "PYTHONPATH": tmp}
-        done = subprocess.run([sys.executable, __file__, "--cases", str(cases_path), "--json"],
+        flags = ["--timing"] if timed else []
+        done = subprocess.run([sys.executable, __file__, "--cases", str(cases_path), "--json", *flags],
                               env=env, capture_output=True, text=True, check=True, cwd=tmp)
         return json.loads(done.stdout)
 
@@ -112,15 +185,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cases", type=pathlib.Path, default=CASES)
     parser.add_argument("--compare", metavar="REF", help="also run the checker of this git ref")
     parser.add_argument("--list", action="store_true", help="print every disagreement")
+    parser.add_argument("--timing", action="store_true", help="time the rewards on tiny GRPO steps")
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     cases = load_cases(args.cases)
     runs = {"this tree": evaluate(cases)}
+    if args.timing:
+        runs["this tree"]["timing"] = timing()
     if args.json:
         print(json.dumps(runs["this tree"]))
         return
     if args.compare:
-        runs = {args.compare: _ref_verdicts(args.compare, args.cases.resolve()), **runs}
+        runs = {args.compare: _ref_verdicts(args.compare, args.cases.resolve(), args.timing), **runs}
     comparable = sum(c["comparable"] for c in cases)
     print(f"{len(cases)} cases, {comparable} comparable ({len(cases) - comparable} ask for "
           "something else and are not counted)")
@@ -128,6 +204,13 @@ def main(argv: list[str] | None = None) -> None:
         print(f"\n== {name} ({run['reasonkit']}); slowest call {1000 * run['worst_call_s']:.0f} ms")
         for key, block in summarize(cases, run["verdicts"]).items():
             print(_line(key, block))
+        for label, t in run.get("timing", {}).items():
+            if isinstance(t, dict):
+                print(f"{label:16s} rewards, 64 completions: median {1000 * t['median_s']:.1f} ms, "
+                      f"max {1000 * t['max_s']:.1f} ms, first {1000 * t['first_s']:.1f} ms; "
+                      f"{100 * t['median_s'] / TINY_STEP_S:.1f}% of a {TINY_STEP_S} s tiny GRPO step")
+            else:
+                print(f"{label}: {1000 * t:.0f} ms")
     if args.list:
         verdicts = runs["this tree"]["verdicts"]
         print("\n== disagreements (this tree)")

@@ -15,10 +15,23 @@ answer is read as one of
   after the number are a unit only if they read as one: ``5 x``, ``5 - x``, ``42 or more``
   are not ``5`` or ``42``.
 - a *math* answer (a radical, an expression with variables, a tuple, an interval, a
-  set): compared through math-verify, after this module's own unwrapping, with a size
-  cap before sympy and a time limit (:data:`SYMBOLIC_SECONDS`); an answer sympy only
-  partly understands is not accepted.
+  set, a relation): compared through math-verify, after this module's own unwrapping
+  (``\mathrm{e}`` is e, ``\text{ cm}`` a unit, ``6 \text{ and } 8`` a list), whole or
+  not at all: an answer sympy only partly understands is not accepted. Named lists
+  (``x = 1, y = 2``) compare name by name, or in order when the prediction has no names.
 - *text* (``\text{Evelyn}``, ``odd``, ``(C)``): compared as :func:`normalize_text`.
+
+An answer written as a sentence is read for its boxes (``\boxed{1} and \boxed{2}`` is one
+list) or else its last math (``We find that $x < 3$.``). :func:`final_answer` is the
+lenient reading of free text without tags (last box, "final answer is", last math, last
+number).
+
+sympy only sees answers of at most :data:`MAX_SYMBOLIC_CHARS` characters without huge
+numbers or nested powers, and each parse (cached: a gold parses once) and each
+comparison gets :data:`SYMBOLIC_SECONDS` of CPU time, enforced by a watchdog thread in
+whatever thread the checker runs (Tunix computes rewards in a worker thread). The first
+symbolic answer of a process loads and warms up sympy (a few seconds, once).
+math-verify's logging (it logs failing answers in full) is silenced.
 
 The other domains compare :func:`normalize_text` (case, punctuation and list separators
 do not matter) and two bare numbers by value.
@@ -50,8 +63,8 @@ True
 
 Every public function here takes any input (None, NaN, bytes, 1 MB strings, lone
 surrogates), never raises, and returns within the time limits: text longer than
-:data:`MAX_PARSE_CHARS` is never read as a number and nothing longer than
-:data:`MAX_SYMBOLIC_CHARS` reaches sympy.
+:data:`MAX_PARSE_CHARS` is never read as a number, and parsing is linear in the length
+of the text (a 100 KB answer takes milliseconds).
 """
 
 from __future__ import annotations
@@ -78,7 +91,7 @@ __all__ = [
 NUMERIC_DOMAINS = ("math", "science")  # the rest compare as normalised text
 MAX_PARSE_CHARS = 400       # longer answers are never read as a number (a real one is short)
 MAX_SYMBOLIC_CHARS = 200    # longer answers never reach sympy
-SYMBOLIC_SECONDS = 0.3      # time limit of one sympy parse (cached) and of one comparison
+SYMBOLIC_SECONDS = 0.3      # CPU seconds for one sympy parse (cached) or one comparison
 MAX_POWER_BITS = 4096       # 2^4096 is the largest power evaluated exactly
 FLOAT_ARTEFACT = Fraction(1, 10**9)  # relative error a decimal may have against 1/3, 1/12...
 
@@ -336,6 +349,8 @@ def _is_label(side: str) -> bool:
     s = _SUBSCRIPT_RE.sub("", side.strip()).replace("{", "").replace("}", "")
     s = _CALL_RE.sub(lambda m: "()" if m.group(0)[1:-1].strip() else m.group(0), s)  # f(3): a name
     return bool(s) and len(side) <= 60 and bool(_NAME_CHARS_RE.fullmatch(s.strip("|( ")))
+
+
 # Relations and set notation: the answer is not one number.
 _RELATION_RE = re.compile(r"[<>≤≥≠±∓∪∩∈]|\\(?:le|ge|leq|geq|lt|gt|ne|neq|pm|mp|in|cup|cap|infty|\{)"
                           r"(?![A-Za-z])|\bor\b|\band\b", re.IGNORECASE)
@@ -422,14 +437,13 @@ def _evaluate(tokens: list[tuple[str, Any]]) -> _Value:
             return value
         raise _Unreadable(f"unexpected {tok}")
 
-    pct = False
-    if tokens and tokens[-1][0] == "pct":  # 25% is only ever one number, maybe signed
-        pct = True
+    pct = bool(tokens) and tokens[-1][0] == "pct"  # 25% is only ever one number, maybe signed
+    if pct:
         tokens = tokens[:-1]
-        if any(t[0] != "num" and t[1] not in "+-" for t in tokens) or len(tokens) > 2:
-            raise _Unreadable("percent of an expression")
     if any(t[0] == "pct" for t in tokens):
         raise _Unreadable("percent inside an expression")
+    if pct and (len(tokens) > 2 or any(t[0] == "op" and t[1] not in "+-" for t in tokens)):
+        raise _Unreadable("percent of an expression")
     value = expr()
     if pos != len(tokens):
         raise _Unreadable("trailing tokens")
@@ -574,7 +588,7 @@ _THOUSANDS_RE = re.compile(r"(?<![\d.,])[1-9]\d{0,2}(?:,\d{3})+(?![\d,])")
 _DIGIT_COMMA_RE = re.compile(r"(?<=\d),(?=\d)")
 _EQUALS_RE = re.compile(r"(?<![<>!\\])=|\\in(?![A-Za-z])")
 _AND_RE = re.compile(r",?\s*\\(?:text|textnormal|textrm|mbox)\{\s*,?\s*and\s*\}")
-_QUAD_RE = re.compile(r"\\q?quad(?![A-Za-z])|\\q?quad(?=[A-Za-z])")
+_QUAD_RE = re.compile(r"\\q?quad")  # spacing: \\quadx_{2} is x_{2}
 
 
 def _math_latex(text: str) -> str | None:

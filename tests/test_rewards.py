@@ -245,7 +245,8 @@ def test_degenerate_completions_are_fast():
              A(42) + "<eos>" * 20_000 + "x", "<answer>" + "\\frac" * 20_000 + "</answer>",
              "(" * 100_000, "٤" * 100_000]
     assert all(len(k) >= 100_000 for k in kinds)
-    start = time.perf_counter()
+    # CPU time of this thread: the work done, whatever else the (shared) machine is doing.
+    start = time.thread_time()
     for fn in REWARDS:
         scores = fn(None, kinds, answer=["42"] * len(kinds), domain=["math"] * len(kinds))
         assert len(scores) == len(kinds)
@@ -253,7 +254,7 @@ def test_degenerate_completions_are_fast():
         template.extract_answer(kind, hedged=answers.is_hedged)
         answers.normalize_text(kind)
         answers.normalize_number(kind)
-    assert time.perf_counter() - start < 1.0
+    assert time.thread_time() - start < 1.0
     # The checker's own entry points, one 100 KB answer at a time: far below the 1 s bound.
     calls = [answers.final_answer, lambda k: answers.check_answer("math", k, "42"),
              lambda k: answers.check_answer("math", k, "\\frac{\\sqrt{3}}{2}"),
@@ -262,9 +263,9 @@ def test_degenerate_completions_are_fast():
     worst = 0.0
     for call in calls:
         for kind in kinds:
-            start = time.perf_counter()
+            start = time.thread_time()
             call(kind)
-            worst = max(worst, time.perf_counter() - start)
+            worst = max(worst, time.thread_time() - start)
     assert worst < 0.25
 
 
