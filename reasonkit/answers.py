@@ -22,7 +22,8 @@ answer is read as one of
 - *text* (``\text{Evelyn}``, ``odd``, ``(C)``): compared as :func:`normalize_text`.
 
 An answer written as a sentence is read for its boxes (``\boxed{1} and \boxed{2}`` is one
-list) or else its last math (``We find that $x < 3$.``). :func:`final_answer` is the
+list) or else its math, when all of it says one thing (``We find that $x < 3$.``; not
+``I think $41$ but $42$``). :func:`final_answer` is the
 lenient reading of free text without tags (last box, "final answer is", last math, last
 number).
 
@@ -156,7 +157,6 @@ def normalize_text(s: Any) -> str:
 
 _WRAPPERS = ("\\boxed", "\\fbox", "\\textnormal", "\\textbf", "\\textrm", "\\textit", "\\text",
              "\\mathrm", "\\mathbf", "\\mathit", "\\mbox", "\\hbox", "\\operatorname")
-_FRACS = ("\\dfrac", "\\tfrac", "\\cfrac", "\\frac")
 _REPLACEMENTS = (
     ("\\\\", " "), ("\\$", ""), ("$", ""), ("\\%", "%"), ("\\;", " "), ("\\:", " "),
     ("\\ ", " "), ("\\(", ""), ("\\)", ""), ("\\[", ""), ("\\]", ""), ("^{\\circ}", ""),
@@ -859,8 +859,9 @@ def _read_uncached(text: str, numeric: bool) -> Answer:
         return Answer("text", ("text", words), words=words)
     source = _box_run(text)  # "The answer is \boxed{5}": the box is the answer
     if source is None and _has_prose(text):
-        segments = _segments(text)  # "We find that $x < 3$.": the last math is the answer
-        source = segments[-1][2] if segments else None
+        # "We find that $x < 3$.": the math is the answer, if the sentence has one
+        segments = {_compact(seg) for _, _, seg in _segments(text)}
+        source = _segments(text)[-1][2] if len(segments) == 1 else None
     if source is not None:
         t = _clean(source)
         words = normalize_text(t)
