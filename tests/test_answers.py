@@ -96,6 +96,8 @@ CASES = [
     ("math", "\u22127", "-7", True),
     ("math", "٤٢", "42", True),
     ("math", "The answer is 42", "42", True),
+    ("math", "We find that $x = 42$.", "42", True),  # the math of a sentence...
+    ("math", "I think $41$ but $42$", "42", False),  # ...when it says one thing
     # rounding is wrong, a float artefact is not
     ("math", "0.333", "1/3", False),
     ("math", "0.0833333333333333", "\\frac{1}{12}", True),
