@@ -191,7 +191,7 @@ def sft_throughput(pairs, preset, batch_size: int, max_length: int, steps: int, 
 
 def stage_compiles(quick: bool) -> dict[str, Any]:
     """Run reasonkit's SFT (packed), DPO (2 buckets), GRPO and a bucketed evaluation."""
-    from reasonkit import data, evaluate
+    from reasonkit import data, evaluate, template
     from reasonkit.runs import RunDir
 
     steps = {"sft": 4, "dpo": 4, "grpo": 3} if quick else {"sft": 8, "dpo": 8, "grpo": 4}
@@ -218,7 +218,7 @@ def stage_compiles(quick: bool) -> dict[str, Any]:
         result = getattr(train, f"train_{stage}")(preset, run)
         out[stage] = {"steps": result.steps, **result.stats["compiles"]}
     sampler = evaluate.make_sampler(result.policy, tok, preset.model, preset.eval)
-    prompts = [data.format_prompt(r["prompt"]) for r in splits.eval][:16]
+    prompts = [template.format_prompt(r["prompt"]) for r in splits.eval][:16]
     stop = models.stop_token_ids(tok)
     with compiles.CompileCounter() as first:
         evaluate.generate(sampler, prompts, preset.eval, stop)

@@ -37,7 +37,7 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from reasonkit import data, evaluate, models, runs, tasks, train  # noqa: E402
+from reasonkit import data, evaluate, models, runs, tasks, template, train  # noqa: E402
 from reasonkit.config import env_overrides, get_preset  # noqa: E402
 
 STAGES = ("sft", "dpo", "grpo")  # the base scores 0%: it never writes the tags
@@ -109,7 +109,7 @@ def greedy_accuracy(preset, run: runs.RunDir, stage: str, records: list[dict]) -
     """Per prompt: is the greedy answer right (format and value)?"""
     _, policy, tok, _ = train.load_policy(preset, run, stage, None)
     sampler = evaluate.make_sampler(policy, tok, preset.model, preset.eval)
-    prompts = [data.format_prompt(r["prompt"]) for r in records]
+    prompts = [template.format_prompt(r["prompt"]) for r in records]
     out = evaluate.generate(sampler, prompts, preset.eval, models.stop_token_ids(tok),
                             desc=f"{stage}: greedy")
     del policy, sampler

@@ -53,7 +53,7 @@ if importlib.util.find_spec("reasonkit") is None:  # Kaggle / Colab, first run o
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
-from reasonkit import data, models
+from reasonkit import data, models, template
 from reasonkit.config import DOMAINS, get_preset
 from reasonkit.runs import RunDir
 
@@ -80,7 +80,7 @@ def count_tokens(text: str) -> int:
 
 
 print(f"{tok.GetPieceSize()} pieces, from {model_dir}")
-for tag in data.SPECIAL_TOKENS:
+for tag in template.SPECIAL_TOKENS:
     print(f"{tag:16s} -> {tok.EncodeAsPieces(tag)}")
 
 # %% [markdown]
@@ -116,7 +116,7 @@ for r in records:
     first.setdefault(r["domain"], r)
 for domain, r in first.items():
     print(f"--- {domain} ({r['source']}, id {r['id']})")
-    print(data.format_prompt(r["prompt"]) + data.format_completion(r["reasoning"], r["answer"]))
+    print(template.format_prompt(r["prompt"]) + template.format_completion(r["reasoning"], r["answer"]))
 
 # %% [markdown]
 # The same completion as the model sees it: token ids, each decoded on its own. The
@@ -124,9 +124,9 @@ for domain, r in first.items():
 
 # %%
 example = next(iter(first.values()))
-completion = data.format_completion(example["reasoning"], example["answer"])
+completion = template.format_completion(example["reasoning"], example["answer"])
 ids = tok.EncodeAsIds(completion)
-print(f"{count_tokens(data.format_prompt(example['prompt']))} prompt tokens, "
+print(f"{count_tokens(template.format_prompt(example['prompt']))} prompt tokens, "
       f"{len(ids)} completion tokens:")
 print("  ".join(f"{i}:{tok.IdToPiece(i)!r}" for i in ids))
 assert tok.DecodeIds(ids) == completion
@@ -142,8 +142,8 @@ assert tok.DecodeIds(ids) == completion
 limits = data.stage_limits(preset)
 lengths = {key: {d: [] for d in first} for key in ("prompt", "completion", "prompt + completion")}
 for r in records:
-    p = count_tokens(data.format_prompt(r["prompt"])) + 1  # + BOS: the budgets count it
-    c = count_tokens(data.format_completion(r["reasoning"], r["answer"]))
+    p = count_tokens(template.format_prompt(r["prompt"])) + 1  # + BOS: the budgets count it
+    c = count_tokens(template.format_completion(r["reasoning"], r["answer"]))
     for key, n in (("prompt", p), ("completion", c), ("prompt + completion", p + c)):
         lengths[key][r["domain"]].append(n)
 cuts = {}  # (panel, tokens) -> stages with that budget
@@ -266,10 +266,10 @@ print(sorted(p.name for p in out.iterdir()))
 # %%
 sft = splits.sft[0]
 print(f"--- sft ({sft['domain']}, id {sft['id']})")
-print(data.format_prompt(sft["prompt"]) + data.format_completion(sft["reasoning"], sft["answer"]))
+print(template.format_prompt(sft["prompt"]) + template.format_completion(sft["reasoning"], sft["answer"]))
 pair = splits.dpo[0]
 print(f"\n--- dpo ({pair['domain']}, id {pair['id']}), rejected_kind={pair['rejected_kind']!r}")
-print(data.format_prompt(pair["prompt"]), end="")
+print(template.format_prompt(pair["prompt"]), end="")
 print("chosen:  ", pair["chosen"])
 print("rejected:", pair["rejected"])
 

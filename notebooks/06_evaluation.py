@@ -66,7 +66,7 @@ import time
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
-from reasonkit import data, evaluate, mesh, models, rewards, train
+from reasonkit import data, evaluate, mesh, models, template, train
 from reasonkit.config import get_preset
 from reasonkit.runs import NOTEBOOK_OF, RunDir
 
@@ -91,7 +91,7 @@ print(f"{len(splits.eval)} held-out prompts:",
 print("decoding:", ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(preset.eval).items()))
 example = splits.eval[0]
 print(f"\n--- one held-out prompt ({example['domain']}, gold answer {example['answer']!r})")
-print(data.format_prompt(example["prompt"]))
+print(template.format_prompt(example["prompt"]))
 
 # %% [markdown]
 # ## Which stages are there?
@@ -223,7 +223,7 @@ plt.show()
 # means it did not stop after `</answer>`.
 
 # %%
-reasons = [r for r in rewards.FAILURE_REASONS
+reasons = [r for r in template.FAILURE_REASONS
            if any(results[s]["summary"]["overall"]["failures"].get(r) for s in results)]
 lines = ["| reason | " + " | ".join(evaluate.ordered(results)) + " |",
          "|---" * (len(results) + 1) + "|"]

@@ -1,4 +1,4 @@
-"""One record schema, one prompt template, sources, filters, rebalancing and splits.
+"""One record schema, sources, filters, rebalancing and splits.
 
 Every source turns its rows into records of one schema::
 
@@ -8,11 +8,12 @@ Every source turns its rows into records of one schema::
      "answer": "72"}                      # + "chosen" / "rejected" for preference data
 
 and reports what it read and what it dropped, and why (:class:`SourceReport`).
-:func:`build_splits` then filters (malformed, duplicate, too long, gold that does
-not parse), holds out an evaluation set per domain, rebalances each stage's set to
+:func:`build_splits` then filters (malformed, duplicate, too long, a gold the checker
+cannot score), holds out an evaluation set per domain, rebalances each stage's set to
 the target domain mix and builds DPO pairs; :class:`DataReport` counts every row
-dropped on the way, by reason. Every stage formats records with the one template,
-:func:`format_prompt` + :func:`format_completion`.
+dropped on the way, by reason. Every stage formats records with the one template
+(:mod:`reasonkit.template`), and every gold answer is judged by the one checker
+(:mod:`reasonkit.answers`).
 
 >>> recs = [{"id": str(i), "domain": "math", "source": "demo", "prompt": f"{i} + 1?",
 ...          "reasoning": f"{i} + 1 = {i + 1}.", "answer": str(i + 1)} for i in range(20)]
@@ -32,108 +33,29 @@ import pathlib
 import random
 import re
 from collections import Counter
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
+from reasonkit import answers, tasks
 from reasonkit.config import DOMAINS, DataConfig, check_weights
+from reasonkit.template import (
+    END_OF_TURN,
+    REASONING_END,
+    REASONING_START,
+    format_completion,
+    format_prompt,
+    normalize_prompt,
+    split_tagged,
+)
 
 if TYPE_CHECKING:
     from reasonkit.config import Preset
-
-REASONING_START, REASONING_END = "<reasoning>", "</reasoning>"
-ANSWER_START, ANSWER_END = "<answer>", "</answer>"
-START_OF_TURN, END_OF_TURN = "<start_of_turn>", "<end_of_turn>"
-# Every special string the tiny tokenizer must keep as one piece.
-SPECIAL_TOKENS = (START_OF_TURN, END_OF_TURN, REASONING_START, REASONING_END,
-                  ANSWER_START, ANSWER_END)
-
-INSTRUCTION = (
-    "Think step by step inside " + REASONING_START + " " + REASONING_END
-    + ", then give only the final answer inside " + ANSWER_START + " " + ANSWER_END + "."
-)
-
-
-def format_prompt(question: str) -> str:
-    """The one prompt every stage uses: a Gemma user turn, then the model turn opens.
-
-    >>> print(format_prompt("2+2?"))
-    <start_of_turn>user
-    Think step by step inside <reasoning> </reasoning>, then give only the final answer inside
-    <answer> </answer>.
-    2+2?<end_of_turn>
-    <start_of_turn>model
-    <BLANKLINE>
-    """
-    return (f"{START_OF_TURN}user\n{INSTRUCTION}\n{question}{END_OF_TURN}\n"
-            f"{START_OF_TURN}model\n")
-
-
-def format_completion(reasoning: str, answer: str) -> str:
-    """The target the model learns to write, closed by the end-of-turn marker.
-
-    >>> format_completion("2 plus 2 is 4.", "4")
-    '<reasoning>2 plus 2 is 4.</reasoning>\\n<answer>4</answer><end_of_turn>'
-    """
-    return (f"{REASONING_START}{reasoning}{REASONING_END}\n"
-            f"{ANSWER_START}{answer}{ANSWER_END}{END_OF_TURN}")
-
-
-def split_tagged(text: str) -> tuple[str, str] | None:
-    """``(reasoning, answer)`` from a tagged response; ``None`` without an answer tag.
-
-    >>> split_tagged("<reasoning>3 * 4 = 12.</reasoning>\\n<answer> 12 </answer><end_of_turn>")
-    ('3 * 4 = 12.', '12')
-    >>> split_tagged("<answer>7</answer>"), split_tagged("just 7")
-    (('', '7'), None)
-    """
-    answer = re.search(re.escape(ANSWER_START) + r"(.*?)" + re.escape(ANSWER_END), text, re.S)
-    if answer is None:
-        return None
-    reasoning = re.search(re.escape(REASONING_START) + r"(.*?)" + re.escape(REASONING_END),
-                          text, re.S)
-    return (reasoning.group(1).strip() if reasoning else "", answer.group(1).strip())
 
 
 # --- the schema and the answer rule ----------------------------------------------------
 
 FIELDS = ("id", "domain", "source", "prompt", "reasoning", "answer")
 PAIR_FIELDS = ("chosen", "rejected")
-# Domains whose gold answers must be numbers (compared numerically by
-# reasonkit.rewards.check_answer); the rest compare as normalised text.
-NUMERIC_DOMAINS = ("math", "science")
-
-
-def normalize_prompt(text: str) -> str:
-    """The duplicate key of a prompt: case-folded, whitespace collapsed.
-
-    >>> normalize_prompt("  Sort 3 1\\n 2. ")
-    'sort 3 1 2.'
-    """
-    return " ".join(text.casefold().split())
-
-
-def normalize_answer(text: str) -> str:
-    """Text answers compare as case-folded items with punctuation and spacing removed.
-
-    >>> normalize_answer("Cat, cat,  CAT!"), normalize_answer("g-o-d")
-    ('cat cat cat', 'g o d')
-    """
-    return " ".join(re.sub(r"[^\w]+", " ", text.casefold()).split())
-
-
-def parse_number(text: str) -> float | None:
-    """The number in a gold or predicted answer (commas, ``$``, ``%`` ignored), else None.
-
-    >>> parse_number("1,234"), parse_number(" $5.50 "), parse_number("2 7 9")
-    (1234.0, 5.5, None)
-    """
-    s = text.strip().replace(",", "").removeprefix("$").removesuffix("%").rstrip(".").strip()
-    if not s or "_" in s:
-        return None
-    try:
-        value = float(s)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None
 
 
 def validate_record(row: Any) -> str | None:
@@ -163,17 +85,15 @@ def validate_record(row: Any) -> str | None:
 
 
 def gold_problem(record: dict) -> str | None:
-    """Why a record's gold answer cannot be checked (GRPO, eval), or None.
+    """Why the checker cannot score a record's gold answer (GRPO, eval), or None.
 
-    >>> gold_problem({"domain": "math", "answer": "about five"}), gold_problem(
-    ...     {"domain": "general", "answer": "Ann"})
-    ('gold answer not a number', None)
+    The checker decides (:func:`reasonkit.answers.gold_problem`): a gold it can score is
+    kept, whatever its form (``1/2``, ``2.5 km``, ``\\frac{1}{2}``, ``(1, 2)``, ``odd``).
+
+    >>> [gold_problem({"domain": "math", "answer": a}) for a in ("1/2", "2.5 km", "1 + 1 = 42")]
+    [None, None, 'gold answer contradicts itself']
     """
-    if record["domain"] in NUMERIC_DOMAINS and parse_number(record["answer"]) is None:
-        return "gold answer not a number"
-    if not normalize_answer(record["answer"]):
-        return "empty gold answer"
-    return None
+    return answers.gold_problem(record["answer"], record["domain"])
 
 
 # --- reports ---------------------------------------------------------------------------
@@ -354,7 +274,7 @@ def _untagged(text: str) -> str:
 
 
 def _fields(row: Any, domain: str) -> dict | None:
-    """Schema fields of a row in the schema, instruction or question/answer layout."""
+    """Schema fields of a row in the schema, instruction, question/answer or MATH layout."""
     if not isinstance(row, dict):
         return None
     if "prompt" in row:
@@ -374,6 +294,12 @@ def _fields(row: Any, domain: str) -> dict | None:
     elif "question" in row:
         out = {"prompt": _text(row["question"]), "answer": _text(row.get("answer")),
                "reasoning": _text(row.get("reasoning", ""))}
+    elif "problem" in row and "solution" in row:  # MATH: the answer is the last \boxed{}
+        solution = _text(row["solution"])
+        answer = _text(row.get("answer"))
+        if answer is None and isinstance(solution, str):
+            answer = answers.boxed_answer(solution) or ""
+        out = {"prompt": _text(row["problem"]), "reasoning": solution, "answer": answer}
     else:
         return None
     for k in ("id", "domain", "source"):
@@ -393,8 +319,9 @@ def record_from_row(row: Any, *, domain: str, source: str, rid: str) -> tuple[di
     Layouts: the schema's own (``prompt``, ``answer``, optional ``reasoning``/``id``/
     ``domain``/``source``/``chosen``/``rejected``); instructions (``instruction``,
     ``input``, ``output``; a tagged output is split into reasoning and answer, otherwise
-    it is all answer); ``question``/``answer`` (a ``#### x`` line is split off). A
-    numeric answer (``4``, ``6.0``) becomes its text (``"4"``, ``"6"``).
+    it is all answer); ``question``/``answer`` (a ``#### x`` line is split off); MATH's
+    ``problem``/``solution`` (the answer is the solution's last ``\\boxed{}``, or its
+    ``answer`` column). A numeric answer (``4``, ``6.0``) becomes its text (``"4"``, ``"6"``).
 
     >>> rec, _ = record_from_row({"instruction": "Reverse dog", "output": "god"},
     ...                          domain="instruction", source="demo", rid="demo-1")
@@ -620,8 +547,6 @@ def load_source(spec: str, config: DataConfig | None = None) -> tuple[list[dict]
     config = config or DataConfig()
     kind, _, arg = spec.partition(":")
     if spec == "tasks":
-        from reasonkit import tasks  # here, not at the top: tasks imports this module
-
         records = tasks.generate_all(config.num_records, seed=config.seed,
                                      difficulty=config.difficulty)
         report = SourceReport("tasks", read=len(records), kept=len(records), notes=[
@@ -907,18 +832,31 @@ def drop_eval_prompts(records: Iterable[dict], eval_records: Iterable[dict],
 REJECTED_KINDS = ("wrong_answer", "missing_tags", "answer_outside_tag")
 
 
-def wrong_answer(answer: str, rng: random.Random, others: Sequence[str] = ()) -> str:
-    """A plausible wrong answer: a nearby number, items reordered or dropped, another item.
+def wrong_answer(answer: str, rng: random.Random, others: Sequence[str] = (),
+                 domain: str = "general") -> str:
+    """A plausible answer that the checker judges wrong under ``domain``'s rule.
+
+    A nearby number for a numeric gold (never negative for a gold that is not);
+    otherwise the items reordered or one dropped, or another gold of the domain; as a
+    last resort the text reversed or negated. Every candidate is put to
+    :func:`reasonkit.answers.check_answer`, so a DPO pair never rejects a right answer.
 
     >>> wrong_answer("10", random.Random(0)) != "10", wrong_answer("cat", random.Random(0), ["dog"])
     (True, 'dog')
+    >>> wrong_answer("x = 5", random.Random(0), domain="math")
+    '6'
     """
-    number = parse_number(answer)
-    if number is not None:
+    def wrong(option: str) -> bool:
+        return bool(answers.normalize_text(option)) and not answers.check_answer(domain, option, answer)
+
+    read = answers.read_answer(answer, domain)
+    if read.kind == "number":
         delta = rng.choice((-3, -2, -1, 1, 2, 3))
+        number = read.value
         value = number + (abs(delta) if number + delta < 0 <= number else delta)
-        return str(int(value)) if value == int(value) else f"{value:g}"
-    gold = normalize_answer(answer)
+        option = _number_text(value) + ("%" if read.percent else "")
+        if wrong(option):
+            return option
     items = answer.split()
     options = []
     if len(items) > 1:
@@ -927,10 +865,28 @@ def wrong_answer(answer: str, rng: random.Random, others: Sequence[str] = ()) ->
         options += [" ".join(items[::-1]), " ".join(shuffled), " ".join(items[:-1])]
     if others:  # a few other gold answers of the domain: a wrong item of the right kind
         options += [rng.choice(others) for _ in range(8)]
-    options = [o for o in options if normalize_answer(o) not in (gold, "")]
+    options = [o for o in options if wrong(o)]
     if options:
         return rng.choice(options)
-    return answer[::-1] if normalize_answer(answer[::-1]) != gold else f"not {answer}"
+    for option in (answer[::-1], f"not {answer}", f"{answer} + 1", f"not ({answer}) + 1"):
+        if wrong(option):
+            return option
+    raise AssertionError(f"no wrong answer found for gold {answer!r} ({domain})")  # unreachable
+
+
+def _number_text(value: Fraction) -> str:
+    """A Fraction as exact text: 12, -2.5, 1/3.
+
+    >>> _number_text(Fraction(5, 2)), _number_text(Fraction(-1, 3)), _number_text(Fraction(7))
+    ('2.5', '-1/3', '7')
+    """
+    for k in range(0, 20):  # a decimal when one writes it exactly
+        scaled = value * 10 ** k
+        if scaled.denominator == 1:
+            digits = str(abs(scaled.numerator)).rjust(k + 1, "0")
+            whole, frac = digits[:len(digits) - k], digits[len(digits) - k:]
+            return ("-" if value < 0 else "") + whole + (f".{frac}" if k else "")
+    return f"{value.numerator}/{value.denominator}"
 
 
 def preference_pair(record: dict, rng: random.Random, *, others: Sequence[str] = (),
@@ -950,7 +906,8 @@ def preference_pair(record: dict, rng: random.Random, *, others: Sequence[str] =
     reasoning, answer = record["reasoning"], record["answer"]
     if rng.random() < wrong_fraction:
         kind = "wrong_answer"
-        rejected = format_completion(reasoning, wrong_answer(answer, rng, others))
+        rejected = format_completion(reasoning, wrong_answer(answer, rng, others,
+                                                                domain=record["domain"]))
     else:
         kind = rng.choice(REJECTED_KINDS[1:])
         if kind == "missing_tags":

@@ -2,7 +2,8 @@
 
 The same held-out prompts and the same decoding settings for the base model and each
 stage, so a row of the stage table differs from the next only by what the stage did.
-Answers are judged by the same code the GRPO rewards use (:mod:`reasonkit.rewards`).
+Answers are read by :mod:`reasonkit.template` and judged by :mod:`reasonkit.answers`, the
+same code the data filters and the GRPO rewards use.
 
 Scoring one completion:
 
@@ -24,11 +25,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from reasonkit import rewards
+from reasonkit import answers, template
 from reasonkit.config import EvalConfig, ModelConfig
 
 STAGE_ORDER = ("base", "sft", "dpo", "grpo")
-NUMERIC = ("math", "science")
+NUMERIC = answers.NUMERIC_DOMAINS
 METRICS = ("format_rate", "accuracy", "partial", "pass_at_k", "maj_at_k")
 LABELS = {"format_rate": "format pass", "accuracy": "accuracy", "partial": "partial accuracy",
           "pass_at_k": "pass@k", "maj_at_k": "maj@k", "mean_length": "mean length (tokens)"}
@@ -100,15 +101,15 @@ def generate(sampler, prompts: Sequence[str], cfg: EvalConfig, stop_ids: Sequenc
 
 
 def _items(text: str) -> set[str]:
-    return set(rewards.normalize_text(text).split())
+    return set(answers.normalize_text(text).split())
 
 
 def partial_credit(domain: str, predicted: str | None, gold: str) -> float:
     """1 for a correct answer; otherwise numeric closeness (within 10%) or item overlap.
 
     Numeric closeness is GRPO's ``answer_close`` divided by its maximum
-    (:func:`reasonkit.rewards.numeric_closeness`), so a percent reads both ways and a
-    gold of 0 uses the absolute error there as here.
+    (:func:`reasonkit.answers.closeness`), so a percent reads both ways and a gold of 0
+    uses the absolute error there as here.
 
     >>> partial_credit("math", "11", "10"), partial_credit("general", "2 7", "2 7 9")
     (0.0, 0.6666666666666666)
@@ -117,51 +118,59 @@ def partial_credit(domain: str, predicted: str | None, gold: str) -> float:
     """
     if predicted is None:
         return 0.0
-    if rewards.check_answer(domain, predicted, gold):
+    if answers.check_answer(domain, predicted, gold):
         return 1.0
     if domain in NUMERIC:
-        return rewards.numeric_closeness(predicted, gold)
+        return answers.closeness(predicted, gold)
     pred, want = _items(predicted), _items(gold)
     return len(pred & want) / len(pred | want) if pred | want else 0.0
 
 
 def score(record: dict, completion: str, num_tokens: int | None = None) -> dict[str, Any]:
     """Format, extracted answer, correctness and why extraction failed, for one completion."""
-    ext = rewards.extract_answer(completion)
+    ext = extract(completion)
     domain = record.get("domain", "general")
-    correct = ext.ok and rewards.check_answer(domain, ext.answer, record["answer"])
-    return {"format_ok": rewards.has_exact_format(completion), "reason": ext.reason,
+    correct = ext.ok and answers.check_answer(domain, ext.answer, record["answer"])
+    return {"format_ok": template.has_exact_format(completion), "reason": ext.reason,
             "answer": ext.answer, "correct": bool(correct),
             "partial": partial_credit(domain, ext.answer if ext.ok else None, record["answer"]),
             "length": num_tokens if num_tokens is not None else len((completion or "").split())}
 
 
-def majority(answers: Sequence[str | None], domain: str = "general") -> str | None:
+def majority(found: Sequence[str | None], domain: str = "general") -> str | None:
     """The most common extracted answer, ignoring failed extractions.
 
-    Answers that :func:`reasonkit.rewards.check_answer` calls equal under ``domain``
-    (or that normalise to the same text) vote together, so "12", "12.0" and "$12" are
-    one answer; ties go to the answer seen first.
+    Answers that :func:`reasonkit.answers.check_answer` calls equal under ``domain`` vote
+    together, so "12", "12.0" and "$12" are one answer; ties go to the answer seen
+    first. One pass groups by :func:`reasonkit.answers.canonical`, then the few groups
+    left merge where the checker still calls them equal ("50%" and "0.5").
 
     >>> majority(["12", " 12 ", "13", None])
     '12'
     >>> majority(["13", "13", "12", "12.0", "$12"], "math")
     '12'
     """
-    groups: list[tuple[str, str, list[str]]] = []  # (representative, its text key, members)
-    for a in answers:
-        if not a or not a.strip():
-            continue
-        key = rewards.normalize_text(a)
-        for rep, rep_key, members in groups:
-            if key == rep_key or rewards.check_answer(domain, a, rep):
-                members.append(a)
+    by_key: dict = {}  # canonical key -> members, in order of first appearance
+    for a in found:
+        if a and a.strip():
+            by_key.setdefault(answers.canonical(a, domain), []).append(a)
+    groups: list[tuple[str, list[str]]] = []  # (representative, members)
+    for members in by_key.values():
+        rep = members[0].strip()
+        for other, other_members in groups:
+            if answers.check_answer(domain, rep, other):
+                other_members.extend(members)
                 break
         else:
-            groups.append((a.strip(), key, [a]))
+            groups.append((rep, list(members)))
     if not groups:
         return None
-    return max(groups, key=lambda g: len(g[2]))[0]  # max keeps the first of equal counts
+    return max(groups, key=lambda g: len(g[1]))[0]  # max keeps the first of equal counts
+
+
+def extract(completion: Any) -> template.Extraction:
+    """The answer tag's text, as the rewards read it: a hedge ("41 or 42") is no answer."""
+    return template.extract_answer(completion, hedged=answers.is_hedged)
 
 
 def score_stage(records: Sequence[dict], greedy: Sequence[str], samples: Sequence[Sequence[str]],
@@ -170,15 +179,14 @@ def score_stage(records: Sequence[dict], greedy: Sequence[str], samples: Sequenc
     rows = []
     for rec, text, group in zip(records, greedy, samples, strict=True):
         row = score(rec, text, count_tokens(text) if count_tokens else None)
-        sampled = [rewards.extract_answer(s) for s in group]
-        answers = [e.answer if e.ok else None for e in sampled]
+        found = [e.answer if e.ok else None for e in map(extract, group)]
         domain = rec.get("domain", "general")
-        maj = majority(answers, domain)
+        maj = majority(found, domain)
         row.update(id=rec.get("id"), domain=domain, gold=rec["answer"], prompt=rec["prompt"],
                    completion=text,
-                   pass_at_k=any(a is not None and rewards.check_answer(domain, a, rec["answer"])
-                                 for a in answers) if group else row["correct"],
-                   maj_at_k=bool(maj is not None and rewards.check_answer(domain, maj, rec["answer"]))
+                   pass_at_k=any(a is not None and answers.check_answer(domain, a, rec["answer"])
+                                 for a in found) if group else row["correct"],
+                   maj_at_k=bool(maj is not None and answers.check_answer(domain, maj, rec["answer"]))
                    if group else row["correct"])
         rows.append(row)
     return rows
@@ -203,11 +211,11 @@ def summarize(rows: Sequence[dict]) -> dict[str, Any]:
 def evaluate_model(model, tokenizer, records: Sequence[dict], model_cfg: ModelConfig,
                    cfg: EvalConfig, *, stage: str = "model") -> dict[str, Any]:
     """Generate (greedy + ``cfg.num_samples`` sampled) and score; returns summary and rows."""
-    from reasonkit import data, models
+    from reasonkit import models
 
     sampler = make_sampler(model, tokenizer, model_cfg, cfg)
     stops = models.stop_token_ids(tokenizer)
-    prompts = [data.format_prompt(r["prompt"]) for r in records]
+    prompts = [template.format_prompt(r["prompt"]) for r in records]
     greedy = generate(sampler, prompts, cfg, stops, desc=f"{stage}: greedy")
     rounds = [generate(sampler, prompts, cfg, stops, sample=True, seed=cfg.seed + k,
                        desc=f"{stage}: sample {k + 1}/{cfg.num_samples}")
@@ -241,10 +249,10 @@ def show_completions(model, tokenizer, records: Sequence[dict], model_cfg: Model
 
     Returns the rows :func:`score_stage` builds for them (greedy only).
     """
-    from reasonkit import data, models
+    from reasonkit import models
 
     sampler = make_sampler(model, tokenizer, model_cfg, cfg)
-    prompts = [data.format_prompt(r["prompt"]) for r in records]
+    prompts = [template.format_prompt(r["prompt"]) for r in records]
     texts = generate(sampler, prompts, cfg, models.stop_token_ids(tokenizer), desc=label)
     rows = score_stage(records, texts, [[] for _ in records])
     for row in rows:

@@ -23,7 +23,7 @@ import numpy as np
 import sentencepiece as spm
 from flax import nnx
 
-from reasonkit import data
+from reasonkit import data, template
 from reasonkit.config import LoraConfig, ModelConfig
 
 REQUIRED_FILES = ("config.json", "tokenizer.model")
@@ -60,7 +60,7 @@ def load_tokenizer(path: str | os.PathLike, vocab_size: int | None = None) -> sp
 def stop_token_ids(tok: spm.SentencePieceProcessor) -> list[int]:
     """Ids that end a model turn: ``<eos>`` and ``<end_of_turn>`` (1 and 106 for Gemma 3)."""
     ids = [tok.eos_id()]
-    eot = tok.PieceToId(data.END_OF_TURN)
+    eot = tok.PieceToId(template.END_OF_TURN)
     if eot != tok.unk_id() and eot not in ids:
         ids.append(eot)
     return ids
@@ -79,7 +79,7 @@ def train_tokenizer(texts: Iterable[str], out_prefix: str | os.PathLike, vocab_s
         sentence_iterator=iter(list(texts)), model_prefix=str(out_prefix),
         vocab_size=vocab_size, model_type="bpe", character_coverage=1.0,
         pad_id=0, eos_id=1, bos_id=2, unk_id=3, byte_fallback=True,
-        user_defined_symbols=list(data.SPECIAL_TOKENS), split_digits=True,
+        user_defined_symbols=list(template.SPECIAL_TOKENS), split_digits=True,
         max_sentence_length=8192, num_threads=2, minloglevel=2,
         # Keep text byte-exact (newlines, leading spaces) like Gemma's tokenizer.
         normalization_rule_name="identity", remove_extra_whitespaces=False,
@@ -525,8 +525,8 @@ def tiny_corpus(records: list[dict]) -> list[str]:
     ``<reasoning>`` / ``<answer>`` only in the prompt's instruction and never writes
     them: teaching that format is SFT's job.
     """
-    return [f"{data.format_prompt(r['prompt'])}{r['reasoning']} So the answer is {r['answer']}."
-            f"{data.END_OF_TURN}" for r in records]
+    return [f"{template.format_prompt(r['prompt'])}{r['reasoning']} So the answer is {r['answer']}."
+            f"{template.END_OF_TURN}" for r in records]
 
 
 TINY_ASSET = pathlib.Path(__file__).parent / "assets" / "tiny"

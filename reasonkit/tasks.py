@@ -4,7 +4,7 @@ A model of about a million parameters trained for minutes on a CPU has to learn
 these, so every generator keeps to a small closed vocabulary (a few names, objects
 and words that repeat) and short texts (prompts and reasoning of at most about 40
 words). Every gold answer is checkable by a rule: numbers compare numerically,
-everything else as normalised text (:func:`reasonkit.rewards.check_answer`).
+everything else as normalised text (:func:`reasonkit.answers.check_answer`).
 
 Each generator maps ``(rng, difficulty)`` to ``(prompt, reasoning, answer)``;
 ``difficulty`` (1, 2, 3, ...) adds steps, items or bigger numbers.
@@ -22,7 +22,7 @@ from collections import Counter
 from typing import Callable, Iterable, Sequence
 
 from reasonkit.config import DOMAINS
-from reasonkit.data import format_completion, format_prompt, normalize_prompt
+from reasonkit.template import format_completion, format_prompt, normalize_prompt
 
 NAMES = ("Ann", "Ben", "Cal", "Dan", "Eva", "Fay", "Gus", "Ivy", "Jon", "Kim", "Leo", "Mia",
          "Ned", "Pam", "Sam", "Tom")

@@ -29,7 +29,7 @@ import jax
 import numpy as np
 import optax
 
-from reasonkit import collate, compiles, data, masks, models, rewards
+from reasonkit import collate, compiles, data, masks, models, rewards, template
 from reasonkit import mesh as mesh_lib
 from reasonkit.config import Preset, TrainConfig
 from reasonkit.runs import NOTEBOOK_OF, RunDir, open_jsonl
@@ -176,19 +176,19 @@ def take(stream: Iterable[Any], n: int) -> Iterator[Any]:
 
 def sft_examples(records: Sequence[dict], tok) -> list[tuple[list[int], list[int]]]:
     """(prompt ids, completion ids) in the one template, BOS added by the collator."""
-    return [(tok.EncodeAsIds(data.format_prompt(r["prompt"])),
-             tok.EncodeAsIds(data.format_completion(r["reasoning"], r["answer"]))) for r in records]
+    return [(tok.EncodeAsIds(template.format_prompt(r["prompt"])),
+             tok.EncodeAsIds(template.format_completion(r["reasoning"], r["answer"]))) for r in records]
 
 
 def dpo_examples(records: Sequence[dict], tok) -> list[tuple[list[int], list[int], list[int]]]:
     """(BOS + prompt, chosen, rejected) token triples."""
-    return [([tok.bos_id()] + tok.EncodeAsIds(data.format_prompt(r["prompt"])),
+    return [([tok.bos_id()] + tok.EncodeAsIds(template.format_prompt(r["prompt"])),
              tok.EncodeAsIds(r["chosen"]), tok.EncodeAsIds(r["rejected"])) for r in records]
 
 
 def grpo_records(records: Sequence[dict]) -> list[dict[str, Any]]:
     """Rows for Tunix's GRPO: formatted prompt, gold answer, domain (reaches the rewards)."""
-    return [{"prompts": data.format_prompt(r["prompt"]), "answer": r["answer"],
+    return [{"prompts": template.format_prompt(r["prompt"]), "answer": r["answer"],
              "domain": r["domain"]} for r in records]
 
 

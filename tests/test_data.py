@@ -12,18 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reasonkit import data, rewards, tasks
+from reasonkit import answers, data, tasks, template
 from reasonkit.config import DOMAINS, DataConfig, get_preset
-from reasonkit.data import (
-    END_OF_TURN,
-    Drops,
-    Limits,
-    format_completion,
-    normalize_answer,
-    normalize_prompt,
-    parse_number,
-    split_tagged,
-)
+from reasonkit.data import Drops, Limits
+from reasonkit.template import END_OF_TURN, format_completion, normalize_prompt, split_tagged
 
 
 def write_jsonl(path, rows):
@@ -57,11 +49,16 @@ def test_validate_record_reasons():
         assert data.validate_record(row) == reason
 
 
-def test_answer_rules():
-    assert parse_number("1,234") == 1234 and parse_number("-2.5") == -2.5
-    assert parse_number("2 7 9") is None and parse_number("nan") is None
-    assert normalize_answer("Cat, cat;CAT.") == "cat cat cat"
-    assert normalize_prompt(" Sort  3 1\n") == normalize_prompt("sort 3 1")
+def test_gold_rule_is_the_checker_s():
+    """Golds the old number parser dropped are kept: the checker reads them (issue 29)."""
+    golds = {"1/2": 0.5, "2.5 km": 2.5, "\\frac{1}{2}": 0.5, "\u22123": -3, "42 apples": 42,
+             "1,234": 1234}
+    for gold, value in golds.items():
+        assert data.gold_problem({"domain": "math", "answer": gold}) is None, gold
+        assert answers.check_answer("math", str(value), gold), gold
+    assert data.gold_problem({"domain": "math", "answer": "1 + 1 = 42"}) == (
+        "gold answer contradicts itself")
+    assert data.gold_problem({"domain": "general", "answer": "..."}) == "empty gold answer"
 
 
 # --- sources ---------------------------------------------------------------------------
@@ -133,7 +130,7 @@ def test_numeric_gold_answers_are_read_as_text(tmp_path):
         {"prompt": "Big?", "answer": 10 ** 30}, {"prompt": "Avogadro?", "answer": 6.02e23}])
     records, report = data.load_jsonl(path, domain="math")
     assert [r["answer"] for r in records] == ["4", "6", "0.25", str(10 ** 30), "6.02e+23"]
-    assert rewards.check_answer("science", "6.02 \\times 10^{23}", records[-1]["answer"])
+    assert answers.check_answer("science", "6.02 \\times 10^{23}", records[-1]["answer"])
     assert report.drops.counts == {"answer not a string": 1}  # a bool is no answer
 
 
@@ -197,6 +194,40 @@ def test_load_gsm8k_jsonl(tmp_path):
     assert report.drops.examples["no #### answer line"] == [f"{path}:3"]
     same, _ = data.load_source(f"gsm8k:jsonl:{path}")
     assert same == records
+
+
+def test_gsm8k_and_math_golds_from_their_files_are_judged_by_the_checker(tmp_path):
+    """GSM8K's "#### 1,234" and MATH's \\boxed{} golds, read from files in those formats."""
+    gsm8k = write_jsonl(tmp_path / "gsm8k.jsonl", [
+        {"question": "How much?", "answer": "She pays 1,000 + 234 = <<1000+234=1234>>1,234.\n#### 1,234"},
+        {"question": "How many?", "answer": "3 * 4 = <<3*4=12>>12\n#### 12"}])
+    math = write_jsonl(tmp_path / "math.jsonl", [
+        {"problem": "Find $x$.", "solution": "So $x = \\boxed{\\frac{1}{2}}$.", "level": "Level 2",
+         "type": "Algebra"},
+        {"problem": "Simplify.", "solution": "It is $\\boxed{\\frac{\\sqrt{3}}{2}}$.",
+         "level": "Level 3", "type": "Geometry"},
+        {"problem": "Which?", "solution": "The answer is $\\boxed{\\text{(C)}}$."},
+        {"problem": "No box?", "solution": "It is 4."}])
+    gsm, _ = data.load_gsm8k("train", source="jsonl", path=gsm8k)
+    records, report = data.load_jsonl(math, domain="math")
+    assert [r["answer"] for r in gsm] == ["1234", "12"]
+    assert [r["answer"] for r in records] == ["\\frac{1}{2}", "\\frac{\\sqrt{3}}{2}", "\\text{(C)}"]
+    assert report.drops.counts == {"empty answer": 1}  # a MATH row without a box
+    assert records[0]["reasoning"].endswith("$.") and records[0]["prompt"] == "Find $x$."
+    right = {"1234": ["1,234", "$1,234.00", "1234 dollars", "1000 + 234"],
+             "12": ["12", "x = 12", "12.0"],
+             "\\frac{1}{2}": ["0.5", "1/2", "\\dfrac{1}{2}", "\\frac{2}{4}"],
+             "\\frac{\\sqrt{3}}{2}": ["\\frac{\\sqrt3}{2}", "\\sqrt{3}/2"],
+             "\\text{(C)}": ["(C)", "C"]}
+    wrong = {"1234": ["1,23", "123", "1234.5", "1234 or 1235", "1 + 1234"],
+             "12": ["1 + 12", "12 - x", "2"], "\\frac{1}{2}": ["0.49", "\\frac{1}{3}", "2"],
+             "\\frac{\\sqrt{3}}{2}": ["0.866", "\\frac{\\sqrt{2}}{2}"], "\\text{(C)}": ["(D)"]}
+    for r in gsm + records:
+        assert data.gold_problem(r) is None  # every one is kept for GRPO and evaluation
+        assert all(answers.check_answer("math", a, r["answer"]) for a in right[r["answer"]])
+        assert not any(answers.check_answer("math", a, r["answer"]) for a in wrong[r["answer"]])
+    drops = Drops()
+    assert data.drop_bad_gold(gsm + records, drops) == gsm + records and not drops.counts
 
 
 def test_load_gsm8k_through_tfds_without_tensorflow(tmp_path, monkeypatch):
@@ -336,7 +367,7 @@ def test_drop_too_long_by_each_budget():
     long_prompt = rec(1, prompt="word " * 50)
     long_target = dict(rec(2, prompt="hello"), reasoning="step " * 30)
     pair = dict(rec(3, prompt="hey"), chosen="ok", rejected="bad " * 40)
-    p = words(data.format_prompt("hello"))
+    p = words(template.format_prompt("hello"))
     c = words(format_completion(long_target["reasoning"], long_target["answer"]))
     cases = [(Limits(prompt=30), {"prompt too long": 1}),
              (Limits(completion=20), {"completion too long": 2}),
@@ -350,17 +381,19 @@ def test_drop_too_long_by_each_budget():
         assert len(kept) == 4 - drops.total and short in kept
     drops = Drops()
     data.drop_too_long([long_prompt], drops, count_tokens=words, limits=Limits(prompt=30))
-    n = words(data.format_prompt(long_prompt["prompt"])) + 1  # + BOS
+    n = words(template.format_prompt(long_prompt["prompt"])) + 1  # + BOS
     assert drops.examples["prompt too long"] == [f"r1: {n} > 30 tokens"]
 
 
 def test_drop_bad_gold_and_pairs():
-    rows = [rec(0, answer="about five"), rec(1, domain="science", answer="3,000"),
+    rows = [rec(0, answer="1 + 1 = 42"), rec(1, domain="science", answer="3,000"),
             rec(2, domain="general", answer="Ann"), rec(3, domain="general", answer="..."),
-            rec(4, domain="coding", answer="catcat")]
+            rec(4, domain="coding", answer="catcat"), rec(5, answer="about five"),
+            rec(6, answer="\\frac{1}{")]
     drops = Drops()
-    assert [r["id"] for r in data.drop_bad_gold(rows, drops)] == ["r1", "r2", "r4"]
-    assert drops.counts == {"gold answer not a number": 1, "empty gold answer": 1}
+    assert [r["id"] for r in data.drop_bad_gold(rows, drops)] == ["r1", "r2", "r4", "r5"]
+    assert drops.counts == {"gold answer contradicts itself": 1, "empty gold answer": 1,
+                            "gold answer is not parseable math": 1}
     drops = Drops()
     assert data.drop_pairs([rec(0), rec(1, chosen="a", rejected="b")], drops) == [rec(0)]
     assert drops.counts == {"preference pair (DPO only)": 1}
@@ -485,12 +518,8 @@ def test_dpo_pairs_from_gold_answers(task_records):
         assert split_tagged(p["chosen"]) == (p["reasoning"], p["answer"])  # gold in good tags
         assert p["rejected"] != p["chosen"] and p["rejected"].endswith(END_OF_TURN)
         tagged = split_tagged(p["rejected"])
-        if p["rejected_kind"] == "wrong_answer":
-            wrong = tagged[1]
-            if parse_number(p["answer"]) is not None:
-                assert parse_number(wrong) != parse_number(p["answer"])
-            else:
-                assert normalize_answer(wrong) not in ("", normalize_answer(p["answer"]))
+        if p["rejected_kind"] == "wrong_answer":  # every one is wrong by the checker's rule
+            assert not answers.check_answer(p["domain"], tagged[1], p["answer"]), p
         else:
             assert tagged is None  # the answer is not inside answer tags
 
@@ -509,14 +538,14 @@ def test_dataset_pairs_feed_dpo_only(task_records, tmp_path):
 
 
 def test_grpo_needs_checkable_gold_and_every_drop_is_counted(task_records):
-    bad = [rec(900 + i, answer="about ten") for i in range(5)]  # math gold that is no number
+    bad = [rec(900 + i, answer=f"{i} + 1 = 42") for i in range(5)]  # golds that contradict
     broken = [dict(rec(950), prompt=None), rec(951, prompt=task_records[0]["prompt"].upper())]
     splits, report = data.build_splits(task_records + bad + broken,
                                        DataConfig(eval_per_domain=5, train_size=1800))
     assert report.drops["clean"].counts == {"prompt not a string": 1, "duplicate prompt": 1}
-    assert report.drops["grpo"].counts == {"gold answer not a number": 5}
+    assert report.drops["grpo"].counts == {"gold answer contradicts itself": 5}
     assert all(data.gold_problem(r) is None for r in splits.grpo + splits.eval)
-    assert any(r["answer"] == "about ten" for r in splits.sft)  # SFT does not need a checker
+    assert any(r["answer"] == "0 + 1 = 42" for r in splits.sft)  # SFT does not need a checker
 
 
 def test_length_limits_per_stage(task_records):
@@ -525,7 +554,7 @@ def test_length_limits_per_stage(task_records):
     assert limits["sft"] == Limits(prompt=96, total=160)
     assert limits["grpo"] == Limits(prompt=96, completion=64)
     count = lambda text: len(text) // 4  # a stand-in tokenizer: 4 characters a token
-    sizes = sorted(count(data.format_prompt(r["prompt"])) for r in task_records)
+    sizes = sorted(count(template.format_prompt(r["prompt"])) for r in task_records)
     cut = sizes[len(sizes) * 3 // 4]  # a quarter of the prompts do not fit
     tight = {k: dataclasses.replace(v, prompt=cut) for k, v in limits.items()}
     splits, report = data.build_splits(task_records, DataConfig(eval_per_domain=5,
@@ -534,7 +563,7 @@ def test_length_limits_per_stage(task_records):
     for name in ("sft", "dpo", "grpo"):
         assert report.drops[name].counts.get("prompt too long", 0) > 0
         assert all(data.too_long(r, count, tight[name]) is None for r in getattr(splits, name))
-    assert all(count(data.format_prompt(r["prompt"])) + 1 <= cut for r in splits.eval)  # + BOS
+    assert all(count(template.format_prompt(r["prompt"])) + 1 <= cut for r in splits.eval)  # + BOS
     with pytest.raises(ValueError, match="limits need count_tokens"):
         data.build_splits(task_records, DataConfig(), limits=tight)
     with pytest.raises(ValueError, match="unknown stage"):
@@ -629,13 +658,15 @@ def test_report_round_trip_does_not_depend_on_the_locale(tmp_path):
     assert report["drops"]["clean"]["examples"]["duplicate prompt"] == ["caf\u00e9-0"]
 
 
-def test_wrong_answer_always_differs():
+def test_wrong_answer_is_wrong_by_the_checker():
     rng = random.Random(0)
-    for gold in ["0", "1", "42", "2.5", "cat, cat, cat", "god", "2 7 9", "Ann", "a"]:
+    golds = [("math", g) for g in ["0", "1", "42", "2.5", "1,234", "x = 5", "50%", "\\frac{1}{3}",
+                                   "\\sqrt{2}", "(1, 2)", "odd"]]
+    golds += [("general", g) for g in ["cat, cat, cat", "god", "2 7 9", "Ann", "a", "21"]]
+    for domain, gold in golds:
         for _ in range(20):
-            wrong = data.wrong_answer(gold, rng, others=[gold, "dog"])
-            if parse_number(gold) is not None:
-                assert parse_number(wrong) not in (None, parse_number(gold))
-                assert parse_number(wrong) >= 0
-            else:
-                assert normalize_answer(wrong) not in ("", normalize_answer(gold))
+            wrong = data.wrong_answer(gold, rng, others=[gold, "dog", "7"], domain=domain)
+            assert answers.normalize_text(wrong) and not answers.check_answer(domain, wrong, gold)
+            read = answers.read_answer(gold, domain)
+            if read.kind == "number" and read.value >= 0:  # a nearby number, never negative
+                assert answers.read_answer(wrong, domain).value >= 0

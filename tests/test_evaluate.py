@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from reasonkit import data, evaluate, models, rewards, tasks
+from reasonkit import data, evaluate, models, rewards, tasks, template
 from reasonkit.config import get_preset
 
 GOOD = "<reasoning>3 * 4 = 12.</reasoning>\n<answer>12</answer><end_of_turn>"
@@ -13,6 +13,8 @@ GOOD = "<reasoning>3 * 4 = 12.</reasoning>\n<answer>12</answer><end_of_turn>"
 @pytest.mark.parametrize("completion, fmt, correct, reason", [
     (GOOD, True, True, "ok"),
     ("<reasoning>x</reasoning>\n<answer>13</answer>", True, False, "ok"),
+    ("<reasoning>x</reasoning>\n<answer>6 + 6</answer>", True, True, "ok"),   # its value
+    ("<reasoning>x</reasoning>\n<answer>10 + 2 = 13</answer>", True, False, "ok"),  # sides disagree
     ("So the answer is 12.", False, False, "no_answer_tag"),
     ("<answer>12</answer>", False, True, "ok"),  # right answer, wrong format
     ("<reasoning>x</reasoning><answer>12 or 13</answer>", True, False, "hedged"),
@@ -42,6 +44,9 @@ def test_majority_votes_by_value():
     assert evaluate.majority(["x = 5", "5 apples", "6", "6"], "math") == "x = 5"  # tie: first
     assert evaluate.majority(["Paris", "paris.", "Rome"], "general") == "Paris"
     assert evaluate.majority([None, "", "  "]) is None
+    # one pass by canonical key, then keys the checker still calls equal merge
+    assert evaluate.majority(["0.5", "7", "50%", "7", "1/2"], "math") == "0.5"
+    assert evaluate.majority(["2 + 2", "4", "2", "2"], "math") == "2 + 2"  # 2 + 2 votes for 4
 
 
 @pytest.mark.parametrize("pred, gold", [("40", "42"), ("49%", "0.5"), ("0.05", "0"), ("$46", "50")])
@@ -150,7 +155,7 @@ def test_evaluate_the_tiny_base_model_for_real(capsys):
     # does: a prompt the splits keep at exactly the budget is evaluated, one token over
     # is dropped by both.
     count = lambda text: len(tok.EncodeAsIds(text))
-    n = count(data.format_prompt(records[1]["prompt"])) + 1
+    n = count(template.format_prompt(records[1]["prompt"])) + 1
     assert data.too_long(records[1], count, data.Limits(prompt=n)) is None
     at = dataclasses.replace(greedy_only, max_prompt_length=n)
     assert evaluate.evaluate_model(model, tok, records[1:2], preset.model, at)["rows"][0][

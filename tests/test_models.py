@@ -11,7 +11,7 @@ import pytest
 from flax import nnx
 from safetensors.numpy import save_file
 
-from reasonkit import data, masks, models, tasks
+from reasonkit import data, masks, models, tasks, template
 from reasonkit.config import LoraConfig, ModelConfig, get_preset
 
 G3 = ModelConfig(family="gemma3", source="unused", num_layers=2, vocab_size=512, embed_dim=32,
@@ -36,11 +36,11 @@ TOKENS = np.array([[2, 17, 40, 5, 99, 7, 0, 0], [2, 300, 12, 8, 9, 11, 13, 21]])
 def test_tokenizer_is_gemma_shaped_and_byte_exact(tokenizer_path):
     tok = models.load_tokenizer(tokenizer_path, vocab_size=512)
     assert (tok.pad_id(), tok.eos_id(), tok.bos_id(), tok.unk_id()) == (0, 1, 2, 3)
-    for sym in data.SPECIAL_TOKENS:
+    for sym in template.SPECIAL_TOKENS:
         assert tok.EncodeAsPieces(sym) == [sym]
-    text = data.format_prompt("Sort 3  1 2.") + data.format_completion("1 < 2 < 3.", "1 2 3")
+    text = template.format_prompt("Sort 3  1 2.") + template.format_completion("1 < 2 < 3.", "1 2 3")
     assert tok.DecodeIds(tok.EncodeAsIds(text)) == text  # newlines and double spaces survive
-    assert models.stop_token_ids(tok) == [1, tok.PieceToId(data.END_OF_TURN)]
+    assert models.stop_token_ids(tok) == [1, tok.PieceToId(template.END_OF_TURN)]
 
 
 def test_tokenizer_vocab_mismatch_and_garbage(tokenizer_path, tmp_path):
@@ -319,7 +319,7 @@ def test_shipped_tiny_base_model_is_the_current_recipe(tiny_dir):
     assert log["final_loss"] < 0.1 * log["first_loss"]  # it learned the corpus
     model, tok, _ = models.load_base(cfg)
     assert model.num_embed == tok.GetPieceSize() == cfg.vocab_size
-    for sym in data.SPECIAL_TOKENS:  # tags and turn markers are single pieces
+    for sym in template.SPECIAL_TOKENS:  # tags and turn markers are single pieces
         assert tok.EncodeAsPieces(sym) == [sym]
 
 

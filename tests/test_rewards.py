@@ -1,4 +1,8 @@
-"""Reward functions: a table of worked cases, properties on arbitrary text, and timing."""
+"""Reward functions: a table of worked cases, properties on arbitrary text, and timing.
+
+Tag parsing has its own tests (test_template.py), answer checking too (test_answers.py);
+here they meet in the rewards, with hostile inputs.
+"""
 
 import inspect
 import math
@@ -9,9 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from reasonkit import answers, template
 from reasonkit import rewards as R
 from reasonkit.config import DOMAINS
-from reasonkit.data import format_completion
+from reasonkit.template import FAILURE_REASONS, TAGS, format_completion
 
 REWARDS = R.MATH_REWARDS + [R.multi_domain]
 ANSWER_REWARDS = [R.answer_correct, R.answer_close, R.numeric_backup, R.multi_domain]
@@ -21,39 +26,15 @@ A = "<answer>{}</answer>".format
 
 @pytest.fixture(autouse=True, scope="module")
 def strict():
-    """Make a bug inside a reward raise here instead of quietly scoring 0.0."""
-    R._STRICT = True
+    """Make a bug inside a reward or the checker raise here instead of quietly scoring 0.0."""
+    R._STRICT = answers._STRICT = True
     yield
-    R._STRICT = False
+    R._STRICT = answers._STRICT = False
 
 
-# (what, completion, gold, expected). ``what`` is "extract" (expected: the reason) or a
-# reward's name (expected: its score). A tuple gold is (answer, domain); domain None
-# leaves the column out.
+# (reward's name, completion, gold, expected score). A tuple gold is (answer, domain);
+# domain None leaves the column out.
 CASES = [
-    # --- extraction: every failure reason and its look-alikes
-    ("extract", RS + A(42), None, "ok"),
-    ("extract", RS + A(" 42 ") + "\n<end_of_turn><eos>\n", None, "ok"),
-    ("extract", "The answer is 42.", None, "no_answer_tag"),
-    ("extract", "", None, "no_answer_tag"),
-    ("extract", "<ANSWER>42</ANSWER>", None, "no_answer_tag"),
-    ("extract", RS + "<answer>42", None, "unclosed_tag"),
-    ("extract", "42</answer>", None, "unclosed_tag"),
-    ("extract", "</answer>42<answer>", None, "unclosed_tag"),
-    ("extract", A(41) + A(42), None, "multiple_answer_tags"),
-    ("extract", "<answer><answer>42</answer></answer>", None, "multiple_answer_tags"),
-    ("extract", "<answer>" * 3, None, "multiple_answer_tags"),
-    ("extract", "<answer><reasoning>6*7</reasoning>42</answer>", None, "nested_tags"),
-    ("extract", "<reasoning>so " + A(42) + " done</reasoning>", None, "nested_tags"),
-    ("extract", RS + A(42) + " because 6 * 7 = 42", None, "text_after_answer"),
-    ("extract", A(42) + "<reasoning>6*7</reasoning>", None, "text_after_answer"),
-    ("extract", RS + A("   \n "), None, "empty_answer"),
-    ("extract", A("41 or 42"), None, "hedged"),
-    ("extract", A("either 3 or 4"), None, "hedged"),
-    ("extract", A("between 10 and 12"), None, "hedged"),
-    ("extract", A("maybe 42"), None, "ok"),                 # one value: not a hedge
-    ("extract", A("1/2 or 0.5"), None, "ok"),               # one value, two spellings
-    ("extract", A("Paris or London"), None, "ok"),          # text choices are not checked
     # --- format_exact
     ("format_exact", RS + A(42) + "<end_of_turn>", "42", 3.0),
     ("format_exact", "  \n" + RS + A(42) + "\n<eos>\n", "42", 3.0),
@@ -95,7 +76,8 @@ CASES = [
     ("answer_correct", A("3 \\times 10^{8} m/s"), "300000000", 3.0),
     ("answer_correct", A("3 x 10^8 m/s"), "300000000", 3.0),  # plain-text times sign
     ("answer_correct", A("6.02x10^{23}"), "6.02e23", 3.0),
-    ("answer_correct", A("max 10^3"), "1000", 3.0),          # a word's x is no times sign
+    ("answer_correct", A("max 10^3"), "1000", 0.0),          # a word's x is no times sign, and
+                                                             # "max" no lead-in: not one number
     ("answer_correct", A("2^10"), "1024", 3.0),
     ("answer_correct", A("6 * 7 = 42"), "42", 3.0),
     ("answer_correct", A("Paris"), "paris", 3.0),
@@ -118,6 +100,19 @@ CASES = [
     ("answer_correct", A(42), "", 0.0),
     ("answer_correct", A("1e400"), "1", 0.0),
     ("answer_correct", A("9" * 80), "1", 0.0),
+    # --- answer_correct: equality means the same value (issue 29's repros)
+    ("answer_correct", A("2 + 2"), "2", 0.0),
+    ("answer_correct", A("2 + 2"), "4", 3.0),
+    ("answer_correct", A("1"), "1 - x", 0.0),
+    ("answer_correct", RS + A("$1 + \\frac{1}{\\mathrm{e}}$"), "$1 - \\frac{1}{\\mathrm{e}}$", 0.0),
+    ("answer_correct", RS + A("$1 - \\frac{1}{e}$"), "$1 - \\frac{1}{\\mathrm{e}}$", 3.0),
+    ("answer_correct", A("1 + 1 = 42"), "42", 0.0),
+    ("answer_correct", A("x = 42"), "42", 3.0),
+    ("answer_correct", A("5 x"), "5", 0.0),
+    ("answer_correct", A("5 - x"), "5", 0.0),
+    ("answer_correct", A("0,111"), "111", 0.0),
+    ("answer_correct", A("11,\\! 111"), "11111", 3.0),
+    ("answer_correct", A("$\\boxed{125\\textnormal{ miles}}$"), "125", 3.0),
     # --- answer_close: 1.5 * (1 - rel_err / 0.1)
     ("answer_close", A(42), "42", 1.5),
     ("answer_close", A(40), "42", 0.785714),
@@ -141,6 +136,8 @@ CASES = [
     ("numeric_backup", "<answer></answer> 42", "42", 0.0),
     ("numeric_backup", "1" * 5000, "1", 0.0),
     ("numeric_backup", "no numbers at all", "42", 0.0),
+    ("numeric_backup", "so it is 40 + 2", "2", 0.0),        # an operand is no answer
+    ("numeric_backup", "so it is \\boxed{2 + 2}", "2", 0.0),
     # --- multi_domain: 0.4 format + 0.4 accuracy + 0.1 quality + 0.1 bonus
     ("multi_domain", "<reasoning>6 * 7 = 42, so 42.</reasoning>" + A(42), ("42", "math"), 1.0),
     ("multi_domain", "<reasoning>6 * 7 = 42, so 42.</reasoning>" + A(41), ("42", "math"), 0.475),
@@ -162,52 +159,25 @@ CASES = [
 
 @pytest.mark.parametrize("what, completion, gold, expected", CASES)
 def test_case_table(what, completion, gold, expected):
-    if what == "extract":
-        assert R.extract_answer(completion).reason == expected
-        return
     answer, domain = gold if isinstance(gold, tuple) else (gold, None)
     columns = {"answer": [answer]} | ({"domain": [domain]} if domain is not None else {})
     assert getattr(R, what)(None, [completion], **columns) == [pytest.approx(expected)]
 
 
-def test_table_covers_every_reason_and_reward():
+def test_table_covers_every_reward():
     assert len(CASES) >= 60
-    reasons = {expected for what, _, _, expected in CASES if what == "extract"}
-    assert reasons == set(R.FAILURE_REASONS) | {"ok"}
     assert {fn.__name__ for fn in REWARDS} <= {what for what, *_ in CASES}
 
 
-def test_extraction_fields():
-    found = R.extract_answer(RS + A(" 42 "))
-    assert (found.ok, found.answer, found.raw) == (True, "42", " 42 ")
-    hedged = R.extract_answer(A("41 or 42"))
-    assert (hedged.ok, hedged.answer, hedged.raw) == (False, None, "41 or 42")
-    assert len(set(R.FAILURE_REASONS)) == len(R.FAILURE_REASONS) and "ok" not in R.FAILURE_REASONS
-
-
-@pytest.mark.parametrize("domain, predicted, gold, expected", [
-    ("math", "1,000", "1000", True),
-    ("science", "9.8 m/s^2", "9.8", True),
-    ("science", "3 \\times 10^8", "3e8", True),
-    ("coding", "[1, 2, 3]", "1 2 3", True),
-    ("coding", "[1, 2, 3]", "3 2 1", False),
-    ("coding", "-5", "5", False),
-    ("instruction", "Cat, cat, CAT", "cat cat cat", True),
-    ("general", "1,000", "1000", True),                    # two bare numbers
-    ("general", "3 words", "3 sentences", False),
-    ("summarization", "A cat sat.", "a cat sat", True),
-    (None, "Paris", "paris", True),
-    ("math", "42", None, False),
-    ("math", None, "42", False),
-    ("math", "3 or 4", "3", False),
-])
-def test_check_answer(domain, predicted, gold, expected):
-    assert R.check_answer(domain, predicted, gold) is expected
+def test_a_hedge_is_no_answer():
+    assert R.answer_correct(None, [RS + A("41 or 42")], answer=["42"]) == [0.0]
+    assert R._extract(RS + A("41 or 42")).reason == "hedged"
+    assert R._extract(RS + A("Paris or London")).reason == "ok"  # text choices are not checked
 
 
 # --- properties ------------------------------------------------------------------------
 
-SOUP = st.lists(st.sampled_from(R.TAGS + (
+SOUP = st.lists(st.sampled_from(TAGS + (
     "<end_of_turn>", "<eos>", "42", "41 or 42", "-3.5", "1,000", "½", "٤", "1e400", "9" * 70,
     "\\boxed{", "\\frac{1}{", "}", "{", "$", "%", "or", " ", "\n", "x = ", "/", "^", "é",
 )), max_size=30).map("".join)
@@ -225,8 +195,8 @@ def _check_scores(completions, golds, domains):
     assert all(0.0 <= s < 3.0 for s in R.answer_close(None, completions, **kwargs))
     assert all(0.0 <= s <= 1.0 for s in R.multi_domain(None, completions, **kwargs))
     for completion in completions:
-        found = R.extract_answer(completion)
-        assert found.reason in R.FAILURE_REASONS + ("ok",)
+        found = R._extract(completion)
+        assert found.reason in FAILURE_REASONS + ("ok",)
         assert found.ok == (found.answer is not None)
 
 
@@ -275,15 +245,28 @@ def test_degenerate_completions_are_fast():
              A(42) + "<eos>" * 20_000 + "x", "<answer>" + "\\frac" * 20_000 + "</answer>",
              "(" * 100_000, "٤" * 100_000]
     assert all(len(k) >= 100_000 for k in kinds)
-    start = time.perf_counter()
+    # CPU time of this thread: the work done, whatever else the (shared) machine is doing.
+    start = time.thread_time()
     for fn in REWARDS:
         scores = fn(None, kinds, answer=["42"] * len(kinds), domain=["math"] * len(kinds))
         assert len(scores) == len(kinds)
     for kind in kinds:
-        R.extract_answer(kind)
-        R.normalize_text(kind)
-        R.normalize_number(kind)
-    assert time.perf_counter() - start < 1.0
+        template.extract_answer(kind, hedged=answers.is_hedged)
+        answers.normalize_text(kind)
+        answers.normalize_number(kind)
+    assert time.thread_time() - start < 1.0
+    # The checker's own entry points, one 100 KB answer at a time: far below the 1 s bound.
+    calls = [answers.final_answer, lambda k: answers.check_answer("math", k, "42"),
+             lambda k: answers.check_answer("math", k, "\\frac{\\sqrt{3}}{2}"),
+             lambda k: answers.check_answer("general", k, "Paris"),
+             lambda k: answers.closeness(k, "42"), answers.canonical, answers.gold_problem]
+    worst = 0.0
+    for call in calls:
+        for kind in kinds:
+            start = time.thread_time()
+            call(kind)
+            worst = max(worst, time.thread_time() - start)
+    assert worst < 0.25
 
 
 # --- weighted --------------------------------------------------------------------------
@@ -327,9 +310,9 @@ def test_answer_close_refuses_a_bad_tolerance(tolerance):
 
 @pytest.mark.parametrize("pred, gold", [("42", "42"), ("40", "42"), ("$46", "50"), ("49%", "0.5"),
                                         ("0.05", "0"), ("x = 9", "10"), ("30", "42"), ("pi", "3")])
-def test_numeric_closeness_is_answer_close_over_its_maximum(pred, gold):
+def test_closeness_is_answer_close_over_its_maximum(pred, gold):
     close = R.answer_close(None, [A(pred)], answer=[gold])[0]
-    assert R.numeric_closeness(pred, gold) == pytest.approx(close / R.CLOSE_MAX_SCORE, abs=1e-6)
+    assert answers.closeness(pred, gold) == pytest.approx(close / R.CLOSE_MAX_SCORE, abs=1e-6)
 
 
 def test_math_rewards_list():

@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reasonkit import tasks
+from reasonkit.answers import check_answer, gold_problem, normalize_text
 from reasonkit.config import DOMAINS
-from reasonkit.data import SPECIAL_TOKENS, normalize_answer, normalize_prompt
-from reasonkit.rewards import check_answer
+from reasonkit.template import SPECIAL_TOKENS, normalize_prompt
 
 # --- independent solvers: read the prompt, compute the answer from scratch --------------
 
@@ -174,6 +174,7 @@ def check_record(r: dict) -> None:
     assert r["answer"] == SOLVERS[r["domain"]](r["prompt"]), r
     assert stated_answer(r) == r["answer"], r  # the reasoning concludes what the answer says
     assert check_answer(r["domain"], r["answer"], r["answer"]), r
+    assert gold_problem(r["answer"], r["domain"]) is None, r  # the data filters keep it
     for expr, value in EQUATION.findall(r["reasoning"]):  # every worked step is right
         assert eval(expr) == int(value), r["reasoning"]  # digits and operators only
 
@@ -203,6 +204,13 @@ def test_deterministic_for_a_seed(domain):
     assert a[:20] == tasks.generate(domain, 20, seed=7)  # a prefix does not depend on n
 
 
+def test_tasks_do_not_import_the_data_module():
+    """tasks reads the format from reasonkit.template: no data <-> tasks cycle."""
+    code = "import sys, reasonkit.tasks; print('reasonkit.data' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
 def test_same_output_in_another_process():
     """No salted hash(): a fresh interpreter with another hash seed generates the same."""
     code = ("import json; from reasonkit import tasks; "
@@ -220,7 +228,7 @@ def test_record_schema_and_ids(domain):
         assert set(r) == {"id", "domain", "source", "prompt", "reasoning", "answer"}
         assert r["domain"] == domain and r["source"] == "tasks"
         assert all(isinstance(v, str) and v.strip() for v in r.values())
-        assert normalize_answer(r["answer"])
+        assert normalize_text(r["answer"])
         assert not any(tok in r["prompt"] + r["reasoning"] for tok in SPECIAL_TOKENS)
     assert len({r["id"] for r in recs}) == len(recs)
 

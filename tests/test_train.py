@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from reasonkit import data, evaluate, models, train
+from reasonkit import data, evaluate, models, template, train
 from reasonkit.config import SFTConfig, get_preset
 from reasonkit.runs import RunDir
 
@@ -313,7 +313,7 @@ def test_grpo_climbs_a_verifiable_reward(tmp_path, preset):
         sampler = evaluate.make_sampler(model, tok, preset.model, sampling)
         hits = []
         for q, gold in questions.items():
-            out = evaluate.generate(sampler, [data.format_prompt(q)] * 16, sampling,
+            out = evaluate.generate(sampler, [template.format_prompt(q)] * 16, sampling,
                                     models.stop_token_ids(tok), sample=True, seed=7)
             hits += says_gold(None, out, [gold] * 16)
         return float(np.mean(hits))

@@ -1,0 +1,387 @@
+"""The one answer checker: equality means the same value, on any input, in bounded time."""
+
+import json
+import logging
+import pathlib
+import subprocess
+import sys
+import threading
+import time
+from fractions import Fraction
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reasonkit import answers, rewards
+from reasonkit.answers import (
+    canonical,
+    check_answer,
+    closeness,
+    final_answer,
+    gold_problem,
+    is_hedged,
+    normalize_number,
+    read_answer,
+)
+
+CASES_FILE = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "checker_cases.jsonl"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def strict():
+    """A bug inside the checker raises here instead of reading as "no answer"."""
+    answers._STRICT = True
+    yield
+    answers._STRICT = False
+
+
+def test_answers_is_a_leaf_and_loads_sympy_only_when_needed():
+    code = ("import sys, reasonkit.answers; "
+            "print(sorted(m for m in sys.modules if m.startswith('reasonkit')), 'sympy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['reasonkit', 'reasonkit.answers'] False"
+
+
+# --- equality means the same value ----------------------------------------------------
+
+# (domain, predicted, gold, expected)
+CASES = [
+    # issue 29: a wrong answer that repeats the gold's number
+    ("math", "2 + 2", "2", False),
+    ("math", "2 + 2", "4", True),
+    ("math", "1", "1 - x", False),
+    ("math", "1 - x", "1", False),
+    ("math", "$1 + \\frac{1}{\\mathrm{e}}$", "$1 - \\frac{1}{\\mathrm{e}}$", False),  # no partial parse
+    ("math", "$1 - \\frac{1}{e}$", "$1 - \\frac{1}{\\mathrm{e}}$", True),
+    ("math", "1 + 1 = 42", "42", False),          # the sides disagree: no number at all
+    ("math", "6 * 7 = 42", "42", True),
+    ("math", "x = 5", "5", True),
+    ("math", "f(3) = 7", "7", True),
+    ("math", "x + 1 = 42", "42", False),          # not a name on the left
+    ("math", "5 x", "5", False),
+    ("math", "5x", "5", False),
+    ("math", "5 - x", "5", False),
+    ("math", "5 + 0", "5", True),                 # identities are the gold's value
+    ("math", "5 * 1", "5", True),
+    ("math", "not 42", "42", False),
+    ("math", "42 or more", "42", False),
+    ("math", "41 or 42", "42", False),
+    ("math", "\\pm 42", "42", False),
+    # the number the old parsers misread
+    ("math", "0,111", "111", False),
+    ("math", "0,111", "0.111", False),            # no decimal commas: a list
+    ("math", "1,22", "1.22", False),
+    ("math", "-2.1", "-2,1", False),              # MATH's list of two roots
+    ("math", "11,\\! 111", "11111", True),
+    ("math", "10{,}000", "10000", True),
+    ("math", "1,234,567", "1234567", True),
+    ("math", "1 000", "1000", True),
+    ("math", "$\\boxed{125\\textnormal{ miles}}$", "125", True),
+    # units, currency, percents, LaTeX wrappers
+    ("math", "$1,234.00", "1234", True),
+    ("math", "€3.50", "3.5", True),
+    ("math", "42 apples", "42", True),
+    ("science", "9.8 m/s^2", "9.8", True),
+    ("science", "3 \\times 10^{8} m/s", "300000000", True),
+    ("science", "6.02x10^{23}", "6.02e23", True),
+    ("math", "25%", "25", True),
+    ("math", "25\\%", "0.25", True),
+    ("math", "28", "0.28", False),
+    ("math", "\\text{42}", "42", True),
+    ("math", "\\mathrm{42}", "42", True),
+    ("math", "-\\dfrac{3}{4}", "-0.75", True),
+    ("math", "2\\frac{1}{2}", "5/2", True),       # a mixed number
+    ("math", "90^\\circ", "90", True),
+    ("math", "\u22127", "-7", True),
+    ("math", "٤٢", "42", True),
+    ("math", "The answer is 42", "42", True),
+    ("math", "We find that $x = 42$.", "42", True),  # the math of a sentence...
+    ("math", "I think $41$ but $42$", "42", False),  # ...when it says one thing
+    # rounding is wrong, a float artefact is not
+    ("math", "0.333", "1/3", False),
+    ("math", "0.0833333333333333", "\\frac{1}{12}", True),
+    ("math", "1.00000000001", "1", False),
+    ("math", "16.67", "16.\\overline{6}", False),
+    ("math", "50/3", "16.\\overline{6}", True),
+    # symbolic answers through math-verify
+    ("math", "\\frac{\\sqrt3}{2}", "\\frac{\\sqrt{3}}{2}", True),
+    ("math", "\\sqrt{4}", "2", True),
+    ("math", "\\sqrt{2}", "1.414", False),
+    ("math", "x^2+1", "1+x^2", True),
+    ("math", "x^2-1", "x^2+1", False),
+    ("math", "(1, 2)", "(1,2)", True),
+    ("math", "[1,2)", "(1,2)", False),
+    ("math", "\\{2, 1\\}", "1, 2", True),
+    ("math", "x \\in [-2, 7]", "[-2,7]", True),
+    ("math", "204", "204_5", False),              # a base-5 number is no 204
+    ("math", "1:00", "12:00", False),
+    ("math", "\\text{(C)}", "(C)", True),
+    ("math", "\\text{Evelyn}", "Evelyn", True),
+    # the text domains
+    ("coding", "[1, 2, 3]", "1 2 3", True),
+    ("coding", "[1, 2, 3]", "3 2 1", False),
+    ("coding", "-5", "5", False),
+    ("coding", "2 + 2", "2 2", False),
+    ("instruction", "Cat, cat, CAT", "cat cat cat", True),
+    ("general", "1,000", "1000", True),
+    ("general", "3 words", "3 sentences", False),
+    ("summarization", "A cat sat.", "a cat sat", True),
+    (None, "Paris", "paris", True),
+    ("history", "Paris", "paris", True),          # unknown domains: the text rule
+    # no answer, no gold
+    ("math", "42", None, False),
+    ("math", None, "42", False),
+    ("math", "42", float("nan"), False),
+    ("math", "", "", False),
+]
+
+
+@pytest.mark.parametrize("domain, predicted, gold, expected", CASES)
+def test_check_answer(domain, predicted, gold, expected):
+    assert check_answer(domain, predicted, gold) is expected
+
+
+def test_the_answer_rewards_agree_with_the_checker():
+    """answer_correct pays exactly where the checker says right (a sample of the table)."""
+    for domain, predicted, gold, expected in CASES[:30]:
+        completion = f"<reasoning>r</reasoning><answer>{predicted}</answer>"
+        paid = rewards.answer_correct(None, [completion], answer=[gold], domain=[domain])[0]
+        assert (paid == rewards.ANSWER_CORRECT_SCORE) is expected, (predicted, gold)
+
+
+SYMBOLS = ["x", "y", "n", "k", "a", "t", "e", "\\pi", "\\sqrt{2}", "\\alpha"]
+OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+       "\\times": lambda a, b: a * b, "/": lambda a, b: a / b if b else None}
+
+
+def _spell(value: Fraction) -> str:
+    if value.denominator == 1:
+        return str(value.numerator)
+    return f"\\frac{{{value.numerator}}}{{{value.denominator}}}"
+
+
+@settings(max_examples=120, deadline=None)
+@given(g=st.fractions(min_value=-50, max_value=50, max_denominator=8),
+       k=st.integers(-9, 9).map(Fraction), op=st.sampled_from(sorted(OPS)), swap=st.booleans())
+def test_an_expression_is_credited_only_for_its_value(g, k, op, swap):
+    """``g op k`` and ``k op g`` are right exactly when they evaluate to the gold g."""
+    a, b = (k, g) if swap else (g, k)
+    value = OPS[op](a, b)
+    spelled = f"{_spell(a)} {op} {_spell(b)}".replace("+ -", "- ").replace("- -", "+ ")
+    if value is None:  # a division by zero is never right
+        assert not check_answer("math", spelled.replace("+ -", "- "), _spell(g))
+        return
+    assert check_answer("math", spelled, _spell(g)) is (value == g), (spelled, g, value)
+
+
+@settings(max_examples=60, deadline=None)
+@given(g=st.integers(-50, 50), x=st.sampled_from(SYMBOLS), op=st.sampled_from(["+", "-", "*", "/", "^", ""]),
+       swap=st.booleans())
+def test_an_expression_with_a_symbol_is_never_a_number(g, x, op, swap):
+    """``g op x`` has a free symbol (or is pi, sqrt 2, e...): it never equals the gold g,
+    whatever g is, identities aside (``g * 1`` is not of this form)."""
+    spelled = f"{x} {op} {g}" if swap else f"{g} {op} {x}"
+    assert not check_answer("math", spelled, str(g)), spelled
+
+
+# --- canonical keys -------------------------------------------------------------------
+
+GROUPS = [["42", "42.0", "$42", "42 apples", "x = 42", "6 * 7", "\\boxed{42}", "42%"],
+          ["0.5", "1/2", "\\frac{1}{2}", "\\dfrac12"], ["-3", "\u22123", "-3.0"],
+          ["(1, 2)", "(1,2)", " (1,2) "]]
+
+
+def test_canonical_groups_equal_answers_in_one_pass():
+    keys = [{canonical(a, "math") for a in group} for group in GROUPS]
+    assert [len(k) for k in keys[:3]] == [1, 1, 1] and len(keys[3]) == 1
+    assert len(set.union(*keys)) == len(GROUPS)  # different values, different keys
+
+
+@settings(max_examples=100, deadline=None)
+@given(a=st.sampled_from(sum(GROUPS, []) + ["41", "x^2", "Paris", "2 + 2", "1 + 1 = 42"]),
+       b=st.sampled_from(sum(GROUPS, []) + ["41", "x^2", "Paris", "2 + 2", "1 + 1 = 42"]))
+def test_equal_keys_mean_equal_answers(a, b):
+    if canonical(a, "math") == canonical(b, "math") and read_answer(a).kind != "invalid":
+        assert check_answer("math", a, b) and check_answer("math", b, a)
+
+
+def test_canonical_of_nothing_and_of_text_domains():
+    assert canonical(None) == canonical("  ") == ("none",)
+    assert canonical("1,000", "general") == canonical("1000", "coding") == ("number", Fraction(1000))
+    assert canonical(" Paris. ", "general") == ("text", "paris")
+
+
+# --- closeness, numbers, hedges, free text --------------------------------------------
+
+@pytest.mark.parametrize("pred, gold, expected", [
+    ("50", "50", 1.0), ("48", "50", 0.6), ("$46", "50", 0.2), ("45", "50", 0.0), ("x", "50", 0.0),
+    ("49%", "0.5", 0.8), ("0.05", "0", 0.5), ("x = 9", "10", 0.0), ("9.5", "10", 0.5),
+    ("\\sqrt{2}", "1.4", 0.0), ("2 + 2", "4", 1.0), ("1" * 500, "1", 0.0),
+])
+def test_closeness(pred, gold, expected):
+    assert closeness(pred, gold) == pytest.approx(expected, abs=1e-9)
+    assert closeness(pred, gold, tolerance=1.0) >= closeness(pred, gold)
+
+
+def test_normalize_number():
+    assert [normalize_number(s) for s in ["$1,234.50", "2 + 2", "1 + 1 = 42", "0,111", "1e400", None]] == [
+        1234.5, 4.0, None, None, None, None]
+
+
+@pytest.mark.parametrize("text, hedged", [
+    ("41 or 42", True), ("either 3 or 4", True), ("between 10 and 12", True),
+    ("maybe 42", False), ("1/2 or 0.5", False), ("Paris or London", False), ("42", False)])
+def test_is_hedged(text, hedged):
+    assert is_hedged(text) is hedged
+
+
+@pytest.mark.parametrize("text, answer", [
+    ("6 * 7 = 42.", "42"),
+    ("She paid $1,234.\n#### 1,234", "1,234"),                   # GSM8K's answer line
+    ("so \\boxed{\\frac{1}{2}} it is", "\\frac{1}{2}"),
+    ("\\boxed{1} and \\boxed{2}", "1, 2"),                         # one answer in two boxes
+    ("\\boxed{1} no no no \\boxed{2}", "2"),                       # two answers: the last
+    ("so we get $x \\geq 5$ here.", "x \\geq 5"),                 # the last math
+    ("x is $5$ and y is 7", "7"),                                  # a number after the math
+    ("The final answer is $28\\%$. I hope it is correct.", "28\\%"),  # Minerva's format
+    ("\\boxed{255} ... The final answer is $10,455$. I hope", "10,455"),
+    ("the answer is 40 + 2", None),                                # an operand
+    ("It is 41 or 42", None), ("no numbers at all", None), ("", None), (None, None),
+])
+def test_final_answer(text, answer):
+    assert final_answer(text) == answer
+
+
+def test_boxed_answer_reads_math_s_solutions():
+    assert answers.boxed_answer("Thus $x = \\boxed{\\frac{\\sqrt{3}}{2}}$.") == "\\frac{\\sqrt{3}}{2}"
+    assert answers.boxed_answer("\\boxed{" + "{" * 1000) is None
+
+
+@pytest.mark.parametrize("gold, domain, problem", [
+    ("42", "math", None), ("1/2", "math", None), ("2.5 km", "science", None),
+    ("\\frac{\\sqrt{3}}{2}", "math", None), ("(1, 2)", "math", None), ("odd", "math", None),
+    ("204_5", "math", None), ("Paris", "general", None),
+    ("1 + 1 = 42", "math", "gold answer contradicts itself"),
+    ("\\frac{1}{", "math", "gold answer is not parseable math"),
+    ("x^{" + "2^" * 50 + "}", "math", "gold answer too long or complex for the checker"),
+    ("", "math", "empty gold answer"), ("...", "general", "empty gold answer"),
+])
+def test_gold_problem(gold, domain, problem):
+    assert gold_problem(gold, domain) == problem
+
+
+# --- hostile input and time -----------------------------------------------------------
+
+HUGE = ["1" * 100_000, "\\frac{" * 20_000, "x+" * 50_000, "1," * 50_000, "\\boxed{" * 14_000,
+        "$" * 100_000, "\\sqrt{" * 14_000 + "}" * 14_000]
+GOLDS = ["42", "\\frac{\\sqrt{3}}{2}", "Paris"]
+
+
+def test_the_worst_call_on_a_100_kb_answer_is_far_below_a_second():
+    answers._symbolic_tools()  # sympy loads and warms up once per process, outside the bound
+    calls = [lambda t, g: check_answer("math", t, g), lambda t, g: check_answer("math", g, t),
+             closeness, lambda t, g: canonical(t), lambda t, g: final_answer(t),
+             lambda t, g: gold_problem(t)]
+    worst = 0.0
+    for text in HUGE:
+        for gold in GOLDS:
+            for call in calls:
+                start = time.perf_counter()
+                call(text, gold)
+                worst = max(worst, time.perf_counter() - start)
+    assert worst < 1.0
+
+
+SLOW = ["\\frac{(x+1)^{999}}{(x+1)^{998}} - x", "(x+y+z+1)^{40}", "\\sin^{40}(x)+\\cos^{40}(x)",
+        "\\frac{\\sqrt{\\sqrt{11}+\\sqrt{194}}}{15+2\\sqrt{33}}", "e^{\\pi\\sqrt{163}}"]
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.parametrize("pred", SLOW)
+def test_expensive_math_stays_within_the_time_limit(pred):
+    answers._symbolic_tools()
+    start = time.process_time()
+    check_answer("math", pred, "(x+1)^{40} - 1")
+    assert time.process_time() - start < 4 * answers.SYMBOLIC_SECONDS  # 2 parses, 1 comparison
+
+
+def _busy() -> None:
+    while True:
+        pass
+
+
+@pytest.mark.parametrize("in_thread", [False, True], ids=["main thread", "worker thread"])
+def test_the_time_limit_works_in_any_thread(in_thread):
+    """Tunix computes rewards in a worker thread: signals cannot reach it, the watchdog can."""
+    result = {}
+
+    def run():
+        start = time.thread_time()
+        try:
+            answers._limited(_busy, 0.1)
+        except answers._OutOfTime:
+            result["cpu"] = time.thread_time() - start
+        total = 0
+        for i in range(200_000):  # no stray exception arrives later
+            total += i
+        result["after"] = answers._limited(lambda: total, 0.1)
+
+    if in_thread:
+        worker = threading.Thread(target=run)
+        worker.start()
+        worker.join(10)
+    else:
+        run()
+    assert 0.1 <= result["cpu"] < 0.5 and result["after"] == sum(range(200_000))
+
+
+def test_same_verdicts_in_a_worker_thread():
+    pairs = [("\\frac{\\sqrt3}{2}", "\\frac{\\sqrt{3}}{2}"), ("[0, 1)", "(0, 1)"), ("2 + 2", "4")]
+    here = [check_answer("math", p, g) for p, g in pairs]
+    there = []
+    worker = threading.Thread(target=lambda: there.extend(check_answer("math", p, g) for p, g in pairs))
+    worker.start()
+    worker.join(30)
+    assert here == there == [True, False, True]
+
+
+def test_math_verify_logs_no_answer_text(capfd, caplog):
+    """math-verify logs failing inputs in full; the checker silences it."""
+    answers._symbolic_tools()
+    secret = "\\frac{SECRET" + "x" * 50 + "}{"
+    with caplog.at_level(logging.DEBUG):
+        check_answer("math", secret, "\\frac{\\sqrt{3}}{2}")
+        gold_problem(secret + "}")
+    captured = capfd.readouterr()
+    assert "SECRET" not in captured.out + captured.err + caplog.text
+
+
+# --- the agreement corpus --------------------------------------------------------------
+
+# A time limit may interrupt sympy while a gc callback runs (hypothesis installs one):
+# Python reports that exception as "ignored", and the watchdog sends another.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_no_wrong_answer_of_the_corpus_is_credited():
+    """benchmarks/checker_cases.jsonl: other projects' tests, through this project's rewards.
+
+    The full agreement is benchmarks/checker_agreement.py's job; here, the one number that
+    must stay 0: answers those tests call wrong that a reward pays for.
+    """
+    sys.path.insert(0, str(CASES_FILE.parent))
+    try:
+        import checker_agreement
+    finally:
+        sys.path.remove(str(CASES_FILE.parent))
+    cases = checker_agreement.load_cases(CASES_FILE)
+    assert len(cases) >= 300 and all({"source", "path", "test"} <= set(c) for c in cases)
+    wrong = [c for c in cases if c["comparable"] and not c["expected"]]
+    credited = [c["id"] for c in wrong if checker_agreement.verdict(c, rewards)]
+    assert len(wrong) >= 40 and credited == []
+
+
+def test_the_corpus_is_data():
+    for line in CASES_FILE.read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        assert isinstance(row["gold"], str) and isinstance(row["pred"], str)
+        assert isinstance(row["expected"], bool) and row["mode"] in ("answer", "free_text")
