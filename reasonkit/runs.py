@@ -130,10 +130,9 @@ def session_deadline(root: str | os.PathLike | None = None, *, env: Mapping[str,
     ``$REASONKIT_DEADLINE_HOURS`` hours from the session's start: on Kaggle the session's
     own start (:func:`session_id`), elsewhere the moment a notebook of this session first
     asked. Unset, Kaggle gets :data:`KAGGLE_HOURS` and other machines no deadline. The
-    deadline is kept in ``<root>/session.json`` with the session it belongs to, so every
-    notebook and stage of a session gets the same one, and a run restored into a new
-    session (a new start of the machine) gets a new one. Changing the hours within a
-    session moves it from the same start.
+    start is kept in ``<root>/session.json`` with the session it belongs to, so every
+    notebook and stage of a session (with the same settings) gets the same deadline, and a
+    run restored into a new session (a new start of the machine) gets a new one.
     """
     env = os.environ if env is None else env
     root = pathlib.Path(root) if root is not None else default_root()
@@ -142,23 +141,20 @@ def session_deadline(root: str | os.PathLike | None = None, *, env: Mapping[str,
     kaggle = on_kaggle(env) if kaggle is None else kaggle
     text = str(env.get("REASONKIT_DEADLINE_HOURS") or "").strip()
     hours = parse_hours(text) if text else KAGGLE_HOURS if kaggle else None
+    if hours is None:
+        return None
     path = root / SESSION_FILE
     try:
         stored = json.loads(path.read_text())
-        if stored.get("session") != session:
-            stored = None  # an earlier session's: a new session starts its own clock
     except (OSError, ValueError):
-        stored = None
-    if stored is not None and (hours is None or hours == stored.get("hours")):
-        deadline = float(stored["deadline"])
-        why = stored.get("set_by", "")
-    elif hours is None:
-        return None
-    else:
-        start = float(session) if kaggle else float(stored["start"]) if stored else now
-        deadline = start + hours * 3600
-        why = (f"REASONKIT_DEADLINE_HOURS={text}" if text else
-               f"Kaggle's default, {KAGGLE_HOURS} h from the session's start")
+        stored = {}
+    if stored.get("session") == session:
+        start = float(stored["start"])
+    else:  # no session yet, or an earlier one's: this session starts its own clock
+        start = float(session) if kaggle else now
+    deadline = start + hours * 3600
+    why = (f"REASONKIT_DEADLINE_HOURS={text}" if text else f"Kaggle's default, {KAGGLE_HOURS} h")
+    if stored.get("session") != session or stored.get("deadline") != deadline:
         root.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(SESSION_FILE + ".tmp")
         tmp.write_text(json.dumps({"session": session, "start": start, "hours": hours,
@@ -166,8 +162,9 @@ def session_deadline(root: str | os.PathLike | None = None, *, env: Mapping[str,
         tmp.replace(path)
     if not quiet:
         left = deadline - now
-        print(f"session deadline {_clock(deadline)} ({why}): "
-              + (f"{left / 3600:.2f} h from now" if left > 0 else f"passed {-left / 3600:.2f} h ago"))
+        print(f"session deadline {_clock(deadline)} ({why} from the session's start at "
+              f"{_clock(start)}): " + (f"{left / 3600:.2f} h from now" if left > 0
+                                       else f"passed {-left / 3600:.2f} h ago"))
     return deadline
 
 

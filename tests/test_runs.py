@@ -99,7 +99,10 @@ def test_one_deadline_per_session_for_every_notebook_and_process(tmp_path, capsy
     assert "session deadline" in capsys.readouterr().out
     # a later notebook of the same session, an hour on: the same deadline, not 2 h from now
     assert runs.session_deadline(tmp_path, env=env, now=4600.0, kaggle=False) == first
-    assert runs.session_deadline(tmp_path, env={}, now=4600.0, kaggle=False) == first  # unset there
+    # other hours in a later notebook count from the same start; unset, no deadline
+    assert runs.session_deadline(tmp_path, env={"REASONKIT_DEADLINE_HOURS": "3"}, now=4600.0,
+                                 kaggle=False) == 1000.0 + 3 * 3600
+    assert runs.session_deadline(tmp_path, env={}, now=4600.0, kaggle=False) is None
     # another process of this session reads the same file
     code = (f"from reasonkit.runs import session_deadline; print(repr(session_deadline("
             f"{str(tmp_path)!r}, env={{'REASONKIT_DEADLINE_HOURS': '2'}}, kaggle=False, quiet=True)))")
