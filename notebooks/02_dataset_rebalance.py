@@ -60,7 +60,7 @@ from IPython.display import Markdown, display
 
 from reasonkit import data, models
 from reasonkit.config import DOMAINS, get_preset
-from reasonkit.runs import RunDir
+from reasonkit.runs import RunDir, save_data
 
 preset = get_preset()  # $REASONKIT_PRESET (default "auto": tiny on a CPU), $REASONKIT_OVERRIDES
 run = RunDir.create()
@@ -255,10 +255,9 @@ if run.is_finished("data") and not REBUILD:
     if splits != built:
         print("WARNING: they differ from what this notebook just built (preset changed?)")
 else:
-    data.write_splits(splits, report, out, overwrite=True)  # unfinished or REBUILD
     fig_lengths.savefig(out / "token_lengths.png", dpi=120)
     fig_mix.savefig(out / "domain_mix.png", dpi=120)
-    run.mark_finished("data", preset=preset.name, **splits.sizes())
+    save_data(run, preset, splits, report)  # unfinished or REBUILD: write, mark finished
     print(f"wrote {splits.sizes()} to {out}")
 print(sorted(p.name for p in out.iterdir()))
 

@@ -61,7 +61,6 @@ reasonkit_bootstrap.setup()  # reasonkit and the tested JAX stack, then this ses
 # %%
 import collections
 import dataclasses
-import time
 
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
@@ -129,29 +128,9 @@ print("evaluating:", " -> ".join(stages))
 models.read_platform_secrets()  # Gemma weights: HF_TOKEN or KAGGLE_* secrets, never printed
 eval_mesh = mesh.stage_mesh(preset, "eval")
 
-
-def load_stage(name: str):
-    """``(model, tokenizer)``: the base model, or the base with ``name``'s adapters."""
-    if name == "base":
-        model, tok, _ = models.load_base(preset.model, mesh=eval_mesh)
-        return model, tok
-    _, policy, tok, _ = train.load_policy(preset, run, name, eval_mesh)
-    return policy, tok
-
-
 # %%
-results, seconds = {}, {}
-for name in stages:
-    t0 = time.perf_counter()
-    model, tok = load_stage(name)
-    results[name] = evaluate.evaluate_model(model, tok, splits.eval, preset.model, preset.eval,
-                                            stage=name)
-    del model
-    train.free()  # release this stage's weights before the next one loads
-    seconds[name] = time.perf_counter() - t0
-    o = results[name]["summary"]["overall"]
-    print(f"{name:5s} format pass {o['format_rate']:6.1%}  accuracy {o['accuracy']:6.1%}  "
-          f"({seconds[name]:.0f} s)")
+# Per stage: evaluate.load_stage, evaluate.evaluate_model (greedy + sampled), then free it.
+results, seconds = evaluate.evaluate_run(preset, run, stages, mesh=eval_mesh)
 
 # %% [markdown]
 # ## The stage table
@@ -353,15 +332,9 @@ else:
 # re-running this notebook replaces these files instead of refusing.
 
 # %%
-out = run.stage("eval")
-for old in out.glob("completions_*.jsonl"):
-    old.unlink()  # a stage evaluated earlier but gone now must not linger
-evaluate.write_results(results, out, settings=dataclasses.asdict(preset.eval))
-for name, fig in (("stages", fig_stages), ("domains_accuracy", fig_domains),
-                  ("domains_format", fig_domain_format), ("lengths", fig_lengths)):
-    fig.savefig(out / f"{name}.png", dpi=120)
-run.mark_finished("eval", stages=evaluate.ordered(results), preset=preset.name,
-                  seconds={s: round(t, 1) for s, t in seconds.items()})
+out = evaluate.save_run(run, preset, results, seconds, figures={
+    "stages": fig_stages, "domains_accuracy": fig_domains, "domains_format": fig_domain_format,
+    "lengths": fig_lengths})  # completions of stages evaluated before but gone now are removed
 print(sorted(p.name for p in out.iterdir()))
 
 # %% [markdown]
