@@ -30,7 +30,7 @@ from reasonkit.runs import RunDir
 
 TRAINING = ("sft", "dpo", "grpo")
 STOPPED = 3
-START_MARGIN_S = 600.0  # no stage starts with less left: loading and compiling Gemma take minutes
+START_MARGIN_S = 180.0  # no stage starts with less left: it would stop while loading or compiling
 
 
 def eval_is_current(run: RunDir) -> bool:
