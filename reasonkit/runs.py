@@ -151,7 +151,9 @@ def session_deadline(root: str | os.PathLike | None = None, *, env: Mapping[str,
     if stored.get("session") == session:
         start = float(stored["start"])
     else:  # no session yet, or an earlier one's: this session starts its own clock
-        start = float(session) if kaggle else now
+        # A Kaggle session lasts 12 hours at most: an older start is not this session's (a
+        # container that shares its host's processes); count from now instead.
+        start = float(session) if kaggle and now - session < 12 * 3600 else now
     deadline = start + hours * 3600
     why = (f"REASONKIT_DEADLINE_HOURS={text}" if text else f"Kaggle's default, {KAGGLE_HOURS} h")
     if stored.get("session") != session or stored.get("deadline") != deadline:

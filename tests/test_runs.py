@@ -130,6 +130,9 @@ def test_kaggle_default_is_8_5_hours_from_the_session_start(tmp_path, capsys):
     assert runs.session_deadline(tmp_path, env={"REASONKIT_DEADLINE_HOURS": "1"}, session=50_000,
                                  now=50_700.0, kaggle=True) == 50_000 + 3600
     assert runs.session_deadline(tmp_path / "elsewhere", env={}, kaggle=False) is None
+    # a "start" two days old is not a Kaggle session's (at most 12 h): count from now
+    assert runs.session_deadline(tmp_path / "odd", env={}, session=0, now=172_800.0,
+                                 kaggle=True) == 172_800.0 + 8.5 * 3600
 
 
 @pytest.mark.parametrize("bad", ["nan", "inf", "-inf", "0", "-1", "1e308", "8h", "eight"])
