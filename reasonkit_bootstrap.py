@@ -345,7 +345,7 @@ def setup(*, cwd: str | os.PathLike | None = None, kaggle_input: str | os.PathLi
 
     if source.kind == "checkout":
         _on_path(source.where, env)
-    extra = missing(dependencies(source), look)
+    extra = [r for r in missing(dependencies(source), look) if parse_requirement(r)[0] not in wanted]
     differ = differences(wanted, look)
     if source.kind in ("wheel", "pip") or extra or differ:
         if differ:
@@ -371,8 +371,9 @@ def setup(*, cwd: str | os.PathLike | None = None, kaggle_input: str | os.PathLi
                    if (v is not None and v != wanted.get(n)) or look(n) != before.get(n))
     if stale:
         old = ", ".join(f"{n} {loaded[n] or before[n][0]}" for n in stale)
-        raise SetupError(f"{old} was imported before this cell; the tested versions are installed "
-                         f"now, but this process still runs the old code: {RESTART}.")
+        raise SetupError(f"{old} {'was' if len(stale) == 1 else 'were'} imported before this cell; "
+                         f"the tested versions are installed now, but this process still runs the "
+                         f"old code: {RESTART}.")
     print("tested stack: " + ", ".join(f"{n} {v}" for n, v in wanted.items()), flush=True)
     if session:
         importlib.invalidate_caches()
