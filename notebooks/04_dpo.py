@@ -54,7 +54,7 @@ if not found and os.environ.get("REASONKIT_PIP") and not importlib.util.find_spe
                    check=True)  # reasonkit's wheel brings reasonkit_bootstrap
 import reasonkit_bootstrap  # not found: clone the repo, add it on Kaggle, or set REASONKIT_PIP (README)
 
-reasonkit_bootstrap.setup()  # reasonkit and the tested JAX stack, then this session's runs and deadline
+source = reasonkit_bootstrap.setup()  # reasonkit, the tested JAX stack, this session's runs and deadline
 
 # %%
 import collections

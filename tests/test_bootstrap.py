@@ -342,7 +342,7 @@ def test_every_notebook_opens_with_the_same_setup_cell():
     cells = {nb.name: setup_cell(nb) for nb in sorted((ROOT / "notebooks").glob("0*.py"))}
     assert len(cells) == 6 and len(set(cells.values())) == 1, cells.keys()
     cell = next(iter(cells.values()))
-    assert "reasonkit_bootstrap.setup()" in cell and "github.com" not in cell
+    assert "= reasonkit_bootstrap.setup()" in cell and "github.com" not in cell
     assert len(cell.strip().splitlines()) <= 15
 
 
