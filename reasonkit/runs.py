@@ -114,6 +114,7 @@ def parse_hours(text: str, name: str = "REASONKIT_DEADLINE_HOURS") -> float:
 
 
 def on_kaggle(env: Mapping[str, str] | None = None) -> bool:
+    """A Kaggle notebook: its kernels set ``KAGGLE_KERNEL_RUN_TYPE``; /kaggle/working exists."""
     env = os.environ if env is None else env
     return bool(env.get("KAGGLE_KERNEL_RUN_TYPE")) or KAGGLE_WORKING.is_dir()
 
