@@ -28,42 +28,48 @@
 
 # %% [markdown]
 # ## Setup
-# Locally `bash scripts/setup.sh` already installed everything and this cell does
-# nothing. On Kaggle / Colab it installs reasonkit the first time, from
-# `$REASONKIT_PIP` (a git URL, or the path of this repo uploaded as a Kaggle dataset),
-# and JAX for TPUs when the runtime has one.
+# The first cell is the same in every notebook. It finds reasonkit: installed (locally
+# `bash scripts/setup.sh` did it), a checkout of the repository (this folder's parent, or
+# a Kaggle dataset made of it), the wheels dataset of `scripts/kaggle_dataset.py` attached
+# on Kaggle, or `$REASONKIT_PIP`. It makes jax, flax, qwix, optax, orbax and tunix the
+# tested versions (installing what differs, with pip's output shown; it says when the
+# runtime must restart), then starts the session: earlier runs attached on Kaggle are
+# restored, compiled programs are kept under `runs/`, and the session's deadline is set.
 #
-# Settings come from environment variables. On Kaggle / Colab set them in a cell above
+# **Settings** are environment variables. On Kaggle / Colab set them in a cell above
 # this one, e.g. `%env REASONKIT_PRESET=gemma3-1b`, with the same values in every
-# notebook of a run.
+# notebook of a run. Unset, the preset is `auto`: `tiny` on a CPU, a Gemma preset sized
+# for the TPU it finds (untested there: none has run on a TPU yet).
 #
 # **Where the runs live.** Each notebook reads what the one before it wrote under
 # `runs/<run>/`: `./runs` in the notebook's working directory, `/kaggle/working/runs`
-# on Kaggle, or `$REASONKIT_RUNS`. On Colab that folder goes with the runtime: mount
-# Google Drive and point `REASONKIT_RUNS` at a folder there. On Kaggle
-# `/kaggle/working` belongs to one notebook and one session: to go on in another
-# notebook (or a new session), add the earlier one's output as an input and copy its
-# `runs` folder into `/kaggle/working` before running it.
+# on Kaggle, or `$REASONKIT_RUNS`. On Kaggle `/kaggle/working` belongs to one session:
+# to go on in a later one, add the earlier session's output as an input, and this cell
+# copies its `runs/<run>` back (never over work already there). On Colab the runtime's
+# disk goes with it: `%env REASONKIT_RUNS=/content/drive/MyDrive/reasonkit-runs` in a cell
+# above keeps the runs on Google Drive, which this cell mounts.
+#
+# **One deadline per session.** Training stops cleanly (and resumes in the next session)
+# before the session's deadline: `REASONKIT_DEADLINE_HOURS` hours from its start, 8.5 by
+# default on Kaggle (its sessions end at 9), none elsewhere unless set. Every notebook and
+# stage of a session shares it. To run 02-06 in one Kaggle session, see the README.
 
 # %%
 import glob
 import importlib.util
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 
-if importlib.util.find_spec("reasonkit") is None:  # Kaggle / Colab, first run only
-    source = os.environ.get("REASONKIT_PIP", "git+https://github.com/reasonkit/reasonkit")
-    if os.path.isdir(source):  # pip builds in the source tree; a Kaggle dataset is read-only
-        source = shutil.copytree(source, os.path.join(tempfile.mkdtemp(), "reasonkit"),
-                                 ignore=shutil.ignore_patterns(".git", ".venv", "runs"))
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", source], check=True)
-    # A TPU VM: v2-v4 chips appear as /dev/accel*, v5e and later as /dev/vfio/<n>.
-    if glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*") or os.environ.get("TPU_NAME"):
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "jax[tpu]==0.10.2"],
-                       check=True)
+found = [p for where in ("..", "/kaggle/input/*", "/kaggle/input/*/*")
+         for p in sorted(glob.glob(f"{where}/reasonkit_bootstrap.py"))]
+sys.path[:0] = [os.path.dirname(os.path.abspath(found[0]))] if found else []
+if not found and os.environ.get("REASONKIT_PIP") and not importlib.util.find_spec("reasonkit_bootstrap"):
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", os.environ["REASONKIT_PIP"]],
+                   check=True)  # reasonkit's wheel brings reasonkit_bootstrap
+import reasonkit_bootstrap  # not found: clone the repo, add it on Kaggle, or set REASONKIT_PIP (README)
+
+source = reasonkit_bootstrap.setup()  # reasonkit, the tested JAX stack, this session's runs and deadline
 
 # %%
 import jax

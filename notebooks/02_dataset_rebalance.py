@@ -29,25 +29,30 @@
 
 # %% [markdown]
 # ## Setup
-# Locally `bash scripts/setup.sh` already installed everything and this cell does
-# nothing. On Kaggle / Colab it installs reasonkit the first time, from
-# `$REASONKIT_PIP` (a git URL, or the path of this repo uploaded as a Kaggle dataset).
-# This notebook needs no accelerator, so it does not install JAX for TPUs.
+# The first cell is the same in every notebook. It finds reasonkit: installed (locally
+# `bash scripts/setup.sh` did it), a checkout of the repository (this folder's parent, or
+# a Kaggle dataset made of it), the wheels dataset of `scripts/kaggle_dataset.py` attached
+# on Kaggle, or `$REASONKIT_PIP`. It makes jax, flax, qwix, optax, orbax and tunix the
+# tested versions (installing what differs, with pip's output shown; it says when the
+# runtime must restart), then starts the session: earlier runs attached on Kaggle are
+# restored, compiled programs are kept under `runs/`, and the session's deadline is set.
 
 # %%
+import glob
 import importlib.util
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 
-if importlib.util.find_spec("reasonkit") is None:  # Kaggle / Colab, first run only
-    source = os.environ.get("REASONKIT_PIP", "git+https://github.com/reasonkit/reasonkit")
-    if os.path.isdir(source):  # pip builds in the source tree; a Kaggle dataset is read-only
-        source = shutil.copytree(source, os.path.join(tempfile.mkdtemp(), "reasonkit"),
-                                 ignore=shutil.ignore_patterns(".git", ".venv", "runs"))
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", source], check=True)
+found = [p for where in ("..", "/kaggle/input/*", "/kaggle/input/*/*")
+         for p in sorted(glob.glob(f"{where}/reasonkit_bootstrap.py"))]
+sys.path[:0] = [os.path.dirname(os.path.abspath(found[0]))] if found else []
+if not found and os.environ.get("REASONKIT_PIP") and not importlib.util.find_spec("reasonkit_bootstrap"):
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", os.environ["REASONKIT_PIP"]],
+                   check=True)  # reasonkit's wheel brings reasonkit_bootstrap
+import reasonkit_bootstrap  # not found: clone the repo, add it on Kaggle, or set REASONKIT_PIP (README)
+
+source = reasonkit_bootstrap.setup()  # reasonkit, the tested JAX stack, this session's runs and deadline
 
 # %%
 import matplotlib.pyplot as plt
@@ -55,9 +60,9 @@ from IPython.display import Markdown, display
 
 from reasonkit import data, models, template
 from reasonkit.config import DOMAINS, get_preset
-from reasonkit.runs import RunDir
+from reasonkit.runs import RunDir, save_data
 
-preset = get_preset()  # $REASONKIT_PRESET (default "tiny"), then $REASONKIT_OVERRIDES
+preset = get_preset()  # $REASONKIT_PRESET (default "auto": tiny on a CPU), $REASONKIT_OVERRIDES
 run = RunDir.create()
 print(f"preset {preset.name!r}: {preset.description}")
 print(f"sources {preset.data.sources}, outputs go to {run.stage('data')}")
@@ -250,10 +255,9 @@ if run.is_finished("data") and not REBUILD:
     if splits != built:
         print("WARNING: they differ from what this notebook just built (preset changed?)")
 else:
-    data.write_splits(splits, report, out, overwrite=True)  # unfinished or REBUILD
     fig_lengths.savefig(out / "token_lengths.png", dpi=120)
     fig_mix.savefig(out / "domain_mix.png", dpi=120)
-    run.mark_finished("data", preset=preset.name, **splits.sizes())
+    save_data(run, preset, splits, report)  # unfinished or REBUILD: write, mark finished
     print(f"wrote {splits.sizes()} to {out}")
 print(sorted(p.name for p in out.iterdir()))
 

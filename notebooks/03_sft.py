@@ -31,30 +31,30 @@
 
 # %% [markdown]
 # ## Setup
-# Locally `bash scripts/setup.sh` already installed everything and this cell does
-# nothing. On Kaggle / Colab it installs reasonkit the first time, from
-# `$REASONKIT_PIP` (a git URL, or the path of this repo uploaded as a Kaggle dataset),
-# and JAX for TPUs when the runtime has one.
+# The first cell is the same in every notebook. It finds reasonkit: installed (locally
+# `bash scripts/setup.sh` did it), a checkout of the repository (this folder's parent, or
+# a Kaggle dataset made of it), the wheels dataset of `scripts/kaggle_dataset.py` attached
+# on Kaggle, or `$REASONKIT_PIP`. It makes jax, flax, qwix, optax, orbax and tunix the
+# tested versions (installing what differs, with pip's output shown; it says when the
+# runtime must restart), then starts the session: earlier runs attached on Kaggle are
+# restored, compiled programs are kept under `runs/`, and the session's deadline is set.
 
 # %%
 import glob
 import importlib.util
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 
-if importlib.util.find_spec("reasonkit") is None:  # Kaggle / Colab, first run only
-    source = os.environ.get("REASONKIT_PIP", "git+https://github.com/reasonkit/reasonkit")
-    if os.path.isdir(source):  # pip builds in the source tree; a Kaggle dataset is read-only
-        source = shutil.copytree(source, os.path.join(tempfile.mkdtemp(), "reasonkit"),
-                                 ignore=shutil.ignore_patterns(".git", ".venv", "runs"))
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", source], check=True)
-    # A TPU VM: v2-v4 chips appear as /dev/accel*, v5e and later as /dev/vfio/<n>.
-    if glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*") or os.environ.get("TPU_NAME"):
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "jax[tpu]==0.10.2"],
-                       check=True)
+found = [p for where in ("..", "/kaggle/input/*", "/kaggle/input/*/*")
+         for p in sorted(glob.glob(f"{where}/reasonkit_bootstrap.py"))]
+sys.path[:0] = [os.path.dirname(os.path.abspath(found[0]))] if found else []
+if not found and os.environ.get("REASONKIT_PIP") and not importlib.util.find_spec("reasonkit_bootstrap"):
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", os.environ["REASONKIT_PIP"]],
+                   check=True)  # reasonkit's wheel brings reasonkit_bootstrap
+import reasonkit_bootstrap  # not found: clone the repo, add it on Kaggle, or set REASONKIT_PIP (README)
+
+source = reasonkit_bootstrap.setup()  # reasonkit, the tested JAX stack, this session's runs and deadline
 
 # %%
 import dataclasses
@@ -68,7 +68,7 @@ from reasonkit.config import get_preset
 from reasonkit.runs import RunDir
 
 mesh.init_distributed()  # a no-op on one host; joins the pod on several
-preset = get_preset()  # $REASONKIT_PRESET (default "tiny"), then $REASONKIT_OVERRIDES
+preset = get_preset()  # $REASONKIT_PRESET (default "auto": tiny on a CPU), $REASONKIT_OVERRIDES
 run = RunDir.create()
 splits, _ = data.read_splits(run.require("data"))  # raises if 02 has not run: says so
 print(f"preset {preset.name!r}: {preset.description}")
@@ -194,7 +194,7 @@ RETRAIN = False  # True: delete this run's SFT checkpoints and metrics, and trai
 
 # %%
 result = train.train_or_load(preset, run, "sft", retrain=RETRAIN,
-                             deadline=train.deadline_from_env())
+                             deadline=run.deadline())
 policy, finished = result.policy, result.finished
 
 # %% [markdown]
@@ -254,5 +254,6 @@ print("checkpoint steps:", sorted(p.name for p in train.checkpoint_dir(run, "sft
 #   300, "sft.learning_rate": 1e-3})`, then `RETRAIN = True` (or another run name with
 #   `REASONKIT_RUN=...` to keep both and compare them in `06_evaluation`).
 # - Watch the curves live: `tensorboard --logdir runs/<run>/sft/tensorboard`.
-# - Try a session deadline: `REASONKIT_DEADLINE_HOURS=0.05`, run, then run again to see
-#   the stage resume from its checkpoint.
+# - Try a session deadline: `REASONKIT_DEADLINE_HOURS=0.05` (3 minutes from the session's
+#   start), run, then unset it (or raise it) and run again to see the stage resume from
+#   its checkpoint.

@@ -33,35 +33,34 @@
 
 # %% [markdown]
 # ## Setup
-# Locally `bash scripts/setup.sh` already installed everything and this cell does
-# nothing. On Kaggle / Colab it installs reasonkit the first time, from
-# `$REASONKIT_PIP` (a git URL, or the path of this repo uploaded as a Kaggle dataset),
-# and JAX for TPUs when the runtime has one.
+# The first cell is the same in every notebook. It finds reasonkit: installed (locally
+# `bash scripts/setup.sh` did it), a checkout of the repository (this folder's parent, or
+# a Kaggle dataset made of it), the wheels dataset of `scripts/kaggle_dataset.py` attached
+# on Kaggle, or `$REASONKIT_PIP`. It makes jax, flax, qwix, optax, orbax and tunix the
+# tested versions (installing what differs, with pip's output shown; it says when the
+# runtime must restart), then starts the session: earlier runs attached on Kaggle are
+# restored, compiled programs are kept under `runs/`, and the session's deadline is set.
 
 # %%
 import glob
 import importlib.util
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 
-if importlib.util.find_spec("reasonkit") is None:  # Kaggle / Colab, first run only
-    source = os.environ.get("REASONKIT_PIP", "git+https://github.com/reasonkit/reasonkit")
-    if os.path.isdir(source):  # pip builds in the source tree; a Kaggle dataset is read-only
-        source = shutil.copytree(source, os.path.join(tempfile.mkdtemp(), "reasonkit"),
-                                 ignore=shutil.ignore_patterns(".git", ".venv", "runs"))
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", source], check=True)
-    # A TPU VM: v2-v4 chips appear as /dev/accel*, v5e and later as /dev/vfio/<n>.
-    if glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*") or os.environ.get("TPU_NAME"):
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "jax[tpu]==0.10.2"],
-                       check=True)
+found = [p for where in ("..", "/kaggle/input/*", "/kaggle/input/*/*")
+         for p in sorted(glob.glob(f"{where}/reasonkit_bootstrap.py"))]
+sys.path[:0] = [os.path.dirname(os.path.abspath(found[0]))] if found else []
+if not found and os.environ.get("REASONKIT_PIP") and not importlib.util.find_spec("reasonkit_bootstrap"):
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", os.environ["REASONKIT_PIP"]],
+                   check=True)  # reasonkit's wheel brings reasonkit_bootstrap
+import reasonkit_bootstrap  # not found: clone the repo, add it on Kaggle, or set REASONKIT_PIP (README)
+
+source = reasonkit_bootstrap.setup()  # reasonkit, the tested JAX stack, this session's runs and deadline
 
 # %%
 import collections
 import dataclasses
-import time
 
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
@@ -71,7 +70,7 @@ from reasonkit.config import get_preset
 from reasonkit.runs import NOTEBOOK_OF, RunDir
 
 mesh.init_distributed()  # a no-op on one host; joins the pod on several
-preset = get_preset()  # $REASONKIT_PRESET (default "tiny"), then $REASONKIT_OVERRIDES
+preset = get_preset()  # $REASONKIT_PRESET (default "auto": tiny on a CPU), $REASONKIT_OVERRIDES
 run = RunDir.create()
 splits, _ = data.read_splits(run.require("data"))
 print(f"preset {preset.name!r}: {preset.description}")
@@ -129,29 +128,9 @@ print("evaluating:", " -> ".join(stages))
 models.read_platform_secrets()  # Gemma weights: HF_TOKEN or KAGGLE_* secrets, never printed
 eval_mesh = mesh.stage_mesh(preset, "eval")
 
-
-def load_stage(name: str):
-    """``(model, tokenizer)``: the base model, or the base with ``name``'s adapters."""
-    if name == "base":
-        model, tok, _ = models.load_base(preset.model, mesh=eval_mesh)
-        return model, tok
-    _, policy, tok, _ = train.load_policy(preset, run, name, eval_mesh)
-    return policy, tok
-
-
 # %%
-results, seconds = {}, {}
-for name in stages:
-    t0 = time.perf_counter()
-    model, tok = load_stage(name)
-    results[name] = evaluate.evaluate_model(model, tok, splits.eval, preset.model, preset.eval,
-                                            stage=name)
-    del model
-    train.free()  # release this stage's weights before the next one loads
-    seconds[name] = time.perf_counter() - t0
-    o = results[name]["summary"]["overall"]
-    print(f"{name:5s} format pass {o['format_rate']:6.1%}  accuracy {o['accuracy']:6.1%}  "
-          f"({seconds[name]:.0f} s)")
+# Per stage: evaluate.load_stage, evaluate.evaluate_model (greedy + sampled), then free it.
+results, seconds = evaluate.evaluate_run(preset, run, stages, mesh=eval_mesh)
 
 # %% [markdown]
 # ## The stage table
@@ -353,15 +332,9 @@ else:
 # re-running this notebook replaces these files instead of refusing.
 
 # %%
-out = run.stage("eval")
-for old in out.glob("completions_*.jsonl"):
-    old.unlink()  # a stage evaluated earlier but gone now must not linger
-evaluate.write_results(results, out, settings=dataclasses.asdict(preset.eval))
-for name, fig in (("stages", fig_stages), ("domains_accuracy", fig_domains),
-                  ("domains_format", fig_domain_format), ("lengths", fig_lengths)):
-    fig.savefig(out / f"{name}.png", dpi=120)
-run.mark_finished("eval", stages=evaluate.ordered(results), preset=preset.name,
-                  seconds={s: round(t, 1) for s, t in seconds.items()})
+out = evaluate.save_run(run, preset, results, seconds, figures={
+    "stages": fig_stages, "domains_accuracy": fig_domains, "domains_format": fig_domain_format,
+    "lengths": fig_lengths})  # completions of stages evaluated before but gone now are removed
 print(sorted(p.name for p in out.iterdir()))
 
 # %% [markdown]

@@ -2,9 +2,10 @@
 
 A preset is everything one run of the notebook series needs: the model, LoRA,
 the mesh of each stage, the data mix and each stage's hyperparameters. Pick one
-by name, by the ``REASONKIT_PRESET`` environment variable, or with ``"auto"``,
-which looks at the accelerator JAX sees. ``REASONKIT_OVERRIDES`` (a JSON object of
-:meth:`Preset.replace` keys) changes fields of that preset without editing a cell.
+by name, by the ``REASONKIT_PRESET`` environment variable, or with ``"auto"`` (the
+default), which looks at the accelerator JAX sees: ``tiny`` on a CPU. ``REASONKIT_OVERRIDES``
+(a JSON object of :meth:`Preset.replace` keys) changes fields of that preset without
+editing a cell. Only ``tiny`` has run on the hardware it was sized for (:data:`UNTESTED`).
 
 >>> p = get_preset("tiny")
 >>> p.model.family, p.lora.rank, p.sft.mesh.axis_names
@@ -466,23 +467,29 @@ PRESETS: dict[str, Any] = {
     "tiny": _tiny,
     "gemma3-270m": lambda: _gemma(
         "gemma3-270m", "tpu-v5e-1", _GEMMA3_270M, batch=4, dpo_batch=2, grpo_mesh=(1, 1),
-        lora=LoraConfig(rank=32, alpha=32.0), description="Gemma 3 270M on a Colab v5e-1"),
+        lora=LoraConfig(rank=32, alpha=32.0), description="Gemma 3 270M on a Colab v5e-1 (untested)"),
     "gemma3-1b": lambda: _gemma(
         "gemma3-1b", "tpu-v5e-8", _GEMMA3_1B, batch=32, grpo_mesh=(2, 4),
-        description="Gemma 3 1B on a Kaggle v5e-8"),
+        description="Gemma 3 1B on a Kaggle v5e-8 (untested)"),
     "gemma3-1b-v3-8": lambda: _gemma(
         "gemma3-1b-v3-8", "tpu-v3-8", _GEMMA3_1B, batch=32, grpo_mesh=(2, 4),
-        description="Gemma 3 1B on a Kaggle v3-8"),
+        description="Gemma 3 1B on a Kaggle v3-8 (untested)"),
     "gemma3-1b-v5e-1": lambda: _gemma(
         "gemma3-1b-v5e-1", "tpu-v5e-1", _GEMMA3_1B, batch=4, dpo_batch=2, grpo_mesh=(1, 1),
-        description="Gemma 3 1B on a Colab v5e-1"),
+        description="Gemma 3 1B on a Colab v5e-1 (untested)"),
     "gemma2-2b": lambda: _gemma(
         "gemma2-2b", "tpu-v5e-8", _GEMMA2_2B, batch=32, grpo_mesh=(2, 4),
-        description="Gemma 2 2B on a Kaggle v5e-8, as in the write-up"),
+        description="Gemma 2 2B on a Kaggle v5e-8, as in the write-up (untested)"),
     "gemma2-2b-v3-8": lambda: _gemma(
         "gemma2-2b-v3-8", "tpu-v3-8", _GEMMA2_2B, batch=16, grpo_mesh=(2, 4),
-        description="Gemma 2 2B on a Kaggle v3-8"),
+        description="Gemma 2 2B on a Kaggle v3-8 (untested)"),
 }
+
+# Presets that have not run on the hardware they were sized for, and what that means.
+_NO_TPU_RUN = "untested: no Gemma preset has run on a TPU yet; its settings are estimates"
+_NO_V3_CI = _NO_TPU_RUN + ", and JAX's own TPU CI does not cover v3"
+UNTESTED: dict[str, str] = {name: _NO_V3_CI if name.endswith("v3-8") else _NO_TPU_RUN
+                            for name in PRESETS if name != "tiny"}
 
 
 def auto_preset_name(platform: str, device_kind: str, device_count: int) -> str:
@@ -530,13 +537,35 @@ def env_overrides() -> dict[str, Any]:
     return {key: tuples(v) for key, v in value.items()}
 
 
-def get_preset(name: str | None = None, **overrides: Any) -> Preset:
-    """A preset by name; ``None`` reads ``REASONKIT_PRESET`` (default ``"tiny"``).
+def preset_name(name: str | None = None, *, banner: bool = False) -> str:
+    """The preset ``name`` stands for: ``None`` reads ``REASONKIT_PRESET`` (default ``"auto"``),
+    and ``"auto"`` picks from the devices JAX sees (``tiny`` on a CPU).
 
-    ``"auto"`` picks from the devices JAX sees. Keyword overrides use
-    :meth:`Preset.replace` keys, e.g. ``get_preset("tiny", **{"sft.max_steps": 5})``.
-    With ``name=None`` the ``REASONKIT_OVERRIDES`` environment variable
-    (:func:`env_overrides`) applies too, before the keyword overrides.
+    ``banner=True`` prints what ``auto`` picked, and says so when it is untested.
+    """
+    if name is None:
+        name = os.environ.get("REASONKIT_PRESET") or "auto"
+    if name != "auto":
+        return name
+    import jax  # here: the presets themselves need no JAX
+
+    devices = jax.devices()
+    picked = auto_preset_name(devices[0].platform, devices[0].device_kind, len(devices))
+    if banner:
+        note = f" ({UNTESTED[picked]})" if picked in UNTESTED else ""
+        print(f"preset 'auto' picked {picked!r} for {len(devices)} x {devices[0].device_kind}"
+              f"{note}; set REASONKIT_PRESET to choose another")
+    return picked
+
+
+def get_preset(name: str | None = None, **overrides: Any) -> Preset:
+    """A preset by name; ``None`` reads ``REASONKIT_PRESET`` (default ``"auto"``).
+
+    ``"auto"`` picks from the devices JAX sees (:func:`preset_name`) and says what it
+    picked. Keyword overrides use :meth:`Preset.replace` keys, e.g.
+    ``get_preset("tiny", **{"sft.max_steps": 5})``. With ``name=None`` the
+    ``REASONKIT_OVERRIDES`` environment variable (:func:`env_overrides`) applies too,
+    before the keyword overrides.
 
     >>> get_preset("gemma9")
     Traceback (most recent call last):
@@ -544,13 +573,8 @@ def get_preset(name: str | None = None, **overrides: Any) -> Preset:
     ValueError: unknown preset 'gemma9'; known presets: auto, gemma2-2b, ..., tiny
     """
     if name is None:
-        name = os.environ.get("REASONKIT_PRESET", "tiny") or "tiny"
         overrides = {**env_overrides(), **overrides}
-    if name == "auto":
-        import jax
-
-        devices = jax.devices()
-        name = auto_preset_name(devices[0].platform, devices[0].device_kind, len(devices))
+    name = preset_name(name, banner=True)
     if name not in PRESETS:
         known = ", ".join(sorted([*PRESETS, "auto"]))
         raise ValueError(f"unknown preset {name!r}; known presets: {known}")

@@ -18,15 +18,19 @@ Scoring one completion:
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import math
 import pathlib
+import time
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from reasonkit import answers, template
-from reasonkit.config import EvalConfig, ModelConfig
+from reasonkit import answers, data, models, template, train
+from reasonkit import mesh as mesh_lib
+from reasonkit.config import EvalConfig, ModelConfig, Preset
+from reasonkit.runs import RunDir
 
 STAGE_ORDER = ("base", "sft", "dpo", "grpo")
 NUMERIC = answers.NUMERIC_DOMAINS
@@ -211,8 +215,6 @@ def summarize(rows: Sequence[dict]) -> dict[str, Any]:
 def evaluate_model(model, tokenizer, records: Sequence[dict], model_cfg: ModelConfig,
                    cfg: EvalConfig, *, stage: str = "model") -> dict[str, Any]:
     """Generate (greedy + ``cfg.num_samples`` sampled) and score; returns summary and rows."""
-    from reasonkit import models
-
     sampler = make_sampler(model, tokenizer, model_cfg, cfg)
     stops = models.stop_token_ids(tokenizer)
     prompts = [template.format_prompt(r["prompt"]) for r in records]
@@ -223,6 +225,59 @@ def evaluate_model(model, tokenizer, records: Sequence[dict], model_cfg: ModelCo
     samples = [list(g) for g in zip(*rounds, strict=True)] if rounds else [[] for _ in records]
     rows = score_stage(records, greedy, samples, lambda t: len(tokenizer.EncodeAsIds(t)))
     return {"stage": stage, "summary": summarize(rows), "rows": rows}
+
+
+# --- a run's evaluation: what 06_evaluation does, for the notebook and `python -m reasonkit` ---
+
+
+def stages_to_evaluate(run: RunDir) -> list[str]:
+    """The base model, then each of SFT, DPO, GRPO that finished (a stage a deadline
+    stopped half-way is not what it set out to train, so it is left out)."""
+    return ["base"] + [s for s in ("sft", "dpo", "grpo") if run.is_finished(s)]
+
+
+def load_stage(preset: Preset, run: RunDir, name: str, mesh):
+    """``(model, tokenizer)``: the base model, or the base with ``name``'s adapters."""
+    if name == "base":
+        model, tok, _ = models.load_base(preset.model, mesh=mesh)
+        return model, tok
+    _, policy, tok, _ = train.load_policy(preset, run, name, mesh)
+    return policy, tok
+
+
+def evaluate_run(preset: Preset, run: RunDir, stages: Sequence[str] | None = None, *,
+                 mesh=None) -> tuple[dict[str, Any], dict[str, float]]:
+    """``(results, seconds)``: each stage (default :func:`stages_to_evaluate`) on the run's
+    held-out split, one at a time, freed before the next loads; on GRPO's mesh."""
+    records = data.read_splits(run.require("data"))[0].eval
+    mesh = mesh if mesh is not None else mesh_lib.stage_mesh(preset, "eval")
+    results, seconds = {}, {}
+    for name in stages if stages is not None else stages_to_evaluate(run):
+        t0 = time.perf_counter()
+        model, tok = load_stage(preset, run, name, mesh)
+        results[name] = evaluate_model(model, tok, records, preset.model, preset.eval, stage=name)
+        del model
+        train.free()  # release this stage's weights before the next one loads
+        seconds[name] = time.perf_counter() - t0
+        o = results[name]["summary"]["overall"]
+        print(f"{name:5s} format pass {o['format_rate']:6.1%}  accuracy {o['accuracy']:6.1%}  "
+              f"({seconds[name]:.0f} s)")
+    return results, seconds
+
+
+def save_run(run: RunDir, preset: Preset, results: dict[str, Any], seconds: dict[str, float],
+             figures: dict[str, Any] | None = None) -> pathlib.Path:
+    """Write ``<run>/eval`` (:func:`write_results`, ``<name>.png`` per figure) and mark it finished.
+
+    Evaluation is derived from the checkpoints, not trained: this replaces what is there.
+    """
+    out = run.stage("eval")
+    write_results(results, out, settings=dataclasses.asdict(preset.eval))
+    for name, fig in (figures or {}).items():
+        fig.savefig(out / f"{name}.png", dpi=120)
+    run.mark_finished("eval", stages=ordered(results), preset=preset.name,
+                      seconds={s: round(t, 1) for s, t in seconds.items()})
+    return out
 
 
 def pick_examples(records: Sequence[dict], prefer: Sequence[str] = ("math", "coding", "summarization"),
@@ -249,8 +304,6 @@ def show_completions(model, tokenizer, records: Sequence[dict], model_cfg: Model
 
     Returns the rows :func:`score_stage` builds for them (greedy only).
     """
-    from reasonkit import models
-
     sampler = make_sampler(model, tokenizer, model_cfg, cfg)
     prompts = [template.format_prompt(r["prompt"]) for r in records]
     texts = generate(sampler, prompts, cfg, models.stop_token_ids(tokenizer), desc=label)

@@ -1,9 +1,10 @@
-"""What am I running on: devices, memory, peak FLOP/s, and will each stage fit.
+"""What am I running on: devices, memory, peak FLOP/s, will each stage fit, and how long.
 
 ``detect()`` describes the devices JAX sees; ``from_name("tpu-v5e-8")`` describes the
 machine a preset was sized for, from the table below. ``memory_budget`` estimates the
 bytes *per device* a stage needs, item by item, and suggests changes when it does not
-fit (each suggestion re-runs the estimate on a changed preset).
+fit (each suggestion re-runs the estimate on a changed preset). ``time_model`` estimates
+each stage's time from its FLOPs per step, the peak and an assumed utilisation.
 
 A budget by hand, for the tiny preset on one device (bytes):
 
@@ -665,3 +666,170 @@ def format_budget_table(rows: list[dict[str, Any]]) -> str:
                  "yes" if r["fits"] else "**no**"]
         lines.append("| " + " | ".join(map(str, cells)) + " |")
     return "\n".join(lines)
+
+
+# --- time: FLOPs per step, and how long the series takes -----------------------------------
+
+# The fraction of the peak FLOP/s a stage's work is assumed to reach. Nothing here has run
+# on a TPU yet: these are assumptions, printed wherever the model is, and each stage prints
+# its measured ETA once its first steps have run. Training (forward + backward, LoRA on a
+# frozen bf16 base) on a TPU: 0.3, below the 0.4-0.5 of tuned large-model training, since
+# Tunix's Gemma materialises attention and the presets rematerialise. Sampling decodes one
+# token at a time and is bound by memory bandwidth, not FLOPs: 0.05. On a CPU the peak is
+# the measured matmul rate and the tiny preset's SFT step reaches 0.12 of it (README,
+# "Performance", row (d)); sampling is assumed to do the same there.
+UTILISATION: dict[str, dict[str, float]] = {
+    "train": {"tpu": 0.3, "gpu": 0.3, "cpu": 0.12},
+    "generate": {"tpu": 0.05, "gpu": 0.05, "cpu": 0.12},
+}
+EVAL_STAGES = ("base", "sft", "dpo", "grpo")
+
+
+def forward_flops(m: ModelConfig, tokens: int, context: int) -> float:
+    """FLOPs of a forward pass over ``tokens`` tokens that each attend to ``context`` positions.
+
+    2 per parameter per token (every weight multiplies and adds once; the tied embedding
+    counts once, as the output layer: the lookup is free), plus the attention: ``Q K^T`` and
+    ``softmax V``, ``2 * 2 * heads * head_dim * context`` per layer. Tunix's Gemma computes
+    attention over every position, masked (sliding windows included), so ``context`` is
+    the full length. LoRA's own matmuls (a few percent at rank 64) are left out.
+
+    >>> from reasonkit.config import get_preset
+    >>> m = get_preset("tiny").model  # 1,490,944 parameters, 6 layers x 4 heads x 32
+    >>> forward_flops(m, tokens=1, context=160) == 2 * 1_490_944 + 4 * 6 * 4 * 32 * 160
+    True
+    """
+    attention = 4 * m.num_layers * m.num_heads * m.head_dim * context
+    return float(tokens) * (2 * m.num_params + attention)
+
+
+def _train_factor(m: ModelConfig) -> int:
+    """A training step's FLOPs in forwards: 1 forward + 1 backward through the activations
+    (the frozen base needs no weight gradients), + 1 forward again with rematerialisation."""
+    return 3 if m.remat else 2
+
+
+def _generate_flops(m: ModelConfig, seqs: int, prompt: int, new: int) -> float:
+    """Prefill ``seqs`` prompts, then ``new`` tokens each over a cache of prompt + new."""
+    return forward_flops(m, seqs * prompt, prompt) + forward_flops(m, seqs * new, prompt + new)
+
+
+@dataclasses.dataclass(frozen=True)
+class StageCost:
+    """One stage: steps, and the FLOPs of one step split by the kind of work."""
+
+    stage: str
+    steps: int  # evaluation: one "step" per stage evaluated (base, sft, dpo, grpo)
+    train_flops: float  # per step: forward and backward passes
+    generate_flops: float  # per step: sampling (GRPO's rollouts, evaluation)
+
+    def seconds(self, peak: float, platform: str) -> float:
+        """Steps x FLOPs per step / (peak x the utilisation assumed for each kind of work)."""
+        u = {kind: table.get(platform, table["tpu"]) for kind, table in UTILISATION.items()}
+        return self.steps * (self.train_flops / (peak * u["train"])
+                             + self.generate_flops / (peak * u["generate"]))
+
+
+def stage_costs(preset: Preset, eval_prompts: int | None = None) -> list[StageCost]:
+    """FLOPs per step of SFT, DPO, GRPO and evaluation, from the preset's shapes.
+
+    Every row is padded to the stage's maximum length and every sample runs to the
+    maximum generation length, as the static shapes compile: an upper bound when answers
+    stop early. SFT: one training pass over ``batch x max_target_length``. DPO: chosen +
+    rejected through the policy, and (``algorithm="dpo"``) a forward of the frozen
+    reference. GRPO per step: ``batch x num_generations`` rollouts (generation), the
+    reference's forward over them (``beta > 0``), the old policy's (``num_iterations >
+    1``) and ``num_iterations`` training passes. Evaluation per stage: a greedy pass and
+    ``num_samples`` sampled ones over ``eval_prompts`` prompts (default
+    ``eval_per_domain`` x 6 domains), in full batches.
+    """
+    m, f = preset.model, _train_factor(preset.model)
+    c = preset.sft
+    sft = StageCost("sft", c.max_steps, f * forward_flops(
+        m, c.batch_size * c.max_target_length, c.max_target_length), 0.0)
+    d = preset.dpo
+    length = d.max_prompt_length + d.max_response_length
+    one = forward_flops(m, 2 * d.batch_size * length, length)
+    dpo = StageCost("dpo", d.max_steps, (f + (d.algorithm == "dpo")) * one, 0.0)
+    g = preset.grpo
+    seqs, length = g.batch_size * g.num_generations, g.max_prompt_length + g.max_generation_length
+    one = forward_flops(m, seqs * length, length)
+    forwards = f * g.num_iterations + (g.beta > 0) + (g.num_iterations > 1)
+    grpo = StageCost("grpo", g.max_steps, forwards * one,
+                     _generate_flops(m, seqs, g.max_prompt_length, g.max_generation_length))
+    e = preset.eval
+    prompts = eval_prompts if eval_prompts is not None else preset.data.eval_per_domain * 6
+    padded = -(-prompts // e.batch_size) * e.batch_size
+    ev = StageCost("eval", len(EVAL_STAGES), 0.0, (1 + e.num_samples) * _generate_flops(
+        m, padded, e.max_prompt_length, e.max_generation_length))
+    return [sft, dpo, grpo, ev]
+
+
+def format_duration(seconds: float) -> str:
+    """Seconds as the largest sensible unit.
+
+    >>> format_duration(42), format_duration(150), format_duration(9000)
+    ('42 s', '2.5 min', '2.50 h')
+    """
+    if seconds < 100:
+        return f"{seconds:.0f} s"
+    if seconds < 6000:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.2f} h"
+
+
+@dataclasses.dataclass(frozen=True)
+class TimeModel:
+    """How long each stage should take: FLOPs / (peak x assumed utilisation)."""
+
+    costs: list[StageCost]
+    peak: float  # FLOP/s of all devices together
+    platform: str
+    peak_source: str  # where ``peak`` came from
+
+    def seconds(self, stage: str) -> float:
+        return next(c for c in self.costs if c.stage == stage).seconds(self.peak, self.platform)
+
+    def total(self, stages: tuple[str, ...] | list[str] | None = None) -> float:
+        return sum(c.seconds(self.peak, self.platform) for c in self.costs
+                   if stages is None or c.stage in stages)
+
+    def report(self, seconds_left: float | None = None,
+               stages: tuple[str, ...] | list[str] | None = None) -> str:
+        """A table of the stages still to run (``stages``; default all), and whether they fit."""
+        u = {kind: table.get(self.platform, table["tpu"]) for kind, table in UTILISATION.items()}
+        lines = [f"time model: steps x FLOPs per step / ({self.peak / 1e12:.3g} TFLOP/s, "
+                 f"{self.peak_source}, x an assumed utilisation: {u['train']:.0%} training, "
+                 f"{u['generate']:.0%} sampling)",
+                 "| stage | steps | TFLOP per step (train + sample) | estimate |", "|---|---|---|---|"]
+        todo = [c for c in self.costs if stages is None or c.stage in stages]
+        for c in todo:
+            lines.append(f"| {c.stage} | {c.steps} | {c.train_flops / 1e12:.3g} + "
+                         f"{c.generate_flops / 1e12:.3g} | "
+                         f"{format_duration(c.seconds(self.peak, self.platform))} |")
+        total = sum(c.seconds(self.peak, self.platform) for c in todo)
+        verdict = f"total {format_duration(total)}"
+        if seconds_left is not None:
+            fits = total <= seconds_left
+            verdict += (f" of the {format_duration(max(seconds_left, 0))} left before the deadline: "
+                        + ("fits" if fits else "does NOT fit (the stages stop cleanly at the "
+                           "deadline; run again in a new session to resume)"))
+        lines.append(verdict + "; plus loading and compiling, not modelled")
+        return "\n".join(lines)
+
+
+def time_model(preset: Preset, hw: HardwareInfo | None = None, *, peak: float | None = None,
+               eval_prompts: int | None = None) -> TimeModel:
+    """The :class:`TimeModel` of ``preset`` on ``hw`` (default: :func:`detect`).
+
+    ``peak`` (FLOP/s, all devices) defaults to the table's peak times the device count;
+    where the table has none (a CPU) it is measured with :func:`matmul_benchmark`.
+    """
+    hw = hw or detect()
+    source = "given"
+    if peak is None and hw.peak_flops_per_device:
+        peak, source = hw.peak_flops_per_device * hw.device_count, "the table's peak"
+    elif peak is None:
+        peak, source = matmul_benchmark()["flops_per_s"], "the measured matmul rate"
+    return TimeModel(stage_costs(preset, eval_prompts), float(peak), hw.platform,
+                     f"{source} of {hw.device_count} x {hw.device_kind}")

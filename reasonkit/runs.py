@@ -1,14 +1,22 @@
-"""The run directory: where each stage reads and writes.
+"""The run directory, and the session a stage runs in: where each stage reads and writes.
 
 ```
-runs/<run-name>/
-  data/              rebalanced splits (JSONL) + data_report.json
-  sft/ dpo/ grpo/    checkpoints, metrics.jsonl, plots, settings.json, finished.json once done
-  eval/              results.json, stage_table.md, plots
+runs/                session.json (this session's deadline), .jax_cache/ (compiled programs)
+  <run-name>/
+    data/            rebalanced splits (JSONL) + data_report.json
+    sft/ dpo/ grpo/  checkpoints, metrics.jsonl, plots, settings.json, finished.json once done
+    eval/            results.json, stage_table.md, plots
 ```
 
 Every notebook reads what the notebook before it wrote, so each can run on its
 own in a later session as long as the earlier outputs exist.
+
+A session is one start of the machine (or container) the kernel runs on.
+:func:`start_session`, which every notebook's first cell calls, restores runs found in
+attached Kaggle inputs into the runs root (never replacing work already there), points
+JAX's persistent compilation cache at ``runs/.jax_cache`` (a resumed session loads what
+an earlier one compiled), and fixes the session's deadline: every notebook and stage of
+the session reads the same one from ``runs/session.json`` (:func:`session_deadline`).
 
 >>> import tempfile
 >>> run = RunDir.create("demo", root=tempfile.mkdtemp())
@@ -24,17 +32,30 @@ FileNotFoundError: stage 'sft' of run 'demo' has not finished (no .../demo/sft/f
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
+import math
 import os
 import pathlib
+import shutil
+import sys
 import time
 import warnings
-from typing import IO, Any
+from typing import IO, Any, Callable, Mapping
+
+from reasonkit import data
+from reasonkit.config import Preset, preset_name
 
 STAGES = ("data", "sft", "dpo", "grpo", "eval")
 NOTEBOOK_OF = {"data": "02_dataset_rebalance", "sft": "03_sft", "dpo": "04_dpo",
                "grpo": "05_grpo", "eval": "06_evaluation"}
 KAGGLE_WORKING = pathlib.Path("/kaggle/working")
+KAGGLE_INPUT = pathlib.Path("/kaggle/input")
+COLAB_DRIVE = pathlib.Path("/content/drive")
+SESSION_FILE = "session.json"
+CACHE_DIR = ".jax_cache"
+KAGGLE_HOURS = 8.5  # Kaggle stops a session after 9 hours; the rest is for saving the outputs
+MAX_HOURS = 24 * 365
 
 
 def default_root() -> pathlib.Path:
@@ -44,6 +65,228 @@ def default_root() -> pathlib.Path:
     if KAGGLE_WORKING.is_dir():
         return KAGGLE_WORKING / "runs"
     return pathlib.Path("runs")
+
+
+# --- the session ---------------------------------------------------------------------------
+
+
+def session_id(proc: str | os.PathLike = "/proc") -> int:
+    """When this session began: the start of process 1, in seconds since the epoch.
+
+    On a virtual machine process 1 starts at boot; in a container (Kaggle's, Colab's)
+    when the container starts. Either way a new session has a new one and every kernel
+    of a session sees the same. ``btime`` in ``/proc/stat`` is the boot, and process
+    1's start field counts clock ticks from it. Without /proc: the boot, from the clocks.
+    """
+    proc = pathlib.Path(proc)
+    try:
+        boot = next(int(line.split()[1]) for line in (proc / "stat").read_text().splitlines()
+                    if line.startswith("btime "))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return round(time.time() - time.monotonic())
+    try:  # the fields after the command name, which may hold spaces: field 22 is the start
+        fields = (proc / "1" / "stat").read_text().rsplit(")", 1)[1].split()
+        return boot + int(fields[19]) // os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return boot
+
+
+def parse_hours(text: str, name: str = "REASONKIT_DEADLINE_HOURS") -> float:
+    """Hours of a time budget: a positive, finite number no larger than a year.
+
+    >>> parse_hours("8.5")
+    8.5
+    >>> parse_hours("nan")
+    Traceback (most recent call last):
+    ...
+    ValueError: REASONKIT_DEADLINE_HOURS='nan': must be a positive, finite number of hours, e.g. 8.5
+    """
+    why = "must be a positive, finite number of hours, e.g. 8.5"
+    try:
+        hours = float(text)
+    except ValueError:
+        raise ValueError(f"{name}={text!r}: {why}") from None
+    if not math.isfinite(hours) or hours <= 0:
+        raise ValueError(f"{name}={text!r}: {why}")
+    if hours > MAX_HOURS:
+        raise ValueError(f"{name}={text!r}: {why}; more than a year ({MAX_HOURS} h) is surely a slip")
+    return hours
+
+
+def on_kaggle(env: Mapping[str, str] | None = None) -> bool:
+    """A Kaggle notebook: its kernels set ``KAGGLE_KERNEL_RUN_TYPE``; /kaggle/working exists."""
+    env = os.environ if env is None else env
+    return bool(env.get("KAGGLE_KERNEL_RUN_TYPE")) or KAGGLE_WORKING.is_dir()
+
+
+def _clock(t: float) -> str:
+    return datetime.datetime.fromtimestamp(t).strftime("%H:%M")
+
+
+def session_deadline(root: str | os.PathLike | None = None, *, env: Mapping[str, str] | None = None,
+                     session: int | None = None, now: float | None = None,
+                     kaggle: bool | None = None, quiet: bool = False) -> float | None:
+    """This session's deadline (seconds since the epoch), or None for no deadline.
+
+    ``$REASONKIT_DEADLINE_HOURS`` hours from the session's start: on Kaggle the session's
+    own start (:func:`session_id`), elsewhere the moment a notebook of this session first
+    asked. Unset, Kaggle gets :data:`KAGGLE_HOURS` and other machines no deadline. The
+    start is kept in ``<root>/session.json`` with the session it belongs to, so every
+    notebook and stage of a session (with the same settings) gets the same deadline, and a
+    run restored into a new session (a new start of the machine) gets a new one.
+    """
+    env = os.environ if env is None else env
+    root = pathlib.Path(root) if root is not None else default_root()
+    session = session_id() if session is None else session
+    now = time.time() if now is None else now
+    kaggle = on_kaggle(env) if kaggle is None else kaggle
+    text = str(env.get("REASONKIT_DEADLINE_HOURS") or "").strip()
+    hours = parse_hours(text) if text else KAGGLE_HOURS if kaggle else None
+    if hours is None:
+        return None
+    path = root / SESSION_FILE
+    try:
+        stored = json.loads(path.read_text())
+    except (OSError, ValueError):
+        stored = {}
+    if stored.get("session") == session:
+        start = float(stored["start"])
+    else:  # no session yet, or an earlier one's: this session starts its own clock
+        # A Kaggle session lasts 12 hours at most: an older start is not this session's (a
+        # container that shares its host's processes); count from now instead.
+        start = float(session) if kaggle and now - session < 12 * 3600 else now
+    deadline = start + hours * 3600
+    why = (f"REASONKIT_DEADLINE_HOURS={text}" if text else f"Kaggle's default, {KAGGLE_HOURS} h")
+    if stored.get("session") != session or stored.get("deadline") != deadline:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(SESSION_FILE + ".tmp")
+        tmp.write_text(json.dumps({"session": session, "start": start, "hours": hours,
+                                   "deadline": deadline, "set_by": why}, indent=2))
+        tmp.replace(path)
+    if not quiet:
+        left = deadline - now
+        print(f"session deadline {_clock(deadline)} ({why} from the session's start at "
+              f"{_clock(start)}): " + (f"{left / 3600:.2f} h from now" if left > 0
+                                       else f"passed {-left / 3600:.2f} h ago"))
+    return deadline
+
+
+def use_compilation_cache(root: str | os.PathLike) -> pathlib.Path:
+    """Keep JAX's compiled programs in ``<root>/.jax_cache``: a resumed session loads them.
+
+    Set before JAX is imported (the environment variable) or after (its config); either
+    way before the first compilation that should be kept.
+    """
+    path = pathlib.Path(root) / CACHE_DIR
+    path.mkdir(parents=True, exist_ok=True)
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = str(path.resolve())
+    if "jax" in sys.modules:
+        sys.modules["jax"].config.update("jax_compilation_cache_dir", str(path.resolve()))
+    return path
+
+
+def _is_run(folder: pathlib.Path) -> bool:
+    return folder.is_dir() and any((folder / stage).is_dir() for stage in STAGES)
+
+
+def _progress(run: pathlib.Path) -> tuple[int, int]:
+    """How far a run got: finished stages, then files (more is further)."""
+    finished = sum((run / stage / "finished.json").is_file() for stage in STAGES)
+    return finished, sum(1 for p in run.rglob("*") if p.is_file())
+
+
+def _empty(path: pathlib.Path) -> bool:
+    return not path.exists() or (path.is_dir() and not any(p.is_file() for p in path.rglob("*")))
+
+
+def restore_runs(root: str | os.PathLike | None = None,
+                 inputs: str | os.PathLike = KAGGLE_INPUT) -> list[str]:
+    """Copy each ``runs/<run>`` of the attached inputs into ``root``; what was restored.
+
+    Kaggle mounts an earlier session's output, added as an input, read-only at
+    ``/kaggle/input/<name>/`` (one folder deeper for some kinds of input). Of several
+    copies of one run the one that got furthest is taken. Nothing already in ``root``
+    is replaced: a stage folder (or other entry) of the run is copied only where the
+    one in ``root`` is missing or empty, so work of this session always wins. Compiled
+    programs under ``runs/.jax_cache`` come along, file by file.
+    """
+    root = pathlib.Path(root) if root is not None else default_root()
+    inputs = pathlib.Path(inputs)
+    if not inputs.is_dir():
+        return []
+    found: dict[str, pathlib.Path] = {}
+    caches = []
+    for runs in sorted([*inputs.glob("*/runs"), *inputs.glob("*/*/runs")]):
+        if not runs.is_dir() or runs.resolve() == root.resolve():
+            continue
+        caches.append(runs / CACHE_DIR)
+        for run in sorted(p for p in runs.iterdir() if _is_run(p)):
+            best = found.get(run.name)
+            if best is None or _progress(run) > _progress(best):
+                found[run.name] = run
+    restored = []
+    for name, source in sorted(found.items()):
+        copied = []
+        for entry in sorted(source.iterdir()):
+            dest = root / name / entry.name
+            if _empty(entry) or not _empty(dest):
+                continue  # nothing to bring, or work already here (this session's), which wins
+            if entry.is_dir():
+                shutil.copytree(entry, dest, dirs_exist_ok=True)
+            else:
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(entry, dest)
+            copied.append(entry.name)
+        if copied:
+            restored.append(f"{name} ({', '.join(copied)}) from {source}")
+    for cache in caches:
+        if cache.is_dir():
+            for f in cache.rglob("*"):
+                dest = root / CACHE_DIR / f.relative_to(cache)
+                if f.is_file() and not dest.exists():
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(f, dest)
+    return restored
+
+
+def mount_drive(root: pathlib.Path, mount: Callable[[str], Any] | None = None) -> bool:
+    """On Colab, mount Google Drive when the runs root is on it (``/content/drive/...``).
+
+    ``%env REASONKIT_RUNS=/content/drive/MyDrive/reasonkit-runs`` in a cell above the
+    setup keeps the runs across Colab sessions: the runtime's own disk goes with it.
+    """
+    if COLAB_DRIVE not in pathlib.Path(root).absolute().parents or (COLAB_DRIVE / "MyDrive").is_dir():
+        return False
+    if mount is None:
+        from google.colab import drive  # only on Colab
+
+        mount = drive.mount
+    mount(str(COLAB_DRIVE))
+    return True
+
+
+@dataclasses.dataclass(frozen=True)
+class Session:
+    """What :func:`start_session` set up."""
+
+    root: pathlib.Path
+    deadline: float | None
+    restored: list[str]
+    cache: pathlib.Path
+
+
+def start_session(root: str | os.PathLike | None = None, *, inputs: str | os.PathLike = KAGGLE_INPUT,
+                  env: Mapping[str, str] | None = None) -> Session:
+    """Before anything else in a session: Drive, restored runs, compilation cache, deadline."""
+    root = pathlib.Path(root) if root is not None else default_root()
+    mount_drive(root)
+    root.mkdir(parents=True, exist_ok=True)
+    restored = restore_runs(root, inputs)
+    for line in restored:
+        print(f"restored {line}")
+    cache = use_compilation_cache(root)
+    print(f"runs in {root.absolute()}; compiled programs kept in {cache}")
+    return Session(root, session_deadline(root, env=env), restored, cache)
 
 
 def open_jsonl(path: str | os.PathLike) -> IO[str]:
@@ -69,7 +312,7 @@ class RunDir:
     def create(cls, name: str | None = None, root: str | os.PathLike | None = None) -> "RunDir":
         """Open (creating if needed) ``<root>/<name>``; name defaults to ``$REASONKIT_RUN`` or the preset."""
         if name is None:
-            name = os.environ.get("REASONKIT_RUN") or os.environ.get("REASONKIT_PRESET") or "tiny"
+            name = os.environ.get("REASONKIT_RUN") or preset_name()
         if not name or "/" in name or name in (".", ".."):
             raise ValueError(f"run name {name!r} must be a plain directory name")
         path = pathlib.Path(root) if root is not None else default_root()
@@ -81,6 +324,10 @@ class RunDir:
     @property
     def name(self) -> str:
         return self.path.name
+
+    def deadline(self) -> float | None:
+        """This session's deadline (:func:`session_deadline`), kept beside this run."""
+        return session_deadline(self.path.parent)
 
     def stage(self, stage: str) -> pathlib.Path:
         if stage not in STAGES:
@@ -136,3 +383,28 @@ class RunDir:
                 warnings.warn(f"{path}:{number}: skipped a line that is not JSON ({e.msg}): {line[:80]!r}",
                               stacklevel=2)
         return rows
+
+
+# --- the data stage ----------------------------------------------------------------------
+
+
+def save_data(run: RunDir, preset: Preset, splits: data.Splits, report: data.DataReport) -> None:
+    """Write the splits to ``<run>/data`` (replacing what is there) and mark the stage finished."""
+    data.write_splits(splits, report, run.stage("data"), overwrite=True)
+    run.mark_finished("data", preset=preset.name, **splits.sizes())
+
+
+def build_data(run: RunDir, preset: Preset, count_tokens: Callable[[str], int], *,
+               rebuild: bool = False) -> tuple[data.Splits, data.DataReport]:
+    """The data stage, as ``02_dataset_rebalance`` runs it: finished splits are read back
+    (``rebuild=True`` replaces them); otherwise load the sources, build and write the splits.
+
+    ``count_tokens`` counts tokens with the model's tokenizer (the stage budgets are tokens).
+    """
+    if run.is_finished("data") and not rebuild:
+        return data.read_splits(run.stage("data"))
+    records, reports = data.load_sources(preset.data)
+    splits, report = data.build_splits(records, preset.data, count_tokens=count_tokens,
+                                       limits=data.stage_limits(preset), source_reports=reports)
+    save_data(run, preset, splits, report)
+    return splits, report

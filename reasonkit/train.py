@@ -32,6 +32,7 @@ import optax
 from reasonkit import collate, compiles, data, masks, models, rewards, template
 from reasonkit import mesh as mesh_lib
 from reasonkit.config import Preset, TrainConfig
+from reasonkit.hardware import format_duration
 from reasonkit.runs import NOTEBOOK_OF, RunDir, open_jsonl
 
 PREVIOUS = {"sft": (), "dpo": ("sft",), "grpo": ("dpo", "sft")}
@@ -120,34 +121,61 @@ def read_metrics(run: RunDir, stage: str) -> dict[str, tuple[list[int], list[flo
 # --- time budget -------------------------------------------------------------------------
 
 
-def deadline_from_env(default_hours: float | None = None) -> float | None:
-    """Absolute wall-clock deadline from ``$REASONKIT_DEADLINE_HOURS`` (hours from now)."""
-    hours = os.environ.get("REASONKIT_DEADLINE_HOURS") or default_hours
-    if not hours:
-        return None
-    try:
-        return time.time() + float(hours) * 3600
-    except ValueError:
-        raise ValueError(f"REASONKIT_DEADLINE_HOURS must be a number of hours, e.g. 8.5; "
-                         f"got {hours!r}") from None
-
-
-def until(stream: Iterable[Any], deadline: float | None, margin_s: float = 120.0) -> Iterator[Any]:
+def until(stream: Iterable[Any], deadline: float | None, margin_s: float = 120.0, *,
+          total: int | None = None, skip: int = 0, name: str = "training",
+          warmup: int = 2) -> Iterator[Any]:
     """Yield from ``stream`` while there is time for another step before ``deadline``.
 
     The trainer stops when its data ends and saves a final checkpoint, so stopping the
     stream is a clean stop; re-running the notebook resumes from there. The margin
     grows to twice the slowest step seen, plus ``margin_s`` for the checkpoint write.
+    ``deadline`` is the session's (:meth:`reasonkit.runs.RunDir.deadline`).
+
+    With ``total`` (the stage's ``max_steps``), once ``warmup`` steps have run after the
+    first (which compiles), it prints the measured time per step, when the stage should
+    end and whether that is before the deadline. ``skip``: batches a resumed trainer
+    reads and discards first (they take no step).
     """
-    last, slowest = time.time(), 0.0
-    for item in stream:
+    last, slowest, steady = time.time(), 0.0, []
+    for i, item in enumerate(stream):
         # From one request to the next: the trainer's step on the batch before, and this fetch.
         now = time.time()
-        slowest, last = max(slowest, now - last), now
+        gap, last = now - last, now
+        slowest = max(slowest, gap)
+        if i >= skip + 2:  # the step on batch i - 1 was not the first (compiling) one
+            steady.append(gap)
+            if total is not None and len(steady) == warmup and i < total:
+                print(eta(name, sum(steady) / len(steady), i, total, deadline, now))
         if deadline is not None and now + 2 * slowest + margin_s > deadline:
             print(f"time budget: stopping cleanly, {deadline - now:.0f}s before the deadline")
             return
         yield item
+
+
+def eta(name: str, per_step: float, done: int, total: int, deadline: float | None,
+        now: float | None = None) -> str:
+    """One line: the measured time per step, when the stage ends, and against the deadline.
+
+    >>> print(eta("SFT", 2.0, 40, 240, deadline=1000.0, now=0.0))
+    SFT: 2.00 s/step after warm-up; 200 steps left, 6.7 min: ends 10.0 min before the deadline
+    >>> print(eta("GRPO", 10.0, 0, 100, deadline=500.0, now=0.0))  # doctest: +NORMALIZE_WHITESPACE
+    GRPO: 10.0 s/step after warm-up; 100 steps left, 16.7 min: does NOT fit the deadline
+    (8.3 min left): it stops cleanly near step 50; run again in a new session to resume
+    """
+    now = time.time() if now is None else now
+    left = total - done
+    need = left * per_step
+    rate = f"{per_step:.3g} s/step" if per_step < 1 else f"{per_step:.2f} s/step" if per_step < 10 \
+        else f"{per_step:.1f} s/step"
+    line = f"{name}: {rate} after warm-up; {left} steps left, {format_duration(need)}"
+    if deadline is None:
+        return line + "; no deadline set"
+    spare = deadline - now - need
+    if spare >= 0:
+        return line + f": ends {format_duration(spare)} before the deadline"
+    reach = done + max(0, int((deadline - now) / per_step))
+    return (line + f": does NOT fit the deadline ({format_duration(max(0.0, deadline - now))} left): "
+            f"it stops cleanly near step {reach}; run again in a new session to resume")
 
 
 # --- data ------------------------------------------------------------------------------
@@ -546,7 +574,8 @@ def train_sft(preset: Preset, run: RunDir, *, deadline: float | None = None,
             pbar_description="SFT")).with_gen_model_input_fn(gen_model_input_fn(tok.pad_id()))
         with compiles.CompileCounter() as counter, saves_land_on_interrupt(trainer.checkpoint_manager), \
                 detached_after(trainer.metrics_logger):
-            trainer.train(counter.watch(until(train, deadline), skip=trainer.train_steps),
+            trainer.train(counter.watch(until(train, deadline, total=cfg.max_steps, name="SFT",
+                                              skip=trainer.train_steps), skip=trainer.train_steps),
                           list(take(held_out, 2)))
         steps = trainer.train_steps
     stats = {"collate": collator.stats.to_dict(),
@@ -584,7 +613,8 @@ def train_dpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
                 pbar_description=cfg.algorithm.upper()))
         with compiles.CompileCounter() as counter, saves_land_on_interrupt(trainer.checkpoint_manager), \
                 detached_after(trainer.metrics_logger):
-            trainer.train(counter.watch(until(train, deadline), skip=trainer.train_steps))
+            trainer.train(counter.watch(until(train, deadline, total=cfg.max_steps, name=cfg.algorithm,
+                                              skip=trainer.train_steps), skip=trainer.train_steps))
         steps = trainer.train_steps
     stats = {"collate": collator.stats.to_dict(),
              "compiles": log_compiles(run, "dpo", counter, steps)}
@@ -675,7 +705,8 @@ def train_grpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
         actor = cluster.actor_trainer
         with compiles.CompileCounter() as counter, saves_land_on_interrupt(actor.checkpoint_manager), \
                 detached_after(cluster._rl_metrics_logger):
-            stream = counter.watch(until(train, deadline), skip=actor.train_steps)
+            stream = counter.watch(until(train, deadline, total=cfg.max_steps, name="GRPO",
+                                         skip=actor.train_steps), skip=actor.train_steps)
             first = next(stream, None)
             if first is None:  # out of time before the first batch: Tunix's learner would
                 cluster.close()  # raise StopIteration; close as it does (saves the step)

@@ -9,7 +9,7 @@ export REASONKIT_RUNS="${REASONKIT_RUNS:-$(mktemp -d)/runs}"  # never touch the 
 # nbval runs GRPO for 60 steps of the tiny preset's 200 (4 minutes instead of 11 on 2 cores)
 # to keep the suite near 16 minutes; scripts/demo.sh runs the preset as shipped.
 export REASONKIT_OVERRIDES='{"grpo.max_steps": 60}'
-.venv/bin/ruff check reasonkit tests notebooks/*.py benchmarks
+.venv/bin/ruff check reasonkit reasonkit_bootstrap.py scripts tests notebooks/*.py benchmarks
 # The .ipynb files, not the folder: --doctest-modules would import notebooks/*.py (their
 # jupytext twins) to look for doctests, which runs the whole series at collection time.
 .venv/bin/python -m pytest -q --durations=15 tests reasonkit --nbval-lax notebooks/*.ipynb "$@"

@@ -36,11 +36,39 @@ def test_gemma_presets_follow_the_write_up():
     assert 0.05 <= p.sft.warmup_ratio <= 0.1
 
 
-def test_tiny_is_default_and_env_selects(monkeypatch):
+def test_auto_is_default_tiny_on_a_cpu_and_env_selects(monkeypatch, capsys):
     monkeypatch.delenv("REASONKIT_PRESET", raising=False)
     assert get_preset().name == "tiny"
+    assert capsys.readouterr().out.startswith("preset 'auto' picked 'tiny' for 1 x cpu;")
     monkeypatch.setenv("REASONKIT_PRESET", "gemma3-270m")
     assert get_preset().name == "gemma3-270m"
+    assert capsys.readouterr().out == ""  # named, not picked: no banner
+
+
+class FakeDevice:
+    def __init__(self, platform, kind):
+        self.platform, self.device_kind = platform, kind
+
+
+@pytest.mark.parametrize("kind, n, name, v3", [("TPU v5 lite", 8, "gemma3-1b", False),
+                                               ("TPU v3", 8, "gemma3-1b-v3-8", True),
+                                               ("TPU v5 lite", 1, "gemma3-1b-v5e-1", False)])
+def test_auto_on_a_tpu_says_what_it_picked_and_that_it_is_untested(monkeypatch, capsys, kind, n,
+                                                                   name, v3):
+    import jax
+
+    monkeypatch.setattr(jax, "devices", lambda: [FakeDevice("tpu", kind)] * n)
+    monkeypatch.delenv("REASONKIT_PRESET", raising=False)
+    assert config.preset_name(banner=True) == name
+    out = capsys.readouterr().out
+    assert f"picked {name!r} for {n} x {kind} (untested: no Gemma preset has run on a TPU" in out
+    assert ("JAX's own TPU CI does not cover v3" in out) == v3
+
+
+def test_every_preset_but_tiny_says_it_is_untested():
+    assert set(config.UNTESTED) == set(config.PRESETS) - {"tiny"}
+    for name in config.PRESETS:
+        assert ("(untested)" in get_preset(name).description) == (name != "tiny")
 
 
 def test_unknown_preset_names_the_known_ones():

@@ -173,3 +173,42 @@ def test_pick_examples_prefers_the_named_domains_and_fills_in():
     assert [r["id"] for r in evaluate.pick_examples(recs, prefer=("science",), n=2)] == [
         "science0", "general0"]
     assert evaluate.pick_examples([]) == []
+
+
+# --- a run's evaluation (06_evaluation and python -m reasonkit run) ---------------------------
+
+
+def test_evaluate_run_every_finished_stage_then_save(tmp_path, monkeypatch, capsys):
+    """The base model and each finished stage, in order, freed in between; saved and marked."""
+    from reasonkit import runs
+
+    preset = get_preset("tiny")
+    run = runs.RunDir.create("e", root=tmp_path)
+    recs = [{"id": str(i), "domain": "math", "source": "t", "prompt": f"{i} + 1?",
+             "reasoning": "r", "answer": str(i + 1)} for i in range(3)]
+    data.write_splits(data.Splits(eval=recs, sft=recs, dpo=[], grpo=recs), data.DataReport(),
+                      run.stage("data"))
+    run.mark_finished("data")
+    run.mark_finished("sft", steps=2)
+    run.mark_finished("grpo", steps=2)  # DPO skipped
+    assert evaluate.stages_to_evaluate(run) == ["base", "sft", "grpo"]
+    loaded = []
+    monkeypatch.setattr(evaluate, "load_stage", lambda p, r, name, mesh: (loaded.append(name), None))
+    monkeypatch.setattr(evaluate.train, "free", lambda: loaded.append("free"))
+
+    def fake_evaluate(model, tok, records, model_cfg, cfg, *, stage):
+        rows = evaluate.score_stage(records, [GOOD if stage != "base" else "12"] * len(records),
+                                    [[] for _ in records])
+        return {"stage": stage, "summary": evaluate.summarize(rows), "rows": rows}
+
+    monkeypatch.setattr(evaluate, "evaluate_model", fake_evaluate)
+    results, seconds = evaluate.evaluate_run(preset, run, mesh="a mesh")
+    assert loaded == ["base", "free", "sft", "free", "grpo", "free"]
+    assert list(results) == list(seconds) == ["base", "sft", "grpo"]
+    assert "grpo  format pass 100.0%" in capsys.readouterr().out
+    out = evaluate.save_run(run, preset, results, seconds)
+    assert sorted(p.name for p in out.iterdir()) == [
+        "completions_base.jsonl", "completions_grpo.jsonl", "completions_sft.jsonl", "finished.json",
+        "results.json", "stage_table.md"]
+    assert run.finished_info("eval")["stages"] == ["base", "sft", "grpo"]
+    assert json.loads((out / "results.json").read_text())["settings"]["num_samples"] == 4

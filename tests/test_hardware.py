@@ -265,3 +265,46 @@ def test_every_preset_fits_the_hardware_it_was_sized_for(name):
     for stage in ("sft", "dpo", "grpo", "eval"):
         budget = memory_budget(preset, stage, hw=hw)
         assert budget.fits, f"{name} {stage}: {budget}"
+
+
+# --- the time model ------------------------------------------------------------------------
+
+
+def test_stage_flops_by_hand():
+    """tiny: SFT 16 x 160 tokens, DPO 2 x 8 x (96 + 64), GRPO 8 x 8 rollouts of 96 + 64, eval 96."""
+    p = get_preset("tiny")  # no remat: a training pass is 2 forwards (the base gets no weight grads)
+    m, fwd = p.model, hwmod.forward_flops
+    sft, dpo, grpo, ev = hwmod.stage_costs(p)
+    assert (sft.steps, sft.train_flops, sft.generate_flops) == (240, 2 * fwd(m, 16 * 160, 160), 0)
+    assert dpo.train_flops == (2 + 1) * fwd(m, 2 * 8 * 160, 160)  # + the reference's forward
+    gen = fwd(m, 64 * 96, 96) + fwd(m, 64 * 64, 160)  # prefill, then 64 tokens over the cache
+    assert (grpo.train_flops, grpo.generate_flops) == ((2 + 1) * fwd(m, 64 * 160, 160), gen)
+    assert ev.steps == 4 and ev.generate_flops == 5 * (fwd(m, 96 * 96, 96) + fwd(m, 96 * 64, 160))
+    orpo = hwmod.stage_costs(p.replace(**{"dpo.algorithm": "orpo", "grpo.beta": 0.0}))
+    assert orpo[1].train_flops == 2 * fwd(m, 2 * 8 * 160, 160)  # no reference model
+    assert orpo[2].train_flops == 2 * fwd(m, 64 * 160, 160)  # beta 0: no reference forward
+
+
+def test_remat_costs_one_more_forward():
+    p = get_preset("gemma3-1b")  # remat on
+    assert hwmod.stage_costs(p)[0].train_flops == 3 * hwmod.forward_flops(p.model, 32 * 1024, 1024)
+
+
+def test_time_model_seconds_and_verdict():
+    p = get_preset("gemma3-1b")
+    tm = hwmod.time_model(p, from_name("tpu-v5e-8"))
+    assert tm.peak == 8 * 197e12
+    sft = hwmod.stage_costs(p)[0]
+    assert tm.seconds("sft") == pytest.approx(1000 * sft.train_flops / (8 * 197e12 * 0.3))
+    assert tm.total() == pytest.approx(sum(tm.seconds(s) for s in ("sft", "dpo", "grpo", "eval")))
+    fits = tm.report(seconds_left=8.5 * 3600)
+    assert "x an assumed utilisation: 30% training, 5% sampling" in fits and ": fits;" in fits
+    assert "the table's peak of 8 x TPU v5 lite" in fits
+    tight = tm.report(seconds_left=60, stages=("grpo", "eval"))
+    assert "does NOT fit" in tight and "| sft |" not in tight and "| grpo | 800 |" in tight
+
+
+def test_time_model_on_a_cpu_measures_its_peak():
+    tm = hwmod.time_model(get_preset("tiny"), from_name("cpu-1"))
+    assert tm.peak > 1e8 and "the measured matmul rate of 1 x cpu" in tm.report()
+    assert "12% training" in tm.report()

@@ -14,6 +14,7 @@ import pytest
 
 from reasonkit import data, evaluate, models, template, train
 from reasonkit.config import SFTConfig, get_preset
+from reasonkit.hardware import format_duration
 from reasonkit.runs import RunDir
 
 SMALL = {
@@ -136,8 +137,8 @@ def dies_at(batch_index: int):
     """``train.until`` that raises on the stream's ``batch_index``-th batch, as a dying kernel."""
     real_until = train.until
 
-    def until(stream, deadline, margin_s=120.0):
-        for i, batch in enumerate(real_until(stream, deadline, margin_s)):
+    def until(stream, deadline, margin_s=120.0, **kwargs):
+        for i, batch in enumerate(real_until(stream, deadline, margin_s, **kwargs)):
             if i == batch_index:
                 raise KeyboardInterrupt("kernel died")
             yield batch
@@ -229,15 +230,21 @@ def test_deadline_stops_the_stream_cleanly(monkeypatch):
     assert list(train.until(range(5), deadline=None)) == list(range(5))
 
 
-def test_deadline_from_env(monkeypatch):
-    monkeypatch.setenv("REASONKIT_DEADLINE_HOURS", "8.5")
-    assert abs(train.deadline_from_env() - (time.time() + 8.5 * 3600)) < 5
-    monkeypatch.setenv("REASONKIT_DEADLINE_HOURS", "8h")
-    with pytest.raises(ValueError, match=r"REASONKIT_DEADLINE_HOURS must be a number of hours.*'8h'"):
-        train.deadline_from_env()
-    monkeypatch.delenv("REASONKIT_DEADLINE_HOURS")
-    assert train.deadline_from_env() is None
-    assert abs(train.deadline_from_env(1) - (time.time() + 3600)) < 5
+@pytest.mark.parametrize("skip", [0, 3])
+def test_eta_after_warm_up_from_the_measured_steps(monkeypatch, capsys, skip):
+    """The first step compiles (50 s), the others take 2 s; a resumed run skips ``skip`` batches
+    at no cost. Once two steady steps ran, one line gives their time and the ETA."""
+    clock = [0.0]
+    monkeypatch.setattr(train.time, "time", lambda: clock[0])
+    for i in train.until(range(40), deadline=1000, margin_s=0, total=40, skip=skip, name="SFT"):
+        if i >= skip:
+            clock[0] += 50 if i == skip else 2
+    left, now = 40 - skip - 3, 50 + 2 + 2  # measured at the 4th real batch
+    assert capsys.readouterr().out.splitlines() == [
+        f"SFT: 2.00 s/step after warm-up; {left} steps left, {format_duration(2 * left)}: ends "
+        f"{format_duration(1000 - now - 2 * left)} before the deadline"]
+    list(train.until(range(10), deadline=None, total=10))
+    assert capsys.readouterr().out.endswith("; no deadline set\n")
 
 
 def test_time_budget_stop_leaves_a_resumable_checkpoint(tmp_path, preset):

@@ -1,0 +1,150 @@
+"""Run the series 02 -> 06 in one process, one session, one deadline: ``python -m reasonkit run``.
+
+What the notebooks 02_dataset_rebalance to 06_evaluation do, without their plots of the
+data and the curves: build the data splits, train SFT, DPO and GRPO (exporting the GRPO
+model), evaluate every finished stage. Before training it prints the time model
+(:func:`reasonkit.hardware.time_model`) and whether the stages left fit the session's
+deadline; once each stage has warmed up it prints its measured ETA. At the deadline a
+stage stops cleanly; run the command again (in a new session: on Kaggle, with this
+session's output attached as an input) and it goes on where it stopped: finished stages
+are skipped, a stopped one resumes from its checkpoint.
+
+    python -m reasonkit run               # the preset and run from REASONKIT_PRESET / _RUN
+    python -m reasonkit run --preset gemma3-1b --run first
+    python -m reasonkit plan              # only the time model, nothing trained
+
+Exit status: 0 when the series is done, 3 when it stopped for the deadline (resumable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Sequence
+
+from reasonkit import evaluate, hardware, mesh, models, runs, train
+from reasonkit.config import Preset, get_preset
+from reasonkit.runs import RunDir
+
+TRAINING = ("sft", "dpo", "grpo")
+STOPPED = 3
+START_MARGIN_S = 180.0  # no stage starts with less left: it would stop while loading or compiling
+
+
+def eval_is_current(run: RunDir) -> bool:
+    """``eval`` finished after every stage it should hold, and holds each of them."""
+    if not run.is_finished("eval"):
+        return False
+    info = run.finished_info("eval")
+    stages = evaluate.stages_to_evaluate(run)
+    return info.get("stages") == stages and all(
+        run.finished_info(s).get("finished_at", "") <= info.get("finished_at", "") for s in stages[1:])
+
+
+def todo(run: RunDir) -> list[str]:
+    """The stages still to run, in order (``eval`` unless it is current)."""
+    left = [s for s in TRAINING if not run.is_finished(s)]
+    return left + (["eval"] if left or not eval_is_current(run) else [])
+
+
+def seconds_left(deadline: float | None) -> float | None:
+    return None if deadline is None else deadline - time.time()
+
+
+def plan(preset: Preset, run: RunDir, deadline: float | None, eval_prompts: int | None = None,
+         hw: hardware.HardwareInfo | None = None) -> hardware.TimeModel:
+    """Print the time model of the stages still to run, against the deadline."""
+    hw = hw or hardware.detect()
+    print(hw.summary())
+    model = hardware.time_model(preset, hw, eval_prompts=eval_prompts)
+    print(model.report(seconds_left(deadline), stages=todo(run)))
+    return model
+
+
+def export_grpo(preset: Preset, run: RunDir, result: train.StageResult | None) -> None:
+    """Merge GRPO's adapters into the base and save it (``grpo/merged``), once."""
+    merged = run.stage("grpo") / "merged" / "model.safetensors"
+    if merged.is_file():
+        return
+    result = result or train.train_or_load(preset, run, "grpo")  # finished earlier: loads it
+    print(f"exported the GRPO model to {train.export(result, preset, run)}")
+
+
+def run_series(preset_name: str | None = None, run_name: str | None = None) -> int:
+    """02 -> 06 in this process, resuming where an earlier call stopped; the exit status."""
+    session = runs.start_session()
+    mesh.init_distributed()  # a no-op on one host
+    preset = get_preset(preset_name)
+    run = RunDir.create(run_name or os.environ.get("REASONKIT_RUN") or preset.name, root=session.root)
+    print(f"preset {preset.name!r}: {preset.description}\nrun {run.path}")
+    deadline = session.deadline
+
+    models.read_platform_secrets()  # Gemma weights: HF_TOKEN or KAGGLE_* secrets, never printed
+    model_dir = models.resolve_source(preset.model)
+    tok = models.load_tokenizer(model_dir / "tokenizer.model", vocab_size=preset.model.vocab_size)
+    splits, _ = runs.build_data(run, preset, lambda text: len(tok.EncodeAsIds(text)))
+    print(f"data: {splits.sizes()} ({run.stage('data')})")
+    model = plan(preset, run, deadline, len(splits.eval))
+
+    for stage in TRAINING:
+        if run.is_finished(stage):
+            print(f"{stage}: finished earlier ({run.finished_info(stage).get('steps')} steps)")
+            if stage == "grpo":
+                export_grpo(preset, run, None)
+            continue
+        left = seconds_left(deadline)
+        if left is not None and left < START_MARGIN_S:
+            print(f"{stage}: not started, {max(left, 0):.0f} s before the deadline; run again in a "
+                  "new session to go on from here")
+            return STOPPED
+        result = train.train_or_load(preset, run, stage, deadline=deadline)
+        if not result.finished:
+            print(f"{stage} stopped at step {result.steps} for the deadline; run again in a new "
+                  "session to resume it")
+            return STOPPED
+        if stage == "grpo":
+            export_grpo(preset, run, result)
+        del result
+        train.free()
+
+    stages = evaluate.stages_to_evaluate(run)
+    if eval_is_current(run):
+        print(f"eval: current ({run.stage('eval') / 'stage_table.md'})")
+    else:
+        need, left = model.seconds("eval") * len(stages) / len(hardware.EVAL_STAGES), seconds_left(deadline)
+        if left is not None and need + START_MARGIN_S > left:
+            print(f"eval: not started, the time model gives it {hardware.format_duration(need)} and "
+                  f"{hardware.format_duration(max(left, 0))} are left; run again in a new session")
+            return STOPPED
+        results, seconds = evaluate.evaluate_run(preset, run, stages)
+        figures = {"stages": evaluate.plot_stages(results), "lengths": evaluate.plot_lengths(results),
+                   "domains_accuracy": evaluate.plot_domains(results, metric="accuracy"),
+                   "domains_format": evaluate.plot_domains(results, metric="format_rate")}
+        evaluate.save_run(run, preset, results, seconds, figures)
+    print((run.stage("eval") / "stage_table.md").read_text(), end="")
+    print(f"done: {run.path}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m reasonkit", description=__doc__.split("\n")[0])
+    ap.add_argument("command", choices=("run", "plan"),
+                    help="run: the series 02 -> 06, resuming; plan: only the time model")
+    ap.add_argument("--preset", help="a preset name (default: $REASONKIT_PRESET, else auto)")
+    ap.add_argument("--run", help="the run's name (default: $REASONKIT_RUN, else the preset's)")
+    args = ap.parse_args(argv)
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(line_buffering=True)  # a notebook's `!python -m ...` shows it live
+    if args.command == "plan":
+        session = runs.start_session()
+        preset = get_preset(args.preset)
+        name = args.run or os.environ.get("REASONKIT_RUN") or preset.name
+        plan(preset, RunDir.create(name, root=session.root), session.deadline)
+        return 0
+    return run_series(args.preset, args.run)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,393 @@
+"""Find or install reasonkit and the tested JAX stack: what the notebooks' first cell runs.
+
+Standard library only, so it runs before anything is installed. The file ships in three
+places: the top folder of this repository, the top folder of the Kaggle dataset that
+``scripts/kaggle_dataset.py`` builds, and the reasonkit wheel (as a top-level module).
+Each notebook's first cell puts the folder holding it on ``sys.path`` (the notebook's
+parent folder, or an attached Kaggle input) and calls :func:`setup`.
+
+reasonkit comes from the first of these that exists:
+
+1. an installed reasonkit (``scripts/setup.sh``, ``pip install``);
+2. a checkout of this repository: the notebook's parent folder (after ``git clone``), or
+   an attached Kaggle dataset made of the repository. It goes on ``sys.path`` (and
+   ``PYTHONPATH``, for ``!python -m reasonkit``); its dependencies are installed if missing;
+3. a wheel in an attached Kaggle input, ``/kaggle/input/*/reasonkit-*.whl``: installed
+   offline, ``--no-index --find-links`` that folder, which holds the stack's wheels too;
+4. ``$REASONKIT_PIP``: anything ``pip install`` takes (your fork's git URL, a folder).
+
+Otherwise it stops and names these ways. Then jax, jaxlib, flax, qwix, optax,
+orbax-checkpoint and google-tunix (plus libtpu on a TPU VM) must be the versions in
+:data:`TESTED`, whatever the image had: what differs is installed (offline from an
+attached wheels dataset when there is one, else from the package index, with pip's
+progress shown) and checked again, and the cell stops naming anything still different.
+If one of them was imported before the install, the cell stops and says to restart the
+runtime. Last, :func:`reasonkit.runs.start_session` restores earlier runs from the Kaggle
+inputs, fixes the session's deadline and turns on the compilation cache.
+
+>>> requirements(tpu=False)[:2], requirements(tpu=True)[:1], requirements(tpu=True)[-1]
+(['jax==0.10.2', 'jaxlib==0.10.2'], ['jax[tpu]==0.10.2'], 'libtpu==0.0.42.1')
+>>> parse_requirement("google-tunix[prod]==0.1.7 ; python_version >= '3.11'")
+('google-tunix', '==0.1.7')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import importlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from typing import Callable, Mapping, Sequence
+
+# The stack every number in the README was measured with (requirements.txt pins the same
+# versions; tests/test_bootstrap.py checks that they agree).
+TESTED: dict[str, str] = {
+    "jax": "0.10.2", "jaxlib": "0.10.2", "flax": "0.12.8", "qwix": "0.1.8", "optax": "0.2.8",
+    "orbax-checkpoint": "0.12.8", "google-tunix": "0.1.7",
+}
+# On a TPU VM: the TPU runtime jax[tpu]==0.10.2 pins (libtpu==0.0.42.*; requirements-tpu.txt).
+TPU: dict[str, str] = {"libtpu": "0.0.42.1"}
+# What a TPU VM's wheels must fit (the Kaggle dataset, tests/test_bootstrap.py's resolution):
+# Linux x86_64 with glibc 2.31 or newer; libtpu 0.0.42.1 needs manylinux_2_31, jaxlib 0.10.2
+# manylinux_2_27. Pins that ship only as source (pure Python) are built into wheels.
+PLATFORMS = [f"manylinux_2_{minor}_x86_64" for minor in range(31, 16, -1)] + ["manylinux2014_x86_64"]
+PYTHONS = ("3.11", "3.12")
+SDIST_ONLY: dict[str, tuple[str, list[str]]] = {"promise": ("2.3", ["six"])}
+# The module each distribution imports as: what "imported before the install" looks for.
+MODULES = {"jax": "jax", "jaxlib": "jaxlib", "flax": "flax", "qwix": "qwix", "optax": "optax",
+           "orbax-checkpoint": "orbax.checkpoint", "google-tunix": "tunix", "libtpu": "libtpu"}
+KAGGLE_INPUT = "/kaggle/input"
+RESTART = ("restart the runtime (Kaggle: Run > Restart & clear cell outputs; Colab: Runtime > "
+           "Restart session), then run the notebook again from the top")
+WAYS = """Give the notebooks reasonkit in one of these ways:
+  1. a checkout: clone the repository and open its notebooks/ (the notebook's parent folder is the checkout);
+  2. on Kaggle, Add Input: a dataset made of the repository, or the wheels dataset that
+     `python scripts/kaggle_dataset.py` builds (reasonkit and the tested stack, installed offline);
+  3. REASONKIT_PIP, set in a cell above: %env REASONKIT_PIP=git+https://github.com/<you>/reasonkit
+     (your fork), or a folder holding the repository;
+  or `pip install` it into this environment yourself."""
+
+
+class SetupError(RuntimeError):
+    """The setup cannot go on: the message says what to do."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """Where reasonkit comes from: ``kind`` is installed, checkout, wheel or pip."""
+
+    kind: str
+    where: str  # a folder, or what pip installs
+    wheels: str | None = None  # a folder of wheels to install from offline
+
+
+def parse_requirement(text: str) -> tuple[str, str]:
+    """``(normalised name, version specifier)`` of one requirement line (extras and markers dropped)."""
+    m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*([^;]*)", text)
+    if not m:
+        raise ValueError(f"not a requirement: {text!r}")
+    return normalise(m.group(1)), m.group(3).strip()
+
+
+def normalise(name: str) -> str:
+    """A distribution name as pip compares them: ``Orbax_Checkpoint`` is ``orbax-checkpoint``."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def requirements(tpu: bool) -> list[str]:
+    """The tested stack as pip requirements (``jax[tpu]`` and libtpu on a TPU VM)."""
+    out = [f"{'jax[tpu]' if tpu and name == 'jax' else name}=={v}" for name, v in TESTED.items()]
+    return out + ([f"{name}=={v}" for name, v in TPU.items()] if tpu else [])
+
+
+def on_tpu_vm(env: Mapping[str, str] | None = None, root: str = "/") -> bool:
+    """A TPU VM: v2-v4 chips appear as /dev/accel*, v5e and later as /dev/vfio/<n>."""
+    env = os.environ if env is None else env
+    dev = os.path.join(root, "dev")
+    return bool(glob.glob(os.path.join(dev, "accel*")) or glob.glob(os.path.join(dev, "vfio", "[0-9]*"))
+                or env.get("TPU_NAME") or env.get("TPU_ACCELERATOR_TYPE"))
+
+
+# --- where reasonkit is -------------------------------------------------------------------
+
+
+def is_checkout(folder: str | os.PathLike) -> bool:
+    """``folder`` holds this repository: a pyproject.toml naming reasonkit and the package."""
+    folder = pathlib.Path(folder)
+    project = folder / "pyproject.toml"
+    try:
+        text = project.read_text()
+    except OSError:
+        return False
+    return (folder / "reasonkit" / "__init__.py").is_file() and re.search(
+        r'(?m)^name\s*=\s*"reasonkit"', text) is not None
+
+
+def input_folders(kaggle_input: str | os.PathLike) -> list[pathlib.Path]:
+    """The attached inputs' folders and their subfolders (a zip of the repo adds one level)."""
+    root = pathlib.Path(kaggle_input)
+    top = sorted(p for p in root.glob("*") if p.is_dir()) if root.is_dir() else []
+    return top + sorted(p for t in top for p in t.glob("*") if p.is_dir())
+
+
+def wheel_version(path: str | os.PathLike) -> str:
+    """The version in a wheel's file name: ``reasonkit-0.1.10-py3-none-any.whl`` is ``0.1.10``."""
+    return pathlib.Path(path).name.split("-")[1]
+
+
+def find_wheel(kaggle_input: str | os.PathLike) -> pathlib.Path | None:
+    """The newest ``reasonkit-*.whl`` in an attached input (its folder holds the stack too)."""
+    wheels = [w for d in input_folders(kaggle_input) for w in d.glob("reasonkit-*.whl")]
+    return max(wheels, key=lambda w: [int(x) for x in re.findall(r"\d+", wheel_version(w))],
+               default=None)
+
+
+def _installed_reasonkit() -> bool:
+    try:
+        importlib.metadata.version("reasonkit")
+        return True
+    except importlib.metadata.PackageNotFoundError:
+        return False
+
+
+def locate(*, cwd: str | os.PathLike | None = None, kaggle_input: str | os.PathLike = KAGGLE_INPUT,
+           env: Mapping[str, str] | None = None,
+           importable: Callable[[], str | None] | None = None) -> Source:
+    """Where reasonkit comes from, in the order of the module docstring.
+
+    ``importable()`` gives the folder reasonkit imports from, or None (default: ask
+    importlib); a reasonkit that imports from a checkout without being installed (the
+    kernel runs in the repository's top folder) counts as that checkout.
+    """
+    env = os.environ if env is None else env
+    cwd = pathlib.Path(cwd or os.getcwd()).resolve()
+    found = (importable or _import_folder)()
+    if found:
+        if _installed_reasonkit() or not is_checkout(pathlib.Path(found).parent):
+            return Source("installed", found)
+        return Source("checkout", str(pathlib.Path(found).parent))
+    for folder in (cwd.parent, cwd, *input_folders(kaggle_input)):
+        if is_checkout(folder):
+            return Source("checkout", str(folder))
+    wheel = find_wheel(kaggle_input)
+    if wheel is not None:
+        return Source("wheel", str(wheel), wheels=str(wheel.parent))
+    if env.get("REASONKIT_PIP"):
+        return Source("pip", env["REASONKIT_PIP"])
+    raise SetupError(f"reasonkit is not installed, and there is no checkout in {cwd.parent} or {cwd}, "
+                     f"nor a checkout or a reasonkit-*.whl in {kaggle_input}, nor a REASONKIT_PIP.\n"
+                     + WAYS)
+
+
+def _import_folder() -> str | None:
+    spec = importlib.util.find_spec("reasonkit")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return str(pathlib.Path(list(spec.submodule_search_locations)[0]).resolve())
+
+
+# --- what is installed -----------------------------------------------------------------
+
+
+def installed(name: str) -> tuple[str | None, str | None]:
+    """``(version, url)`` of an installed distribution: url when pip installed it from a
+    git repository or a URL rather than a release (``direct_url.json``), else None."""
+    try:
+        dist = importlib.metadata.distribution(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None, None
+    url = None
+    direct = dist.read_text("direct_url.json")
+    if direct:
+        info = json.loads(direct)
+        if "vcs_info" in info or not info.get("url", "").endswith(".whl"):
+            url = info.get("url")
+            if "dir_info" in info and info["dir_info"].get("editable"):
+                url = None  # an editable checkout of the project itself is fine
+    return dist.version, url
+
+
+def differences(wanted: Mapping[str, str],
+                look: Callable[[str], tuple[str | None, str | None]] = installed) -> dict[str, str]:
+    """``{name: what differs}`` for each distribution of ``wanted`` that is not that release.
+
+    >>> found = differences({"jax": "0.10.2", "flax": "0.12.8", "qwix": "0.1.8"},
+    ...                     {"jax": ("0.12.0.1", None), "flax": ("0.12.8", None),
+    ...                      "qwix": ("0.1.8", "git+https://example.org/qwix")}.get)
+    >>> for line in found.values(): print(line)
+    jax 0.12.0.1 (tested: 0.10.2)
+    qwix 0.1.8 from git+https://example.org/qwix (tested: the 0.1.8 release)
+    """
+    out = {}
+    for name, version in wanted.items():
+        have, url = look(name) or (None, None)
+        if have is None:
+            out[name] = f"{name} not installed (tested: {version})"
+        elif have != version:
+            out[name] = f"{name} {have} (tested: {version})"
+        elif url:
+            out[name] = f"{name} {have} from {url} (tested: the {version} release)"
+    return out
+
+
+Look = Callable[[str], "tuple[str | None, str | None]"]
+
+
+def missing(reqs: Sequence[str], look: Look = installed) -> list[str]:
+    """The requirements of ``reqs`` not installed (or, for ``==``, not at that version)."""
+    out = []
+    for req in reqs:
+        name, spec = parse_requirement(req)
+        have = (look(name) or (None, None))[0]
+        if have is None or (spec.startswith("==") and have != spec[2:].strip()):
+            out.append(req)
+    return out
+
+
+def dependencies(source: Source) -> list[str]:
+    """What reasonkit needs besides itself: a checkout's ``[project] dependencies``, or the
+    installed package's (pip leaves them out after ``--no-deps``); none for a wheel or
+    ``$REASONKIT_PIP``, whose install brings them."""
+    if source.kind == "checkout":
+        import tomllib
+
+        with open(pathlib.Path(source.where) / "pyproject.toml", "rb") as f:
+            return list(tomllib.load(f)["project"].get("dependencies", []))
+    if source.kind == "installed":
+        try:
+            reqs = importlib.metadata.requires("reasonkit") or []
+        except importlib.metadata.PackageNotFoundError:
+            return []
+        return [r for r in reqs if "extra ==" not in r.replace("extra==", "extra ==")]
+    return []
+
+
+def loaded_versions(modules: Mapping[str, object] | None = None) -> dict[str, str | None]:
+    """``{distribution: version in memory (None: unknown)}`` for each stack module imported."""
+    modules = sys.modules if modules is None else modules
+    return {name: getattr(modules[module], "__version__", None)
+            for name, module in MODULES.items() if module in modules}
+
+
+# --- pip ---------------------------------------------------------------------------------
+
+
+def run_pip(args: Sequence[str]) -> int:
+    """``python -m pip <args>``, its output printed line by line as it comes (progress shows)."""
+    cmd = [sys.executable, "-m", "pip", *args]
+    print("$", " ".join(cmd), flush=True)
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          bufsize=1) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            print(line, end="", flush=True)
+    return proc.returncode
+
+
+def _pip(runner: Callable[[Sequence[str]], int], args: list[str], what: str) -> None:
+    if runner(args) != 0:
+        raise SetupError(f"pip could not install {what} (its messages are above). Without network, "
+                         "attach the wheels dataset (scripts/kaggle_dataset.py).\n" + WAYS)
+
+
+def _copy_out(folder: str) -> str:
+    """A copy of a source folder pip may build in (a Kaggle input is read-only)."""
+    return shutil.copytree(folder, os.path.join(tempfile.mkdtemp(), "reasonkit"),
+                           ignore=shutil.ignore_patterns(".git", ".venv", "runs", "build", ".cache"))
+
+
+def install_args(source: Source | None, reqs: Sequence[str], wheels: str | None) -> list[str]:
+    """pip's arguments: reasonkit from a wheel or ``$REASONKIT_PIP``, and ``reqs``; offline
+    (``--no-index``) from the folder ``wheels`` when there is one."""
+    args = ["install"]
+    if wheels:
+        args += ["--no-index", "--find-links", wheels]
+    if source is not None and source.kind == "wheel":
+        args.append(f"reasonkit=={wheel_version(source.where)}")
+    elif source is not None and source.kind == "pip":
+        args.append(_copy_out(source.where) if os.path.isdir(source.where) else source.where)
+    return args + list(reqs)
+
+
+def setup(*, cwd: str | os.PathLike | None = None, kaggle_input: str | os.PathLike = KAGGLE_INPUT,
+          env: Mapping[str, str] | None = None, tpu: bool | None = None,
+          pip: Callable[[Sequence[str]], int] = run_pip,
+          importable: Callable[[], str | None] | None = None,
+          look: Callable[[str], tuple[str | None, str | None]] = installed,
+          modules: Mapping[str, object] | None = None, session: bool = True) -> Source:
+    """Find or install reasonkit, make the stack the tested one, then start the session.
+
+    ``pip(args)`` runs pip and returns its exit code; ``look(name)`` reads what is
+    installed (:func:`installed`); the other arguments locate things (:func:`locate`).
+    Tests replace them; nothing else needs to.
+    """
+    env = os.environ if env is None else env
+    if sys.version_info < (3, 11):
+        raise SetupError(f"reasonkit needs Python 3.11 or 3.12 (google-tunix 0.1.7 does); this is "
+                         f"{sys.version.split()[0]}")
+    source = locate(cwd=cwd, kaggle_input=kaggle_input, env=env, importable=importable)
+    tpu = on_tpu_vm(env) if tpu is None else tpu
+    wanted = {**TESTED, **(TPU if tpu else {})}
+    wheel = find_wheel(kaggle_input)
+    wheels = str(wheel.parent) if wheel is not None else None
+    before = {name: look(name) for name in wanted}
+    loaded = loaded_versions(modules)
+    print(f"reasonkit: {source.kind} ({source.where})" + ("; TPU VM" if tpu else ""), flush=True)
+
+    if source.kind == "checkout":
+        _on_path(source.where, env)
+    extra = [r for r in missing(dependencies(source), look) if parse_requirement(r)[0] not in wanted]
+    differ = differences(wanted, look)
+    if source.kind in ("wheel", "pip") or extra or differ:
+        if differ:
+            print("not the tested stack: " + "; ".join(differ.values()), flush=True)
+        _pip(pip, install_args(source, [*extra, *requirements(tpu)], wheels),
+             "reasonkit and the tested stack")
+        importlib.invalidate_caches()
+        # Right version, but built from a git checkout (as some images ship): replace it.
+        urls = [n for n in wanted if (look(n) or (None, None))[1]]
+        if urls:
+            pins = [r for r in requirements(tpu) if parse_requirement(r)[0] in urls]
+            _pip(pip, install_args(None, ["--force-reinstall", "--no-deps", *pins], wheels),
+                 "the tested releases")
+            importlib.invalidate_caches()
+    still = differences(wanted, look)
+    if still:
+        raise SetupError("after the install the stack is still not the tested one: "
+                         + "; ".join(still.values()) + ". Restart the runtime and run this cell "
+                         "again; if it persists, install those versions by hand (requirements.txt, "
+                         "requirements-tpu.txt on a TPU VM).")
+    # A module imported before this cell keeps running its old code, whatever pip did since.
+    stale = sorted(n for n, v in loaded.items()
+                   if (v is not None and v != wanted.get(n)) or look(n) != before.get(n))
+    if stale:
+        old = ", ".join(f"{n} {loaded[n] or before[n][0]}" for n in stale)
+        raise SetupError(f"{old} {'was' if len(stale) == 1 else 'were'} imported before this cell; "
+                         f"the tested versions are installed now, but this process still runs the "
+                         f"old code: {RESTART}.")
+    print("tested stack: " + ", ".join(f"{n} {v}" for n, v in wanted.items()), flush=True)
+    if session:
+        importlib.invalidate_caches()
+        runs = importlib.import_module("reasonkit.runs")
+        runs.start_session()
+    return source
+
+
+def _on_path(folder: str, env: Mapping[str, str]) -> None:
+    """Make a checkout importable here and in subprocesses (``!python -m reasonkit``)."""
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    if env is os.environ:
+        parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        if folder not in parts:
+            os.environ["PYTHONPATH"] = os.pathsep.join([folder, *parts])
+    importlib.invalidate_caches()

@@ -1,0 +1,120 @@
+"""python -m reasonkit run: the series in one process, resuming, against one deadline.
+
+Training, evaluation and the tokenizer are replaced by fakes that write what the real ones
+would (finished.json, the merged model, results): what is tested is the order, the
+skipping, the stops at the deadline and the resume. The data stage and the time model
+run for real on a small tiny preset.
+"""
+
+import time
+
+import pytest
+
+from reasonkit import __main__ as cli
+from reasonkit import evaluate, hardware, models, runs, train
+from reasonkit.config import get_preset
+
+
+class Words:
+    """A stand-in tokenizer: one token a word."""
+
+    def EncodeAsIds(self, text):  # noqa: N802 - SentencePiece's name
+        return text.split()
+
+
+@pytest.fixture
+def series(tmp_path, monkeypatch):
+    """The command with fakes at its seams; ``state`` says what ran and sets the deadline."""
+    state = {"calls": [], "deadline": None, "stop_in": set()}
+    preset = get_preset("tiny", **{"data.num_records": 12, "data.eval_per_domain": 2,
+                                   "data.train_size": 24})
+
+    monkeypatch.setattr(runs, "start_session", lambda: runs.Session(
+        tmp_path, state["deadline"], [], tmp_path / ".jax_cache"))
+    monkeypatch.setattr(cli, "get_preset", lambda name=None: preset)
+    monkeypatch.setattr(models, "read_platform_secrets", lambda: [])
+    monkeypatch.setattr(models, "resolve_source", lambda cfg: tmp_path)
+    monkeypatch.setattr(models, "load_tokenizer", lambda path, vocab_size: Words())
+    monkeypatch.setattr(hardware, "detect", lambda: hardware.from_name("cpu-1"))
+    monkeypatch.setattr(hardware, "matmul_benchmark", lambda: {"flops_per_s": 1e11})
+    monkeypatch.setattr(train, "free", lambda: None)
+
+    def train_or_load(p, run, stage, *, retrain=False, deadline=None):
+        state["calls"].append(stage)
+        if run.is_finished(stage):
+            return train.StageResult(stage, 5, True, None, 0.0, {})
+        if stage in state["stop_in"]:
+            state["stop_in"].discard(stage)
+            return train.StageResult(stage, 2, False, None, 1.0, {})
+        run.mark_finished(stage, steps=5)
+        return train.StageResult(stage, 5, True, None, 1.0, {})
+
+    def export(result, p, run):
+        state["calls"].append("export")
+        (run.stage("grpo") / "merged").mkdir(exist_ok=True)
+        (run.stage("grpo") / "merged" / "model.safetensors").write_text("")
+        return run.stage("grpo") / "merged"
+
+    def evaluate_run(p, run, stages):
+        state["calls"].append("eval:" + ",".join(stages))
+        rows = evaluate.score_stage([{"domain": "math", "answer": "1", "prompt": "p"}], ["1"], [[]])
+        return {s: {"stage": s, "summary": evaluate.summarize(rows), "rows": rows} for s in stages}, \
+            {s: 1.0 for s in stages}
+
+    monkeypatch.setattr(train, "train_or_load", train_or_load)
+    monkeypatch.setattr(train, "export", export)
+    monkeypatch.setattr(evaluate, "evaluate_run", evaluate_run)
+    monkeypatch.delenv("REASONKIT_RUN", raising=False)
+    state["run"] = runs.RunDir(tmp_path / "tiny")
+    return state
+
+
+def test_a_fresh_series_runs_every_stage_in_order(series, capsys):
+    assert cli.main(["run"]) == 0
+    assert series["calls"] == ["sft", "dpo", "grpo", "export", "eval:base,sft,dpo,grpo"]
+    out = capsys.readouterr().out
+    assert "time model: steps x FLOPs per step / (0.1 TFLOP/s, the measured matmul rate" in out
+    assert "| sft | 240 |" in out and "| eval | 4 |" in out
+    assert "| stage | n | format pass |" in out and out.rstrip().endswith(f"done: {series['run'].path}")
+    run = series["run"]
+    assert all(run.is_finished(s) for s in runs.STAGES)
+    assert (run.stage("eval") / "stages.png").is_file()
+
+
+def test_a_deadline_stop_then_a_new_session_resumes_where_it_stopped(series, capsys):
+    series["stop_in"] = {"dpo"}
+    assert cli.main(["run"]) == cli.STOPPED
+    assert series["calls"] == ["sft", "dpo"]
+    assert "dpo stopped at step 2 for the deadline" in capsys.readouterr().out
+    series["calls"].clear()
+    assert cli.main(["run"]) == 0  # the next session
+    assert series["calls"] == ["dpo", "grpo", "export", "eval:base,sft,dpo,grpo"]
+    assert "sft: finished earlier (5 steps)" in capsys.readouterr().out
+    series["calls"].clear()
+    assert cli.main(["run"]) == 0  # nothing left to do
+    assert series["calls"] == []
+    out = capsys.readouterr().out
+    assert "eval: current" in out and "| sft |" not in out.split("time model")[1].split("total")[0]
+
+
+def test_no_stage_starts_too_close_to_the_deadline(series, capsys):
+    series["deadline"] = time.time() + 60
+    assert cli.main(["run"]) == cli.STOPPED
+    assert series["calls"] == []
+    out = capsys.readouterr().out
+    assert "does NOT fit" in out and "sft: not started" in out
+    assert series["run"].is_finished("data")  # the data stage is cheap: it ran
+
+
+def test_an_exported_model_is_made_once_even_when_grpo_finished_in_an_earlier_session(series):
+    run = series["run"]
+    assert cli.main(["run"]) == 0
+    (run.stage("grpo") / "merged" / "model.safetensors").unlink()  # that session died before it
+    series["calls"].clear()
+    assert cli.main(["run"]) == 0
+    assert series["calls"] == ["grpo", "export"]  # loads the finished adapters, exports
+
+
+def test_plan_only_prints_the_time_model(series, capsys):
+    assert cli.main(["plan"]) == 0
+    assert series["calls"] == [] and "| grpo | 200 |" in capsys.readouterr().out
