@@ -56,8 +56,11 @@ def test_tokenizer_vocab_mismatch_and_garbage(tokenizer_path, tmp_path):
 
 # --- the real loading path on a checkpoint written here, in HF's layout ---------------
 
-def write_hf_checkpoint(path, cfg, tokenizer_path, seed=0, skip=(), reshape=None):
-    """Gemma 3 / Gemma 2 tensors with HF key names and random weights, written by hand."""
+def write_hf_checkpoint(path, cfg, tokenizer_path, seed=0, skip=(), reshape=None, extra=None):
+    """Gemma 3 / Gemma 2 tensors with HF key names and random weights, written by hand.
+
+    ``extra``: more config.json fields (``...`` removes one).
+    """
     rng = np.random.default_rng(seed)
     tensors = {k: rng.normal(0, 0.05, shape).astype(np.float32)
                for k, shape in models.hf_shapes(cfg).items() if k not in skip}
@@ -69,7 +72,9 @@ def write_hf_checkpoint(path, cfg, tokenizer_path, seed=0, skip=(), reshape=None
             "hidden_size": cfg.embed_dim, "intermediate_size": cfg.hidden_dim,
             "num_hidden_layers": cfg.num_layers, "num_attention_heads": cfg.num_heads,
             "num_key_value_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim,
-            "vocab_size": cfg.vocab_size, "sliding_window": cfg.sliding_window}
+            "vocab_size": cfg.vocab_size, "sliding_window": cfg.sliding_window,
+            "query_pre_attn_scalar": cfg.head_dim}  # transformers' default is 256
+    text = {k: v for k, v in {**text, **(extra or {})}.items() if v is not ...}
     (path / "config.json").write_text(json.dumps(text))
     (path / "tokenizer.model").write_bytes(tokenizer_path.read_bytes())
     return tensors
@@ -115,6 +120,187 @@ def test_config_json_that_is_not_an_object(tmp_path, text, match):
     (tmp_path / "config.json").write_text(text)
     with pytest.raises(models.CheckpointError, match=match):
         models.config_from_hf(tmp_path / "config.json")
+
+
+# --- config.json's architecture fields: honoured through Tunix's config, or refused -----
+
+def config_json(path, family="gemma3", **fields):
+    """A config.json of G3's / G2's shapes plus ``fields`` (``...`` removes one); returns its path."""
+    cfg = G3 if family == "gemma3" else G2
+    text = {"model_type": "gemma3_text" if family == "gemma3" else "gemma2",
+            "hidden_size": cfg.embed_dim, "intermediate_size": cfg.hidden_dim,
+            "num_hidden_layers": cfg.num_layers, "num_attention_heads": cfg.num_heads,
+            "num_key_value_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim,
+            "vocab_size": cfg.vocab_size, "sliding_window": cfg.sliding_window,
+            "query_pre_attn_scalar": cfg.head_dim, **fields}
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps({k: v for k, v in text.items() if v is not ...}))
+    return path / "config.json"
+
+
+G3_BY_EMBED = dataclasses.replace(G3, embed_dim=48)  # hidden / heads = 24, head_dim 16
+SCALE = "QueryPreAttentionNormalisation.BY_ONE_OVER_SQRT"
+
+
+@pytest.mark.parametrize("family, fields, want", [
+    ("gemma3", {}, {"global_scale_factor": 1.0, "local_scale_factor": 1.0, "global_base_frequency": 1e6,
+                    "local_base_frequency": 1e4, "query_pre_attn_norm": f"{SCALE}_HEAD_DIM",
+                    "sliding_window_size": 16}),
+    # Gemma 3 4B / 12B / 27B: linear x8 on the full-attention layers.
+    ("gemma3", {"rope_scaling": {"rope_type": "linear", "factor": 8.0}},
+     {"global_scale_factor": 8.0, "local_scale_factor": 1.0}),
+    ("gemma3", {"rope_theta": 500_000.0, "rope_local_base_freq": 20_000.0},
+     {"global_base_frequency": 5e5, "local_base_frequency": 2e4}),
+    # transformers 5's own layout: one RoPE per layer type.
+    ("gemma3", {"rope_parameters": {
+        "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 2e6},
+        "sliding_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 3e4}}},
+     {"global_scale_factor": 4.0, "local_scale_factor": 2.0, "global_base_frequency": 2e6,
+      "local_base_frequency": 3e4}),
+    ("gemma3", {"layer_types": ["sliding_attention"] * 2}, {}),  # Tunix's own pattern, spelled out
+    ("gemma3", {"sliding_window_pattern": 6, "sliding_window": 7}, {"sliding_window_size": 7}),
+    ("gemma2", {}, {"final_logit_softcap": 30.0, "attn_logits_soft_cap": 50.0,
+                    "attention_types": ("LOCAL_SLIDING", "GLOBAL")}),
+    ("gemma2", {"final_logit_softcapping": 12.0, "attn_logit_softcapping": None,
+                "layer_types": ["full_attention", "full_attention"], "rope_theta": 10_000.0},
+     {"final_logit_softcap": 12.0, "attn_logits_soft_cap": None, "attention_types": ("GLOBAL", "GLOBAL")}),
+    ("gemma2", {"final_logit_softcapping": None, "layer_types": ["full_attention", "sliding_attention"]},
+     {"final_logit_softcap": None, "attn_logits_soft_cap": 50.0,
+      "attention_types": ("GLOBAL", "LOCAL_SLIDING")}),
+], ids=["gemma3-defaults", "rope-linear-x8", "rope-thetas", "rope_parameters", "layer_types",
+        "window", "gemma2-defaults", "gemma2-caps-types", "gemma2-no-final-cap"])
+def test_config_fields_reach_tunix(tmp_path, family, fields, want):
+    path = config_json(tmp_path, family, **fields)
+    cfg = models.config_from_hf(path)
+    got = models.tunix_config(dataclasses.replace(cfg, dtype="float32"), models.read_config_json(path))
+    for name, value in want.items():
+        found = getattr(got, name)
+        if name == "attention_types":
+            found = tuple(a.name for a in found)
+        assert (str(found) if name == "query_pre_attn_norm" else found) == value, name
+
+
+def test_query_scalar_of_hidden_over_heads_is_honoured(tmp_path):
+    # Gemma 3 27B: query_pre_attn_scalar 168 = 5376 / 32 heads, head_dim 128.
+    path = config_json(tmp_path, hidden_size=48, query_pre_attn_scalar=24)
+    cfg = models.config_from_hf(path, expect=G3_BY_EMBED)
+    got = models.tunix_config(cfg, models.read_config_json(path))
+    assert str(got.query_pre_attn_norm) == f"{SCALE}_EMBED_DIM_DIV_NUM_HEADS"
+
+
+@pytest.mark.parametrize("family, fields, match", [
+    ("gemma3", {"query_pre_attn_scalar": 20}, r"query_pre_attn_scalar=20: .*head_dim=16\) or .*=16\) only"),
+    # transformers' default (256) when the file leaves the field out, as transformers loads it
+    ("gemma3", {"query_pre_attn_scalar": ...}, r"query_pre_attn_scalar=256: .*leaves it out"),
+    ("gemma3", {"rope_scaling": {"rope_type": "yarn", "factor": 8.0}}, r"rope_scaling=.*'yarn'"),
+    ("gemma3", {"rope_scaling": {"rope_type": "linear", "factor": 0.5}}, "a factor >= 1"),
+    ("gemma3", {"rope_scaling": {"type": "linear", "factor": 8.0}}, r"rope_type 'default' and type 'linear'"),
+    ("gemma3", {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                                    "sliding_attention": {"rope_type": "dynamic", "factor": 2.0,
+                                                          "rope_theta": 1e4}}},
+     r"rope_parameters\['sliding_attention'\]=.*'dynamic'"),
+    ("gemma3", {"rope_scaling": {"rope_type": "linear", "factor": 2.0, "partial_rotary_factor": 0.5}},
+     "partial_rotary_factor"),
+    ("gemma3", {"final_logit_softcapping": 30.0}, "final_logit_softcapping=30.0: .*no softcapping"),
+    ("gemma3", {"attn_logit_softcapping": 50.0}, "attn_logit_softcapping=50.0"),
+    ("gemma3", {"layer_types": ["full_attention", "sliding_attention"]},
+     r"layer_types=\['full_attention', 'sliding_attention'\]: .*5 sliding"),
+    ("gemma3", {"sliding_window_pattern": 1}, "sliding_window_pattern=1: .*5 sliding"),
+    ("gemma3", {"layer_types": ["sliding_attention"] * 3}, r"(?s)Gemma3TextConfig: .*`layer_types` \(3\)"),
+    ("gemma3", {"layer_types": ["chunked_attention"] * 2}, "each one of"),
+    ("gemma3", {"sliding_window": None}, r"sliding_window=None"),
+    ("gemma3", {"hidden_activation": "gelu"}, "hidden_activation='gelu'"),
+    ("gemma3", {"rms_norm_eps": 1e-5}, "rms_norm_eps=1e-05"),
+    ("gemma3", {"attention_bias": True}, "attention_bias=True"),
+    ("gemma3", {"tie_word_embeddings": False}, "tie_word_embeddings=False"),
+    ("gemma3", {"use_bidirectional_attention": True}, "use_bidirectional_attention=True"),
+    ("gemma3", {"num_hidden_layers": "2"}, "cannot read it as Gemma3TextConfig"),
+    ("gemma2", {"query_pre_attn_scalar": 24}, r"query_pre_attn_scalar=24: .*Gemma 2 .*head_dim=16\) only"),
+    ("gemma2", {"rope_theta": 20_000.0}, "rope_theta=20000.0: .*base at 10000"),
+    ("gemma2", {"rope_scaling": {"rope_type": "linear", "factor": 2.0}}, "rope_scaling=.*no RoPE scaling"),
+    ("gemma2", {"layer_types": ["sliding_attention"]}, r"(?s)Gemma2Config: .*`layer_types` \(1\)"),
+    ("gemma2", {"model_type": "gemma"}, "model_type 'gemma' is not Gemma 2 or Gemma 3"),
+])
+def test_config_fields_tunix_cannot_represent_are_refused(tmp_path, family, fields, match):
+    path = config_json(tmp_path, family, **fields)
+    with pytest.raises(models.CheckpointError, match=match) as e:
+        models.config_from_hf(path)
+    assert str(path) in str(e.value)
+
+
+# The text configs of real checkpoints (their shapes and the fields that change the numbers).
+REAL = {
+    "gemma-3-270m": {"model_type": "gemma3_text", "hidden_size": 640, "intermediate_size": 2048,
+                     "num_hidden_layers": 18, "num_attention_heads": 4, "num_key_value_heads": 1,
+                     "head_dim": 256, "vocab_size": 262144, "sliding_window": 512,
+                     "query_pre_attn_scalar": 256, "rope_scaling": None, "rope_theta": 1e6,
+                     "rope_local_base_freq": 1e4, "max_position_embeddings": 32768,
+                     "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 3},
+    "gemma-3-1b": {"model_type": "gemma3_text", "hidden_size": 1152, "intermediate_size": 6912,
+                   "num_hidden_layers": 26, "num_attention_heads": 4, "num_key_value_heads": 1,
+                   "head_dim": 256, "vocab_size": 262144, "sliding_window": 512,
+                   "sliding_window_pattern": 6, "query_pre_attn_scalar": 256, "rope_scaling": None,
+                   "rope_theta": 1e6, "rope_local_base_freq": 1e4, "max_position_embeddings": 32768},
+    "gemma-3-4b": {"model_type": "gemma3", "text_config": {
+        "model_type": "gemma3_text", "hidden_size": 2560, "intermediate_size": 10240,
+        "num_hidden_layers": 34, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+        "vocab_size": 262208, "sliding_window": 1024, "query_pre_attn_scalar": 256,
+        "rope_scaling": {"factor": 8.0, "rope_type": "linear"}}},
+    "gemma-3-27b": {"model_type": "gemma3", "text_config": {
+        "model_type": "gemma3_text", "hidden_size": 5376, "intermediate_size": 21504,
+        "num_hidden_layers": 62, "num_attention_heads": 32, "num_key_value_heads": 16,
+        "head_dim": 128, "vocab_size": 262208, "sliding_window": 1024, "query_pre_attn_scalar": 168,
+        "rope_scaling": {"factor": 8.0, "rope_type": "linear"}}},
+    "gemma-2-2b": {"model_type": "gemma2", "hidden_size": 2304, "intermediate_size": 9216,
+                   "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4,
+                   "head_dim": 256, "vocab_size": 256000, "sliding_window": 4096,
+                   "query_pre_attn_scalar": 256, "final_logit_softcapping": 30.0,
+                   "attn_logit_softcapping": 50.0, "rope_theta": 10000.0, "hidden_act": "gelu_pytorch_tanh",
+                   "hidden_activation": "gelu_pytorch_tanh"},
+    "gemma-2-27b": {"model_type": "gemma2", "hidden_size": 4608, "intermediate_size": 36864,
+                    "num_hidden_layers": 46, "num_attention_heads": 32, "num_key_value_heads": 16,
+                    "head_dim": 128, "vocab_size": 256000, "sliding_window": 4096,
+                    "query_pre_attn_scalar": 144, "final_logit_softcapping": 30.0,
+                    "attn_logit_softcapping": 50.0},
+}
+
+
+@pytest.mark.parametrize("name, want", [
+    ("gemma-3-270m", (1.0, f"{SCALE}_HEAD_DIM")),
+    ("gemma-3-1b", (1.0, f"{SCALE}_HEAD_DIM")),
+    ("gemma-3-4b", (8.0, f"{SCALE}_HEAD_DIM")),
+    ("gemma-3-27b", (8.0, f"{SCALE}_EMBED_DIM_DIV_NUM_HEADS")),
+    ("gemma-2-2b", (50.0, 30.0)),
+    ("gemma-2-27b", "query_pre_attn_scalar=144: .*head_dim=128"),
+])
+def test_real_checkpoint_configs(tmp_path, name, want):
+    (tmp_path / "config.json").write_text(json.dumps(REAL[name]))
+    if isinstance(want, str):
+        with pytest.raises(models.CheckpointError, match=want):
+            models.config_from_hf(tmp_path / "config.json")
+        return
+    cfg = models.config_from_hf(tmp_path / "config.json")
+    got = models.tunix_config(cfg, REAL[name])
+    if cfg.family == "gemma3":
+        assert (got.global_scale_factor, str(got.query_pre_attn_norm)) == want
+        rope = (got.local_scale_factor, got.global_base_frequency, got.local_base_frequency)
+        assert rope == (1.0, 1e6, 1e4)
+    else:
+        assert (got.attn_logits_soft_cap, got.final_logit_softcap) == want
+
+
+def test_loader_builds_the_model_config_json_describes(tmp_path, tokenizer_path):
+    cfg = dataclasses.replace(G3_BY_EMBED, num_layers=6)
+    write_hf_checkpoint(tmp_path / "c", cfg, tokenizer_path, extra={
+        "query_pre_attn_scalar": 24, "rope_scaling": {"rope_type": "linear", "factor": 8.0}})
+    model = models.load_model(tmp_path / "c", cfg)
+    attn = [layer.attn for layer in model.layers]
+    assert [a.rope_scale_factor for a in attn] == [1.0] * 5 + [8.0]  # the full-attention layer
+    assert attn[0].query_pre_attn_scalar == pytest.approx(24 ** -0.5)
+    # A preset's fresh model is what hf_config writes, and reads back the same way.
+    fresh = models.tunix_config(cfg)
+    assert (fresh.global_scale_factor, str(fresh.query_pre_attn_norm)) == (1.0, f"{SCALE}_HEAD_DIM")
+    assert fresh == models.tunix_config(cfg, models.hf_config(cfg))
 
 
 @pytest.mark.parametrize("problem, match", [
