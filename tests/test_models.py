@@ -1,5 +1,6 @@
 import dataclasses
 import json
+import re
 import sys
 import types
 
@@ -393,7 +394,11 @@ def test_resolve_source_kaggle_hf_local_and_bad(tmp_path, monkeypatch):
     assert models.resolve_source(k) == tmp_path
     assert models.resolve_source(dataclasses.replace(G3, source="hf:google/gemma-3-1b-it")) == tmp_path
     assert calls[0] == ("kaggle", "google/gemma-3/transformers/gemma-3-1b-it")
-    assert calls[1][:2] == ("hf", "google/gemma-3-1b-it") and "tokenizer.model" in calls[1][2]
+    assert calls[1][:2] == ("hf", "google/gemma-3-1b-it")
+    patterns = calls[1][2]  # what loading and exporting need, and nothing else
+    assert {"config.json", "generation_config.json", "*.safetensors", "tokenizer.model", "tokenizer.json",
+            "tokenizer_config.json", "special_tokens_map.json"} <= set(patterns)
+    assert "*.json" not in patterns and "*" not in patterns
     assert models.resolve_source(dataclasses.replace(G3, source=str(tmp_path))) == tmp_path
     with pytest.raises(models.CheckpointError, match="'nowhere' is not 'tiny'"):
         models.resolve_source(dataclasses.replace(G3, source="nowhere"))
@@ -463,14 +468,26 @@ def test_lora_targets_that_match_nothing():
         models.apply_lora(models.new_model(G3), LoraConfig(rank=2, alpha=2.0, module_path=".*nope"))
 
 
-@pytest.mark.parametrize("cfg", [G3, G2], ids=["gemma3", "gemma2"])
-def test_merged_export_reloads_to_the_lora_models_logits(tmp_path, tokenizer_path, cfg):
-    model = models.apply_lora(models.new_model(cfg, seed=1), LORA)
-    for path, v in nnx.iter_graph(model):  # adapters start at b=0: give them a real delta
+def lora_model_with_delta(cfg, lora=LORA, seed=1):
+    """A LoRA model whose adapters change the logits (they start at b = 0)."""
+    model = models.apply_lora(models.new_model(cfg, seed=seed), lora)
+    for path, v in nnx.iter_graph(model):
         if isinstance(v, nnx.LoRAParam) and str(path[-1]).endswith("lora_b"):
             v[...] = 0.05 * jax.random.normal(jax.random.key(len(path)), v.shape)
+    return model
+
+
+def source_dir(path, cfg, tokenizer_path, seed=1):
+    """The base checkpoint a LoRA model of ``new_model(cfg, seed)`` was trained from."""
+    return models.save_hf_checkpoint(models.new_model(cfg, seed=seed), cfg, path, tokenizer_path)
+
+
+@pytest.mark.parametrize("cfg", [G3, G2], ids=["gemma3", "gemma2"])
+def test_merged_export_reloads_to_the_lora_models_logits(tmp_path, tokenizer_path, cfg):
+    model = lora_model_with_delta(cfg)
     want = forward(model, TOKENS)
-    out = models.export_merged(model, cfg, LORA, tmp_path / "merged", tokenizer_path)
+    src = source_dir(tmp_path / "src", cfg, tokenizer_path)
+    out = models.export_merged(model, cfg, LORA, tmp_path / "merged", src)
     np.testing.assert_array_equal(forward(model, TOKENS), want)  # the LoRA model is untouched
     got = forward(models.load_model(out, cfg), TOKENS)
     plain = forward(models.new_model(cfg, seed=1), TOKENS)
@@ -483,15 +500,177 @@ def test_qlora_merged_export_dequantizes_the_nf4_base(tmp_path, tokenizer_path, 
     # README: `**{"lora.qlora": True}`; the base weights are then qwix NF4 arrays, which
     # the merge must dequantize (it raised TypeError: 'WithAux' + 'ArrayImpl').
     qlora = dataclasses.replace(LORA, qlora=True, tile_size=16)
-    model = models.apply_lora(models.new_model(cfg, seed=1), qlora)
-    for path, v in nnx.iter_graph(model):
-        if isinstance(v, nnx.LoRAParam) and str(path[-1]).endswith("lora_b"):
-            v[...] = 0.05 * jax.random.normal(jax.random.key(len(path)), v.shape)
+    model = lora_model_with_delta(cfg, qlora)
     want = forward(model, TOKENS)
-    out = models.export_merged(model, cfg, qlora, tmp_path / "merged", tokenizer_path)
+    src = source_dir(tmp_path / "src", cfg, tokenizer_path)
+    out = models.export_merged(model, cfg, qlora, tmp_path / "merged", src)
     np.testing.assert_array_equal(forward(model, TOKENS), want)  # still the QLoRA model
     got = forward(models.load_model(out, cfg), TOKENS)
     np.testing.assert_allclose(got, want, atol=1e-4)
+    # The adapters alone export as they do without NF4 (PEFT applies them to the source).
+    tensors, _ = models.peft_tensors(model)
+    assert tensors.keys() == models.peft_tensors(lora_model_with_delta(cfg))[0].keys()
+
+
+# --- exports that load and chat in the Hugging Face ecosystem --------------------------
+
+def hf_tokenizer(path):
+    """transformers' AutoTokenizer on a directory (no PyTorch needed for tokenizers)."""
+    with models._quiet_transformers():
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(path)
+
+
+QUESTION = "Sort 3  1 2 from smallest to largest."  # no surrounding whitespace: see test_chat_template
+
+
+def test_merged_export_is_a_complete_directory(tmp_path, tokenizer_path):
+    # A source as a Gemma checkpoint comes: its config says more than the shapes.
+    src = tmp_path / "src"
+    fields = {"rope_scaling": {"rope_type": "linear", "factor": 8.0}, "max_position_embeddings": 32768,
+              "torch_dtype": "bfloat16", "eos_token_id": [1], "transformers_version": "4.50.0"}
+    write_hf_checkpoint(src, G3, tokenizer_path, extra=fields)
+    source_config = json.loads((src / "config.json").read_text())
+    # (The weights do not matter here: the exported logits are the tests above and below.)
+    model = lora_model_with_delta(G3)
+    out = models.export_merged(model, G3, LORA, tmp_path / "merged", src, name="run x, stage grpo")
+
+    config = json.loads((out / "config.json").read_text())
+    assert config == {**source_config, "torch_dtype": "float32", "architectures": ["Gemma3ForCausalLM"]}
+    tok = models.load_tokenizer(out / "tokenizer.model")
+    eot = tok.PieceToId(data.END_OF_TURN)
+    gen = json.loads((out / "generation_config.json").read_text())
+    assert gen == {"eos_token_id": [1, eot], "bos_token_id": 2, "pad_token_id": 0}
+    names = {p.name for p in out.iterdir()}
+    assert names == {"config.json", "generation_config.json", "model.safetensors", "tokenizer.model",
+                     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                     "README.md", "NOTICE"}
+    readme = (out / "README.md").read_text()
+    assert readme.startswith("# run x, stage grpo\n") and "AutoModelForCausalLM" in readme
+    assert "vllm serve" in readme and "convert_hf_to_gguf" in readme and "eager" not in readme
+    assert models.GEMMA_NOTICE in readme and (out / "NOTICE").read_text() == models.GEMMA_NOTICE + "\n"
+    assert repr(data.INSTRUCTION) in readme  # how to prompt it
+    assert models.check_checkpoint_dir(out, G3) == G3  # loadable: files, shapes, fields
+    assert models.tunix_config(G3, config).global_scale_factor == 8.0  # still rope x8
+
+
+def test_chat_template_and_tokenizer_of_the_export_match_reasonkit(tmp_path, tokenizer_path):
+    src = source_dir(tmp_path / "src", G3, tokenizer_path)
+    out = models.export_merged(lora_model_with_delta(G3), G3, LORA, tmp_path / "merged", src)
+    hf, sp = hf_tokenizer(out), models.load_tokenizer(out / "tokenizer.model")
+    want = [sp.bos_id()] + sp.EncodeAsIds(data.format_prompt(QUESTION))  # reasonkit's prompt
+    messages = [{"role": "user", "content": f"{data.INSTRUCTION}\n{QUESTION}"}]
+    # Gemma's template trims the message; format_prompt(q) equals it for a q without
+    # surrounding whitespace.
+    text = hf.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    assert text == hf.bos_token + data.format_prompt(QUESTION)
+    ids = list(hf.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)["input_ids"])
+    assert ids == want and ids.count(sp.bos_id()) == 1
+    assert hf(data.format_prompt(QUESTION))["input_ids"] == want  # plain encoding adds the BOS too
+    # A whole turn: the tags are text, the turn markers special (dropped by skip_special_tokens).
+    completion = data.format_completion("1 < 2 < 3.", "1 2 3")
+    assert hf(completion, add_special_tokens=False)["input_ids"] == sp.EncodeAsIds(completion)
+    assert hf.decode(sp.EncodeAsIds(completion), skip_special_tokens=True) == completion.removesuffix(
+        data.END_OF_TURN)
+    turns = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": " hi "},
+             {"role": "assistant", "content": "yo"}, {"role": "user", "content": "x"}]
+    assert hf.apply_chat_template(turns, tokenize=False) == (
+        f"{hf.bos_token}<start_of_turn>user\nBe brief.\n\nhi<end_of_turn>\n"
+        "<start_of_turn>model\nyo<end_of_turn>\n<start_of_turn>user\nx<end_of_turn>\n")
+    with pytest.raises(Exception, match="alternate"):
+        hf.apply_chat_template(turns[1:2] * 2, tokenize=False)
+    with models._quiet_transformers():
+        from transformers import GenerationConfig
+
+        stops = GenerationConfig.from_pretrained(out).eos_token_id
+    assert stops == [sp.eos_id(), sp.PieceToId(data.END_OF_TURN)] == models.stop_token_ids(sp)
+
+
+def test_export_copies_the_sources_tokenizer_files_and_generation_config(tmp_path, tokenizer_path):
+    src = source_dir(tmp_path / "src", G2, tokenizer_path)
+    for name, text in models.hf_tokenizer_files(src / "tokenizer.model").items():
+        (src / name).write_text(text)
+    marker = json.loads((src / "tokenizer_config.json").read_text()) | {"chat_template": "{{ 'own' }}"}
+    (src / "tokenizer_config.json").write_text(json.dumps(marker))
+    (src / "generation_config.json").write_text(json.dumps({"eos_token_id": [1, 7], "top_k": 64}))
+    out = models.export_merged(lora_model_with_delta(G2), G2, LORA, tmp_path / "merged", src)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model"):
+        assert (out / name).read_bytes() == (src / name).read_bytes(), name
+    eot = models.load_tokenizer(src / "tokenizer.model").PieceToId(data.END_OF_TURN)
+    gen = json.loads((out / "generation_config.json").read_text())
+    assert gen == {"eos_token_id": [1, 7, eot], "top_k": 64, "bos_token_id": 2, "pad_token_id": 0}
+    assert 'attn_implementation="eager"' in (out / "README.md").read_text()  # Gemma 2's softcap
+
+
+def test_export_of_a_multimodal_source_is_its_text_model(tmp_path):
+    text = {**REAL["gemma-3-4b"]["text_config"], "rope_local_base_freq": 10000.0}
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"], "text_config": text,
+         "vision_config": {"hidden_size": 1152}, "eos_token_id": [1, 106], "torch_dtype": "bfloat16",
+         "mm_tokens_per_image": 256}))
+    cfg = models.config_from_hf(tmp_path / "config.json")
+    got = models.export_config(tmp_path, cfg)
+    assert got == {**text, "model_type": "gemma3_text", "architectures": ["Gemma3ForCausalLM"],
+                   "eos_token_id": [1, 106], "torch_dtype": "bfloat16"}
+    # ...and it reads back as the same model, rope x8 included.
+    assert models.tunix_config(cfg, got) == models.tunix_config(cfg, json.loads((tmp_path / "config.json")
+                                                                                 .read_text()))
+
+
+def test_tiny_exports_say_they_hold_no_gemma_weights(tmp_path, tokenizer_path):
+    cfg = dataclasses.replace(G3, source="tiny")
+    src = source_dir(tmp_path / "src", cfg, tokenizer_path)
+    out = models.export_adapter(lora_model_with_delta(cfg), cfg, LORA, tmp_path / "adapter", src)
+    readme = (out / "README.md").read_text()
+    assert "no Gemma weights" in readme and models.GEMMA_NOTICE not in readme
+    assert not (out / "NOTICE").exists()
+
+
+@pytest.mark.parametrize("cfg", [G3, G2, dataclasses.replace(G3, num_kv_heads=2)],
+                         ids=["gemma3", "gemma2", "gemma3-fused-qkv"])
+def test_adapter_export_is_peft_and_exact(tmp_path, tokenizer_path, cfg):
+    from safetensors.numpy import load_file
+
+    model = lora_model_with_delta(cfg)
+    src = source_dir(tmp_path / "src", cfg, tokenizer_path)
+    adapter = models.export_adapter(model, cfg, LORA, tmp_path / "adapter", src)
+    merged = models.export_merged(model, cfg, LORA, tmp_path / "merged", src)
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    assert (config["peft_type"], config["task_type"], config["r"], config["lora_alpha"]) == (
+        "LORA", "CAUSAL_LM", LORA.rank, LORA.alpha)
+    assert config["target_modules"] == sorted(
+        ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    assert config["base_model_name_or_path"] == str(src)
+    assert "PeftModel" in (adapter / "README.md").read_text()
+    lora = load_file(str(adapter / "adapter_model.safetensors"))
+    assert len(lora) == 2 * 7 * cfg.num_layers and all(v.dtype == np.float32 for v in lora.values())
+    # PEFT computes W + alpha / r * B @ A on the source's weights: that is the merged export,
+    # for every weight (float32, so only summation order differs).
+    base, want = load_file(str(src / "model.safetensors")), load_file(str(merged / "model.safetensors"))
+    for key, w in want.items():
+        module = "base_model.model." + key.removesuffix(".weight")
+        if f"{module}.lora_A.weight" in lora:
+            a, b = lora[f"{module}.lora_A.weight"], lora[f"{module}.lora_B.weight"]
+            assert a.shape == (LORA.rank, w.shape[1]) and b.shape == (w.shape[0], LORA.rank)
+            np.testing.assert_allclose(base[key] + LORA.alpha / LORA.rank * b @ a, w, atol=1e-6, err_msg=key)
+        else:
+            assert "proj" not in key, key  # every projection is adapted
+            np.testing.assert_array_equal(base[key], w, err_msg=key)
+    assert (adapter / "adapter_model.safetensors").stat().st_size < 0.2 * (merged / "model.safetensors"
+                                                                         ).stat().st_size
+
+
+def test_adapter_export_of_some_layers_names_them_exactly(tmp_path, tokenizer_path):
+    lora = dataclasses.replace(LORA, module_path=r"layers.1.*(q_einsum|gate_proj)")
+    model = lora_model_with_delta(G3, lora)
+    src = source_dir(tmp_path / "src", G3, tokenizer_path)
+    out = models.export_adapter(model, G3, lora, tmp_path / "adapter", src)
+    targets = json.loads((out / "adapter_config.json").read_text())["target_modules"]
+    names = [f"model.layers.{i}.{m}" for i in range(G3.num_layers)
+             for m in ("self_attn.q_proj", "self_attn.k_proj", "mlp.gate_proj", "mlp.up_proj")]
+    assert [n for n in names if re.fullmatch(targets, n)] == ["model.layers.1.self_attn.q_proj",
+                                                              "model.layers.1.mlp.gate_proj"]
 
 
 # --- the tiny base model ---------------------------------------------------------------
