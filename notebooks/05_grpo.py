@@ -250,12 +250,12 @@ else:
 # optimizer state): Tunix's `CheckpointManager` restores them onto a LoRA model, which
 # is how `train.load_policy(preset, run, "grpo", mesh)` and `06_evaluation` load them.
 # For everything outside JAX, `train.export` writes two Hugging Face directories:
-# `grpo/adapter`, the adapters in PEFT's format (exact, a few MB, applied to the base model),
-# and `grpo/merged`, the base with the adapters merged in: config, generation config (it
-# stops at `<end_of_turn>`), tokenizer with the chat template, and a README saying how to
-# load it in `transformers`, vLLM or llama.cpp / Ollama. Only the final stage is exported
-# (a merged gemma3-1b is about 2 GB); `train.export(train.train_or_load(preset, run, "sft"),
-# preset, run)` exports another.
+# `grpo/adapter`, the adapters in PEFT's format (exact, applied to the base model; 100 MB
+# for gemma3-1b), and `grpo/merged`, the base with the adapters merged in (2 GB for
+# gemma3-1b): config, generation config (it stops at `<end_of_turn>`), tokenizer with the
+# chat template, and a README saying how to load it in `transformers`, vLLM or
+# llama.cpp / Ollama. Only the final stage is exported; `train.export(train.train_or_load(
+# preset, run, "sft"), preset, run, merged=False)` exports another stage's adapters.
 
 # %%
 exported = {kind: run.stage("grpo") / kind for kind in ("adapter", "merged")}

@@ -693,9 +693,10 @@ def export(result: StageResult, preset: Preset, run: RunDir, *,
            merged: bool = True) -> dict[str, pathlib.Path]:
     """Export a stage for use outside JAX: ``{"adapter": <stage>/adapter, "merged": <stage>/merged}``.
 
-    ``adapter`` holds the LoRA adapters in PEFT's format (exact, a few MB); ``merged`` the
-    base with the adapters merged in, a complete Hugging Face directory (about 2 GB for
-    gemma3-1b in bf16), left out with ``merged=False``. 05_grpo exports the final stage
+    ``adapter`` holds the LoRA adapters in PEFT's format, exact (no rounding of a bf16
+    merge) and a twentieth of the model (100 MB for gemma3-1b at rank 64 in bf16);
+    ``merged`` the base with the adapters merged in, a complete Hugging Face directory
+    (2 GB for gemma3-1b), left out with ``merged=False``. 05_grpo exports the final stage
     only (Kaggle keeps 20 GB of output); pass another stage's result to export that one.
     """
     name = f"reasonkit run {run.name!r}, stage {result.stage}"
