@@ -186,7 +186,10 @@ def _hf_text_config(family: str, text: dict[str, Any], where: str):
                 f"{cls.__name__}: {e}") from e
 
 
-def _refuse(where: str, field: str, value: Any, why: str):
+def _refuse(where: str, field: str, value: Any, why: str, given: dict[str, Any] | None = None):
+    """Raise the CheckpointError naming ``field`` and ``value``; ``given``: the file's fields."""
+    if given is not None and field.isidentifier() and field not in given:
+        why += " (the file leaves it out: this is transformers' default)"
     raise CheckpointError(f"{where}: {field}={value!r}: {why}")
 
 
@@ -220,19 +223,16 @@ def _tunix_config(cfg: ModelConfig, family: str, t, text: dict[str, Any], where:
     if family != cfg.family:
         raise CheckpointError(f"{where}: a {family} config, but the model is {cfg.family}")
 
-    def _refuse(where: str, field: str, value: Any, why: str):
-        if field.isidentifier() and field not in text:
-            why += " (the file leaves it out: this is transformers' default)"
-        raise CheckpointError(f"{where}: {field}={value!r}: {why}")
+    def refuse(field: str, value: Any, why: str):
+        _refuse(where, field, value, why, given=text)
 
     for name, value in _FIXED:
         got = getattr(t, name, value)
         if (bool(got) if isinstance(value, bool) else got) != value:  # None: transformers' False
-            _refuse(where, name, got, f"Tunix 0.1.7's Gemma computes with {value!r} only")
+            refuse(name, got, f"Tunix 0.1.7's Gemma computes with {value!r} only")
     types = list(t.layer_types)
     if len(types) != cfg.num_layers or not set(types) <= set(_LAYER_TYPES):
-        _refuse(where, "layer_types", types,
-                f"needs {cfg.num_layers} entries, each one of {list(_LAYER_TYPES)}")
+        refuse("layer_types", types, f"needs {cfg.num_layers} entries, each one of {list(_LAYER_TYPES)}")
     pattern_field = ("layer_types" if "layer_types" in text else "sliding_window_pattern"
                      if "sliding_window_pattern" in text else "layer_types")
     pattern_value = text.get(pattern_field, types)
@@ -248,10 +248,10 @@ def _tunix_config(cfg: ModelConfig, family: str, t, text: dict[str, Any], where:
         tunix_types = [("sliding_attention" if a == g3.AttentionType.LOCAL_SLIDING else "full_attention")
                        for _, a in zip(range(cfg.num_layers), itertools.cycle(g3.GEMMA3_ATTENTION_PATTERN))]
         if types != tunix_types:
-            _refuse(where, pattern_field, pattern_value, "Tunix 0.1.7's Gemma 3 always repeats 5 "
-                    "sliding-window layers then 1 full-attention layer")
+            refuse(pattern_field, pattern_value, "Tunix 0.1.7's Gemma 3 always repeats 5 "
+                   "sliding-window layers then 1 full-attention layer")
         if not per_type:
-            _refuse(where, "rope_parameters", rope, "a Gemma 3 config has one RoPE per layer type")
+            refuse("rope_parameters", rope, "a Gemma 3 config has one RoPE per layer type")
         scaled = "rope_scaling" if "rope_scaling" in text else "rope_parameters['full_attention']"
         global_base, global_scale = _rope(rope.get("full_attention"), scaled, where)
         local_base, local_scale = _rope(rope.get("sliding_attention"),
@@ -261,12 +261,12 @@ def _tunix_config(cfg: ModelConfig, family: str, t, text: dict[str, Any], where:
         elif scalar == cfg.embed_dim // cfg.num_heads:
             query_norm = g3.QueryPreAttentionNormalisation.BY_ONE_OVER_SQRT_EMBED_DIM_DIV_NUM_HEADS
         else:
-            _refuse(where, "query_pre_attn_scalar", scalar, "Tunix 0.1.7's Gemma 3 scales queries by "
-                    f"1/sqrt(head_dim={cfg.head_dim}) or 1/sqrt(hidden_size / num_attention_heads="
-                    f"{cfg.embed_dim // cfg.num_heads}) only")
+            refuse("query_pre_attn_scalar", scalar, "Tunix 0.1.7's Gemma 3 scales queries by "
+                   f"1/sqrt(head_dim={cfg.head_dim}) or 1/sqrt(hidden_size / num_attention_heads="
+                   f"{cfg.embed_dim // cfg.num_heads}) only")
         for name in ("final_logit_softcapping", "attn_logit_softcapping"):
             if getattr(t, name) is not None:
-                _refuse(where, name, getattr(t, name), "Tunix 0.1.7's Gemma 3 has no softcapping")
+                refuse(name, getattr(t, name), "Tunix 0.1.7's Gemma 3 has no softcapping")
         return g3.ModelConfig(
             num_layers=cfg.num_layers, num_embed=cfg.vocab_size, embed_dim=cfg.embed_dim,
             hidden_dim=cfg.hidden_dim, num_heads=cfg.num_heads, head_dim=cfg.head_dim,
@@ -285,13 +285,13 @@ def _tunix_config(cfg: ModelConfig, family: str, t, text: dict[str, Any], where:
     for params, field in ropes:
         theta, factor = _rope(params, field, where)
         if factor != 1.0:
-            _refuse(where, field, params, "Tunix 0.1.7's Gemma 2 has no RoPE scaling")
+            refuse(field, params, "Tunix 0.1.7's Gemma 2 has no RoPE scaling")
         if theta != 10_000.0:
-            _refuse(where, "rope_theta" if "rope_theta" in text else field, theta,
-                    "Tunix 0.1.7's Gemma 2 fixes the RoPE base at 10000")
+            refuse("rope_theta" if "rope_theta" in text else field, theta,
+                   "Tunix 0.1.7's Gemma 2 fixes the RoPE base at 10000")
     if scalar != cfg.head_dim:
-        _refuse(where, "query_pre_attn_scalar", scalar, "Tunix 0.1.7's Gemma 2 scales queries by "
-                f"1/sqrt(head_dim={cfg.head_dim}) only")
+        refuse("query_pre_attn_scalar", scalar, "Tunix 0.1.7's Gemma 2 scales queries by "
+               f"1/sqrt(head_dim={cfg.head_dim}) only")
     kinds = {"sliding_attention": g2.AttentionType.LOCAL_SLIDING, "full_attention": g2.AttentionType.GLOBAL}
     return g2.ModelConfig(
         num_layers=cfg.num_layers, num_embed=cfg.vocab_size, embed_dim=cfg.embed_dim,
