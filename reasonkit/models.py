@@ -775,39 +775,53 @@ def export_generation_config(source_dir: str | os.PathLike,
     return gen
 
 
-def hf_tokenizer_files(tokenizer_model: str | os.PathLike) -> dict[str, str]:
-    """tokenizer.json, tokenizer_config.json and special_tokens_map.json for a Gemma-style
-    SentencePiece model: BOS added on encoding, the chat template, the turn markers special.
+HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
-    transformers converts the model (about a second for the tiny 512 pieces; minutes for
-    Gemma's 262k, which is why a Gemma source's own files are copied instead).
+
+def hf_tokenizer_files(tokenizer_model: str | os.PathLike,
+                       names: Iterable[str] = HF_TOKENIZER_FILES) -> dict[str, str]:
+    """``names`` of tokenizer.json, tokenizer_config.json and special_tokens_map.json for a
+    Gemma-style SentencePiece model: BOS added on encoding, the chat template, the turn
+    markers special.
+
+    tokenizer.json is the model converted by transformers (about a second for the tiny
+    512 pieces; minutes for Gemma's 262k, which is why a Gemma source's own file is copied
+    instead); the other two are written directly.
     """
     import shutil
     import tempfile
 
+    names = list(names)
     tok = load_tokenizer(tokenizer_model)
     specials = {"bos_token": tok.IdToPiece(tok.bos_id()), "eos_token": tok.IdToPiece(tok.eos_id()),
                 "unk_token": tok.IdToPiece(tok.unk_id()), "pad_token": tok.IdToPiece(tok.pad_id())}
     turn_markers = [m for m in (data.START_OF_TURN, data.END_OF_TURN) if tok.PieceToId(m) != tok.unk_id()]
-    with _quiet_transformers(), tempfile.TemporaryDirectory() as tmp:
-        from transformers import GemmaTokenizer
+    files = {}
+    if "tokenizer.json" in names:
+        with _quiet_transformers(), tempfile.TemporaryDirectory() as tmp:
+            from transformers import GemmaTokenizer
 
-        shutil.copy(tokenizer_model, pathlib.Path(tmp) / "tokenizer.model")
-        fast = GemmaTokenizer.from_pretrained(tmp, **specials, mask_token=None,
-                                              add_bos_token=True, add_eos_token=False)
-        backend = json.loads(fast.backend_tokenizer.to_str())
-    # As in Gemma's tokenizer.json: the turn markers are special (decode(..., skip_special_tokens
-    # =True) drops them); other single-piece symbols, such as the answer tags, are text.
-    for added in backend.get("added_tokens", []):
-        if added["content"] in turn_markers:
-            added["special"] = True
-    config = {"tokenizer_class": "GemmaTokenizer", **specials, "add_bos_token": True,
-              "add_eos_token": False, "clean_up_tokenization_spaces": False,
-              "spaces_between_special_tokens": False, "chat_template": CHAT_TEMPLATE}
-    special_map = {**specials, "additional_special_tokens": turn_markers}
-    return {"tokenizer.json": json.dumps(backend, ensure_ascii=False),
-            "tokenizer_config.json": json.dumps(config, indent=2, ensure_ascii=False),
-            "special_tokens_map.json": json.dumps(special_map, indent=2, ensure_ascii=False)}
+            shutil.copy(tokenizer_model, pathlib.Path(tmp) / "tokenizer.model")
+            fast = GemmaTokenizer.from_pretrained(tmp, **specials, mask_token=None,
+                                                  add_bos_token=True, add_eos_token=False)
+            backend = json.loads(fast.backend_tokenizer.to_str())
+        # As in Gemma's tokenizer.json: the turn markers are special (decode(...,
+        # skip_special_tokens=True) drops them); other single pieces, such as the answer
+        # tags, are text.
+        for added in backend.get("added_tokens", []):
+            if added["content"] in turn_markers:
+                added["special"] = True
+        files["tokenizer.json"] = json.dumps(backend, ensure_ascii=False)
+    if "tokenizer_config.json" in names:
+        files["tokenizer_config.json"] = json.dumps(
+            {"tokenizer_class": "GemmaTokenizer", **specials, "add_bos_token": True,
+             "add_eos_token": False, "clean_up_tokenization_spaces": False,
+             "spaces_between_special_tokens": False, "chat_template": CHAT_TEMPLATE},
+            indent=2, ensure_ascii=False)
+    if "special_tokens_map.json" in names:
+        files["special_tokens_map.json"] = json.dumps(
+            {**specials, "additional_special_tokens": turn_markers}, indent=2, ensure_ascii=False)
+    return files
 
 
 def export_tokenizer(source_dir: str | os.PathLike, out_dir: str | os.PathLike) -> list[str]:
@@ -819,13 +833,10 @@ def export_tokenizer(source_dir: str | os.PathLike, out_dir: str | os.PathLike) 
     for name in names:
         if (source / name).resolve() != (out / name).resolve():
             shutil.copy(source / name, out / name)
-    wanted = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
-    if any(n not in names for n in wanted):
-        for name, text in hf_tokenizer_files(source / "tokenizer.model").items():
-            if name not in names:
-                (out / name).write_text(text)
-                names.append(name)
-    return sorted(names)
+    missing = [n for n in HF_TOKENIZER_FILES if n not in names]
+    for name, text in hf_tokenizer_files(source / "tokenizer.model", missing).items():
+        (out / name).write_text(text)
+    return sorted(names + missing)
 
 
 def _base_model_id(cfg: ModelConfig, source_dir: str | os.PathLike) -> str:
