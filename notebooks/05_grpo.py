@@ -249,20 +249,26 @@ else:
 # `runs/<run>/grpo/checkpoints` holds Orbax checkpoints of the LoRA adapters (and
 # optimizer state): Tunix's `CheckpointManager` restores them onto a LoRA model, which
 # is how `train.load_policy(preset, run, "grpo", mesh)` and `06_evaluation` load them.
-# For everything outside JAX, `train.export` merges the adapters into a copy of the base
-# weights and writes a Hugging Face directory (`config.json`, `model.safetensors`,
-# `tokenizer.model`) that Hugging Face `transformers`, and tools that read its format,
-# load like any Gemma checkpoint.
+# For everything outside JAX, `train.export` writes two Hugging Face directories:
+# `grpo/adapter`, the adapters in PEFT's format (exact, applied to the base model; 100 MB
+# for gemma3-1b), and `grpo/merged`, the base with the adapters merged in (2 GB for
+# gemma3-1b): config, generation config (it stops at `<end_of_turn>`), tokenizer with the
+# chat template, and a README saying how to load it in `transformers`, vLLM or
+# llama.cpp / Ollama. Only the final stage is exported; `train.export(train.train_or_load(
+# preset, run, "sft"), preset, run, merged=False)` exports another stage's adapters.
 
 # %%
-merged = run.stage("grpo") / "merged"
+exported = {kind: run.stage("grpo") / kind for kind in ("adapter", "merged")}
+done = [exported["adapter"] / "adapter_model.safetensors", exported["merged"] / "model.safetensors"]
 if not finished:
     print("not exported: GRPO has not finished")
-elif (merged / "model.safetensors").is_file() and not RETRAIN:
-    print(f"already exported to {merged}: {sorted(p.name for p in merged.iterdir())}")
 else:
-    merged = train.export(result, preset, run)
-    print(f"exported to {merged}: {sorted(p.name for p in merged.iterdir())}")
+    if all(f.is_file() for f in done) and not RETRAIN:
+        print("already exported:")
+    else:
+        exported = train.export(result, preset, run)
+    for kind, path in exported.items():
+        print(f"{kind}: {path}\n  {sorted(p.name for p in path.iterdir())}")
 
 # %% [markdown]
 # ## What next

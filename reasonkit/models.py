@@ -12,9 +12,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import itertools
 import json
 import os
 import pathlib
+import re
 from typing import Any, Iterable
 
 import jax
@@ -27,6 +29,10 @@ from reasonkit import data, template
 from reasonkit.config import LoraConfig, ModelConfig
 
 REQUIRED_FILES = ("config.json", "tokenizer.model")
+# The tokenizer files a Hugging Face Gemma directory may hold: downloaded, and copied into exports.
+TOKENIZER_FILES = ("tokenizer.model", "tokenizer.json", "tokenizer_config.json",
+                   "special_tokens_map.json", "added_tokens.json", "chat_template.jinja",
+                   "chat_template.json")
 
 
 class CheckpointError(ValueError):
@@ -90,34 +96,222 @@ def train_tokenizer(texts: Iterable[str], out_prefix: str | os.PathLike, vocab_s
 
 
 # --- config <-> Tunix <-> config.json --------------------------------------------------
+#
+# config.json is read the way transformers reads it (its own config classes, so a field the
+# file leaves out takes transformers' default, e.g. query_pre_attn_scalar 256), and every
+# field that changes the numbers is either handed to Tunix's config or refused:
+#
+#   field                          Gemma 3 (Tunix 0.1.7)               Gemma 2 (Tunix 0.1.7)
+#   rope theta (global / local)    honoured                            10000 only
+#   rope scaling                   linear (factor >= 1), per layer     none
+#                                  type: honoured; other types refused
+#   query_pre_attn_scalar          head_dim or hidden / heads          head_dim only
+#   softcaps (final, attention)    none only                           honoured
+#   sliding_window                 honoured                            honoured
+#   layer_types / window pattern   5 sliding : 1 full only             honoured
+#   activation, rms_norm_eps,      gelu_pytorch_tanh, 1e-6, no bias, tied embeddings,
+#   bias, ties, bidirectional      causal: refused otherwise
+
+# transformers' names for the shapes, and ours.
+_HF_FIELDS = {"num_layers": "num_hidden_layers", "vocab_size": "vocab_size",
+              "embed_dim": "hidden_size", "hidden_dim": "intermediate_size",
+              "num_heads": "num_attention_heads", "head_dim": "head_dim",
+              "num_kv_heads": "num_key_value_heads", "sliding_window": "sliding_window"}
+# Fields Tunix hard-codes: (transformers' attribute, the one value Tunix computes with).
+_FIXED = (("hidden_activation", "gelu_pytorch_tanh"), ("rms_norm_eps", 1e-6),
+          ("attention_bias", False), ("tie_word_embeddings", True),
+          ("use_bidirectional_attention", False))
+_LAYER_TYPES = ("sliding_attention", "full_attention")
 
 
-def tunix_config(cfg: ModelConfig):
-    """The Tunix ModelConfig for ``cfg`` (Gemma 3 or Gemma 2 architecture)."""
+@contextlib.contextmanager
+def _quiet_transformers():
+    """Import / call transformers without its advice that PyTorch is missing (JAX needs
+    none) and its warnings about rope keys, which :func:`tunix_config` judges itself."""
+    key = "TRANSFORMERS_NO_ADVISORY_WARNINGS"
+    old = os.environ.get(key)
+    os.environ[key] = "1"
+    try:
+        from transformers.utils import logging as hf_logging
+
+        verbosity = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()
+        try:
+            yield
+        finally:
+            hf_logging.set_verbosity(verbosity)
+    finally:
+        if old is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = old
+
+
+def read_config_json(path: str | os.PathLike) -> dict[str, Any]:
+    """A config.json (or generation_config.json) as a dict, or a CheckpointError saying why not."""
+    path = pathlib.Path(path)
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{path}: cannot read {path.name} ({e})") from e
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{path}: {path.name} holds a {type(raw).__name__}, not an object")
+    return raw
+
+
+def _text_part(raw: dict[str, Any], where: str) -> tuple[str, dict[str, Any]]:
+    """``(family, the text model's fields)`` of a Gemma 2 / Gemma 3 (text or multimodal) config."""
+    model_type = str(raw.get("model_type", ""))
+    family = "gemma2" if model_type == "gemma2" else "gemma3" if model_type.startswith("gemma3") else None
+    if family is None:
+        raise CheckpointError(f"{where}: model_type {model_type!r} is not Gemma 2 or Gemma 3")
+    text = raw.get("text_config", raw) if model_type == "gemma3" else raw
+    if not isinstance(text, dict):
+        raise CheckpointError(f"{where}: text_config is a {type(text).__name__}, not an object")
+    return family, text
+
+
+def _hf_text_config(family: str, text: dict[str, Any], where: str):
+    """transformers' own reading of the text model's config (defaults filled in)."""
+    with _quiet_transformers():
+        import transformers
+
+        cls = transformers.Gemma2Config if family == "gemma2" else transformers.Gemma3TextConfig
+        fields = {k: v for k, v in text.items() if k not in ("model_type", "text_config", "vision_config")}
+        try:
+            return cls(**fields)
+        except Exception as e:  # noqa: BLE001 - strict dataclass validation raises its own types
+            raise CheckpointError(
+                f"{where}: transformers {transformers.__version__} cannot read it as "
+                f"{cls.__name__}: {e}") from e
+
+
+def _refuse(where: str, field: str, value: Any, why: str, given: dict[str, Any] | None = None):
+    """Raise the CheckpointError naming ``field`` and ``value``; ``given``: the file's fields."""
+    if given is not None and field.isidentifier() and field not in given:
+        why += " (the file leaves it out: this is transformers' default)"
+    raise CheckpointError(f"{where}: {field}={value!r}: {why}")
+
+
+def _rope(params: Any, field: str, where: str) -> tuple[float, float]:
+    """``(theta, linear scale factor)`` of one rope parameter dict, or a refusal."""
+    if not isinstance(params, dict):
+        _refuse(where, field, params, "is not an object")
+    kind, legacy = params.get("rope_type", "default"), params.get("type")
+    if legacy is not None and legacy != kind:
+        _refuse(where, field, params, f"says rope_type {kind!r} and type {legacy!r}; transformers "
+                "computes with rope_type: write the scaling you mean as rope_type")
+    if kind == "default":
+        factor = 1.0
+    elif kind == "linear":
+        factor = params.get("factor")
+        if not (isinstance(factor, (int, float)) and factor >= 1):
+            _refuse(where, field, params, "linear RoPE scaling needs a factor >= 1")
+    else:
+        _refuse(where, field, params, f"rope_type {kind!r}: Tunix 0.1.7 implements RoPE "
+                "without scaling ('default') or with linear scaling only")
+    if params.get("partial_rotary_factor", 1.0) != 1.0:
+        _refuse(where, field, params, "Tunix 0.1.7 rotates every dimension (partial_rotary_factor 1)")
+    theta = params.get("rope_theta")
+    if not (isinstance(theta, (int, float)) and theta > 0):
+        _refuse(where, field, params, "needs a positive rope_theta")
+    return float(theta), float(factor)
+
+
+def _tunix_config(cfg: ModelConfig, family: str, t, text: dict[str, Any], where: str):
+    """Tunix's ModelConfig from ``cfg``'s shapes and transformers' config ``t`` (read from ``text``)."""
+    if family != cfg.family:
+        raise CheckpointError(f"{where}: a {family} config, but the model is {cfg.family}")
+
+    def refuse(field: str, value: Any, why: str):
+        _refuse(where, field, value, why, given=text)
+
+    for name, value in _FIXED:
+        got = getattr(t, name, value)
+        if (bool(got) if isinstance(value, bool) else got) != value:  # None: transformers' False
+            refuse(name, got, f"Tunix 0.1.7's Gemma computes with {value!r} only")
+    types = list(t.layer_types)
+    if len(types) != cfg.num_layers or not set(types) <= set(_LAYER_TYPES):
+        refuse("layer_types", types, f"needs {cfg.num_layers} entries, each one of {list(_LAYER_TYPES)}")
+    pattern_field = ("layer_types" if "layer_types" in text else "sliding_window_pattern"
+                     if "sliding_window_pattern" in text else "layer_types")
+    pattern_value = text.get(pattern_field, types)
+    rope = t.rope_parameters or {}
+    per_type = isinstance(rope, dict) and set(_LAYER_TYPES) & set(rope) and all(
+        isinstance(rope.get(k), dict) for k in set(types))
+    scalar = t.query_pre_attn_scalar
     dtype = jnp.bfloat16 if cfg.dtype == "bfloat16" else jnp.float32
-    if cfg.family == "gemma3":
+
+    if family == "gemma3":
         from tunix.models.gemma3 import model as g3
 
+        tunix_types = [("sliding_attention" if a == g3.AttentionType.LOCAL_SLIDING else "full_attention")
+                       for _, a in zip(range(cfg.num_layers), itertools.cycle(g3.GEMMA3_ATTENTION_PATTERN))]
+        if types != tunix_types:
+            refuse(pattern_field, pattern_value, "Tunix 0.1.7's Gemma 3 always repeats 5 "
+                   "sliding-window layers then 1 full-attention layer")
+        if not per_type:
+            refuse("rope_parameters", rope, "a Gemma 3 config has one RoPE per layer type")
+        scaled = "rope_scaling" if "rope_scaling" in text else "rope_parameters['full_attention']"
+        global_base, global_scale = _rope(rope.get("full_attention"), scaled, where)
+        local_base, local_scale = _rope(rope.get("sliding_attention"),
+                                        "rope_parameters['sliding_attention']", where)
+        if scalar == cfg.head_dim:
+            query_norm = g3.QueryPreAttentionNormalisation.BY_ONE_OVER_SQRT_HEAD_DIM
+        elif scalar == cfg.embed_dim // cfg.num_heads:
+            query_norm = g3.QueryPreAttentionNormalisation.BY_ONE_OVER_SQRT_EMBED_DIM_DIV_NUM_HEADS
+        else:
+            refuse("query_pre_attn_scalar", scalar, "Tunix 0.1.7's Gemma 3 scales queries by "
+                   f"1/sqrt(head_dim={cfg.head_dim}) or 1/sqrt(hidden_size / num_attention_heads="
+                   f"{cfg.embed_dim // cfg.num_heads}) only")
+        for name in ("final_logit_softcapping", "attn_logit_softcapping"):
+            if getattr(t, name) is not None:
+                refuse(name, getattr(t, name), "Tunix 0.1.7's Gemma 3 has no softcapping")
         return g3.ModelConfig(
             num_layers=cfg.num_layers, num_embed=cfg.vocab_size, embed_dim=cfg.embed_dim,
             hidden_dim=cfg.hidden_dim, num_heads=cfg.num_heads, head_dim=cfg.head_dim,
             num_kv_heads=cfg.num_kv_heads, sliding_window_size=cfg.sliding_window,
-            local_base_frequency=10_000, global_base_frequency=1_000_000,
+            local_base_frequency=local_base, global_base_frequency=global_base,
+            local_scale_factor=local_scale, global_scale_factor=global_scale,
+            query_pre_attn_norm=query_norm,
             remat_config=g3.RematConfig.BLOCK if cfg.remat else g3.RematConfig.NONE,
             param_dtype=dtype,
         )
+
     from tunix.models.gemma import model as g2
 
-    layers = cfg.num_layers
+    ropes = ([(rope[k], f"rope_parameters[{k!r}]") for k in sorted(set(types))] if per_type
+             else [(rope, "rope_scaling" if "rope_scaling" in text else "rope_parameters")])
+    for params, field in ropes:
+        theta, factor = _rope(params, field, where)
+        if factor != 1.0:
+            refuse(field, params, "Tunix 0.1.7's Gemma 2 has no RoPE scaling")
+        if theta != 10_000.0:
+            refuse("rope_theta" if "rope_theta" in text else field, theta,
+                   "Tunix 0.1.7's Gemma 2 fixes the RoPE base at 10000")
+    if scalar != cfg.head_dim:
+        refuse("query_pre_attn_scalar", scalar, "Tunix 0.1.7's Gemma 2 scales queries by "
+               f"1/sqrt(head_dim={cfg.head_dim}) only")
+    kinds = {"sliding_attention": g2.AttentionType.LOCAL_SLIDING, "full_attention": g2.AttentionType.GLOBAL}
     return g2.ModelConfig(
-        num_layers=layers, num_embed=cfg.vocab_size, embed_dim=cfg.embed_dim,
+        num_layers=cfg.num_layers, num_embed=cfg.vocab_size, embed_dim=cfg.embed_dim,
         hidden_dim=cfg.hidden_dim, num_heads=cfg.num_heads, head_dim=cfg.head_dim,
-        num_kv_heads=cfg.num_kv_heads, final_logit_softcap=30.0, use_post_attn_norm=True,
-        use_post_ffw_norm=True, attn_logits_soft_cap=50.0, sliding_window_size=cfg.sliding_window,
-        attention_types=tuple((g2.AttentionType.LOCAL_SLIDING, g2.AttentionType.GLOBAL)[i % 2]
-                              for i in range(layers)),
+        num_kv_heads=cfg.num_kv_heads, final_logit_softcap=t.final_logit_softcapping,
+        use_post_attn_norm=True, use_post_ffw_norm=True, attn_logits_soft_cap=t.attn_logit_softcapping,
+        sliding_window_size=cfg.sliding_window, attention_types=tuple(kinds[k] for k in types),
         remat_config=g2.RematConfig.BLOCK if cfg.remat else g2.RematConfig.NONE,
     )
+
+
+def tunix_config(cfg: ModelConfig, hf: dict[str, Any] | None = None, *, where: str = "config.json"):
+    """The Tunix ModelConfig of ``cfg``'s shapes and ``hf``'s architecture fields.
+
+    ``hf`` is a checkpoint's config.json as a dict (None: the one :func:`hf_config` writes
+    for ``cfg``). Every field that changes the numbers is honoured through Tunix's config
+    or refused with a CheckpointError naming the field and its value (table above).
+    """
+    family, text = _text_part(hf_config(cfg) if hf is None else hf, where)
+    return _tunix_config(cfg, family, _hf_text_config(family, text, where), text, where)
 
 
 def model_class(cfg: ModelConfig):
@@ -131,12 +325,12 @@ def model_class(cfg: ModelConfig):
 
 
 def new_model(cfg: ModelConfig, seed: int = 0) -> nnx.Module:
-    """A randomly initialised model of ``cfg``'s architecture."""
+    """A randomly initialised model of ``cfg``'s architecture (as :func:`hf_config` describes it)."""
     return model_class(cfg)(tunix_config(cfg), rngs=nnx.Rngs(params=seed))
 
 
 def hf_config(cfg: ModelConfig) -> dict[str, Any]:
-    """config.json for ``cfg`` in Hugging Face transformers' layout."""
+    """config.json for a new model of ``cfg`` in Hugging Face transformers' layout."""
     common = {
         "hidden_size": cfg.embed_dim, "intermediate_size": cfg.hidden_dim,
         "num_hidden_layers": cfg.num_layers, "num_attention_heads": cfg.num_heads,
@@ -157,35 +351,22 @@ def hf_config(cfg: ModelConfig) -> dict[str, Any]:
             "attn_logit_softcapping": 50.0, **common}
 
 
-_HF_FIELDS = {"num_layers": "num_hidden_layers", "vocab_size": "vocab_size",
-              "embed_dim": "hidden_size", "hidden_dim": "intermediate_size",
-              "num_heads": "num_attention_heads", "head_dim": "head_dim",
-              "num_kv_heads": "num_key_value_heads", "sliding_window": "sliding_window"}
-
-
 def config_from_hf(path: str | os.PathLike, expect: ModelConfig | None = None) -> ModelConfig:
     """Read a config.json (Gemma 2 / Gemma 3, text or multimodal) into a ModelConfig.
 
-    With ``expect``, every architecture field must match, or a CheckpointError lists them.
+    Fields the file leaves out take transformers' defaults, as transformers would load
+    it. With ``expect``, every shape must match, or a CheckpointError lists them; a field
+    Tunix cannot represent is refused either way (see :func:`tunix_config`).
     """
     path = pathlib.Path(path)
-    try:
-        raw = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{path}: cannot read config.json ({e})") from e
-    if not isinstance(raw, dict):
-        raise CheckpointError(f"{path}: config.json holds a {type(raw).__name__}, not an object")
-    model_type = raw.get("model_type", "")
-    text = raw.get("text_config", raw) if model_type == "gemma3" else raw
-    if not isinstance(text, dict):
-        raise CheckpointError(f"{path}: text_config is a {type(text).__name__}, not an object")
-    family = "gemma2" if model_type == "gemma2" else "gemma3" if model_type.startswith("gemma3") else None
-    if family is None:
-        raise CheckpointError(f"{path}: model_type {model_type!r} is not Gemma 2 or Gemma 3")
-    missing = [hf for hf in _HF_FIELDS.values() if text.get(hf) is None]
-    if missing:
-        raise CheckpointError(f"{path}: config.json lacks {missing}")
-    dims = {ours: int(text[hf]) for ours, hf in _HF_FIELDS.items()}
+    raw = read_config_json(path)
+    family, text = _text_part(raw, str(path))
+    t = _hf_text_config(family, text, str(path))
+    dims = {ours: getattr(t, hf) for ours, hf in _HF_FIELDS.items()}
+    bad = {k: v for k, v in dims.items() if not (isinstance(v, int) and v > 0)}
+    if bad:
+        raise CheckpointError(f"{path}: " + "; ".join(
+            f"{_HF_FIELDS[k]}={v!r} (Tunix needs a positive int)" for k, v in bad.items()))
     base = expect or ModelConfig(family=family, source=str(path.parent), **dims)
     found = dataclasses.replace(base, family=family, **dims)
     if expect is not None:
@@ -193,6 +374,7 @@ def config_from_hf(path: str | os.PathLike, expect: ModelConfig | None = None) -
                 for k in ("family", *dims) if getattr(expect, k) != getattr(found, k)]
         if diff:
             raise CheckpointError(f"{path} does not match the preset's model: " + "; ".join(diff))
+    _tunix_config(found, family, t, text, str(path))  # refuses what Tunix cannot represent
     return found
 
 
@@ -329,14 +511,20 @@ def save_hf_checkpoint(model: nnx.Module, cfg: ModelConfig, out_dir: str | os.Pa
 
 def load_model(path: str | os.PathLike, cfg: ModelConfig,
                mesh: jax.sharding.Mesh | None = None) -> nnx.Module:
-    """Load a checked Hugging Face-layout directory with Tunix's safetensors loader."""
+    """Load a checked Hugging Face-layout directory with Tunix's safetensors loader.
+
+    The architecture is config.json's (RoPE, query scaling, softcaps, layer pattern: see
+    :func:`tunix_config`), not the preset's defaults.
+    """
     check_checkpoint_dir(path, cfg)
+    config = pathlib.Path(path) / "config.json"
+    tunix_cfg = tunix_config(cfg, read_config_json(config), where=str(config))
     dtype = jnp.bfloat16 if cfg.dtype == "bfloat16" else jnp.float32
     if cfg.family == "gemma3":
         from tunix.models.gemma3 import params_safetensors as loader
     else:
         from tunix.models.gemma import params_safetensors as loader
-    return loader.create_model_from_safe_tensors(str(path), tunix_config(cfg), mesh=mesh, dtype=dtype)
+    return loader.create_model_from_safe_tensors(str(path), tunix_cfg, mesh=mesh, dtype=dtype)
 
 
 # --- where the weights come from -------------------------------------------------------
@@ -391,6 +579,12 @@ def _download_errors(source: str):
             'REASONKIT_OVERRIDES=\'{"model.source": "/path/to/model_dir"}\'') from e
 
 
+# What a Hugging Face download fetches: the weights (with a multimodal repo's vision tower:
+# one file), the configs and the tokenizer files, nothing else.
+DOWNLOAD_FILES = ("config.json", "generation_config.json", "*.safetensors",
+                  "model.safetensors.index.json", *TOKENIZER_FILES)
+
+
 def resolve_source(cfg: ModelConfig) -> pathlib.Path:
     """A local directory holding ``cfg``'s weights: built (tiny), downloaded, or given."""
     source = cfg.source
@@ -407,7 +601,7 @@ def resolve_source(cfg: ModelConfig) -> pathlib.Path:
         with _download_errors(source):
             return pathlib.Path(snapshot_download(
                 source.removeprefix("hf:"),
-                allow_patterns=["*.json", "*.safetensors", "tokenizer.model"]))
+                allow_patterns=list(DOWNLOAD_FILES)))
     path = pathlib.Path(source).expanduser()
     if not path.is_dir():
         raise CheckpointError(
@@ -503,16 +697,355 @@ def _lora_delta(module, name, a, b, shape):
     return delta
 
 
-def export_merged(lora_model: nnx.Module, cfg: ModelConfig, lora: LoraConfig,
-                  out_dir: str | os.PathLike, tokenizer_path: str | os.PathLike) -> pathlib.Path:
-    """Save base + merged LoRA as a Hugging Face safetensors directory (Gemma 2 and 3).
+# --- export: directories that transformers, PEFT, vLLM and GGUF converters load --------
+#
+# A merged export is a whole model: the source checkpoint's own config.json (only the dtype,
+# and for a multimodal Gemma 3 the text-only architecture, change), a generation_config.json
+# that stops at the turn end, the source's tokenizer files (or ones written from
+# tokenizer.model), a README saying how to load it, and the Gemma notice. An adapter export
+# is PEFT's adapter_config.json + adapter_model.safetensors: exact (no bf16 merge rounding)
+# and small, applied to the source model.
 
-    The LoRA model itself is left unchanged (a copy is merged).
+GEMMA_NOTICE = ("Gemma is provided under and subject to the Gemma Terms of Use found at "
+                "ai.google.dev/gemma/terms")
+
+# Gemma's turn format as a chat template (what Gemma's own template gives for text): BOS, each
+# turn trimmed between the turn markers, `assistant` named `model`, a system message put at
+# the head of the first user turn, and the model's turn opened by add_generation_prompt.
+CHAT_TEMPLATE = (
+    "{%- if messages and messages[0]['role'] == 'system' -%}"
+    "{%- set prefix = messages[0]['content'] + '\\n\\n' -%}{%- set turns = messages[1:] -%}"
+    "{%- else -%}{%- set prefix = '' -%}{%- set turns = messages -%}{%- endif -%}"
+    "{{ bos_token }}"
+    "{%- for message in turns -%}"
+    "{%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}"
+    "{{ raise_exception('Conversation roles must alternate user / assistant / user / ...') }}"
+    "{%- endif -%}"
+    "{%- if message['content'] is string -%}{%- set text = message['content'] | trim -%}"
+    "{%- else -%}{%- set text = message['content'] | selectattr('type', 'equalto', 'text')"
+    " | map(attribute='text') | map('trim') | join('') -%}{%- endif -%}"
+    "{{ '<sot>' + ('model' if message['role'] == 'assistant' else message['role']) + '\\n'"
+    " + (prefix if loop.first else '') + text + '<eot>\\n' }}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<sot>model\\n' }}{%- endif -%}"
+).replace("<sot>", data.START_OF_TURN).replace("<eot>", data.END_OF_TURN)
+
+
+def export_config(source_dir: str | os.PathLike, cfg: ModelConfig) -> dict[str, Any]:
+    """The export's config.json: the source's own, changing only what the export changes.
+
+    That is the dtype (``cfg.dtype``, the weights written) and, for a multimodal Gemma 3,
+    the architecture: the export holds the language model alone (``Gemma3ForCausalLM``
+    with the source's ``text_config``). Every other field stays, so RoPE scaling, query
+    scaling, layer pattern, ``max_position_embeddings`` and the token ids describe the
+    export exactly as they did the source (the loader refused any it could not honour).
     """
+    path = pathlib.Path(source_dir) / "config.json"
+    raw = read_config_json(path)
+    family, text = _text_part(raw, str(path))
+    out = dict(text)
+    if text is not raw:  # multimodal: its text model, under the text model's own type
+        out.update(model_type="gemma3_text", architectures=["Gemma3ForCausalLM"])
+        for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
+            if key in raw and key not in out:
+                out[key] = raw[key]
+    out.setdefault("architectures", ["Gemma3ForCausalLM" if family == "gemma3" else "Gemma2ForCausalLM"])
+    for key in [k for k in ("dtype", "torch_dtype") if k in out] or ["torch_dtype"]:
+        out[key] = cfg.dtype
+    return out
+
+
+def export_generation_config(source_dir: str | os.PathLike,
+                             tok: spm.SentencePieceProcessor) -> dict[str, Any]:
+    """The source's generation_config.json (or one from its config.json), stopping at the turn end.
+
+    ``eos_token_id`` keeps the source's ids and adds :func:`stop_token_ids` (``<eos>`` and
+    ``<end_of_turn>``, looked up in the tokenizer): the model ends every answer with
+    ``<end_of_turn>``, and transformers' ``generate`` and vLLM stop at these ids.
+    """
+    source = pathlib.Path(source_dir)
+    gen_path = source / "generation_config.json"
+    gen = read_config_json(gen_path) if gen_path.is_file() else {}
+    config = read_config_json(source / "config.json")
+    eos = gen.get("eos_token_id", config.get("eos_token_id"))
+    eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+    gen["eos_token_id"] = eos + [i for i in stop_token_ids(tok) if i not in eos]
+    gen.setdefault("bos_token_id", tok.bos_id())
+    gen.setdefault("pad_token_id", tok.pad_id())
+    return gen
+
+
+HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+
+
+def hf_tokenizer_files(tokenizer_model: str | os.PathLike,
+                       names: Iterable[str] = HF_TOKENIZER_FILES) -> dict[str, str]:
+    """``names`` of tokenizer.json, tokenizer_config.json and special_tokens_map.json for a
+    Gemma-style SentencePiece model: BOS added on encoding, the chat template, the turn
+    markers special.
+
+    tokenizer.json is the model converted by transformers (about a second for the tiny
+    512 pieces; minutes for Gemma's 262k, which is why a Gemma source's own file is copied
+    instead); the other two are written directly.
+    """
+    import shutil
+    import tempfile
+
+    names = list(names)
+    tok = load_tokenizer(tokenizer_model)
+    specials = {"bos_token": tok.IdToPiece(tok.bos_id()), "eos_token": tok.IdToPiece(tok.eos_id()),
+                "unk_token": tok.IdToPiece(tok.unk_id()), "pad_token": tok.IdToPiece(tok.pad_id())}
+    turn_markers = [m for m in (data.START_OF_TURN, data.END_OF_TURN) if tok.PieceToId(m) != tok.unk_id()]
+    files = {}
+    if "tokenizer.json" in names:
+        with _quiet_transformers(), tempfile.TemporaryDirectory() as tmp:
+            from transformers import GemmaTokenizer
+
+            shutil.copy(tokenizer_model, pathlib.Path(tmp) / "tokenizer.model")
+            fast = GemmaTokenizer.from_pretrained(tmp, **specials, mask_token=None,
+                                                  add_bos_token=True, add_eos_token=False)
+            backend = json.loads(fast.backend_tokenizer.to_str())
+        # As in Gemma's tokenizer.json: the turn markers are special (decode(...,
+        # skip_special_tokens=True) drops them); other single pieces, such as the answer
+        # tags, are text.
+        for added in backend.get("added_tokens", []):
+            if added["content"] in turn_markers:
+                added["special"] = True
+        files["tokenizer.json"] = json.dumps(backend, ensure_ascii=False)
+    if "tokenizer_config.json" in names:
+        files["tokenizer_config.json"] = json.dumps(
+            {"tokenizer_class": "GemmaTokenizer", **specials, "add_bos_token": True,
+             "add_eos_token": False, "clean_up_tokenization_spaces": False,
+             "spaces_between_special_tokens": False, "chat_template": CHAT_TEMPLATE},
+            indent=2, ensure_ascii=False)
+    if "special_tokens_map.json" in names:
+        files["special_tokens_map.json"] = json.dumps(
+            {**specials, "additional_special_tokens": turn_markers}, indent=2, ensure_ascii=False)
+    return files
+
+
+def export_tokenizer(source_dir: str | os.PathLike, out_dir: str | os.PathLike) -> list[str]:
+    """Copy the source's tokenizer files; write the Hugging Face ones it lacks. Returns the names."""
+    import shutil
+
+    source, out = pathlib.Path(source_dir), pathlib.Path(out_dir)
+    names = [n for n in TOKENIZER_FILES if (source / n).is_file()]
+    for name in names:
+        if (source / name).resolve() != (out / name).resolve():
+            shutil.copy(source / name, out / name)
+    missing = [n for n in HF_TOKENIZER_FILES if n not in names]
+    for name, text in hf_tokenizer_files(source / "tokenizer.model", missing).items():
+        (out / name).write_text(text)
+    return sorted(names + missing)
+
+
+def _base_model_id(cfg: ModelConfig, source_dir: str | os.PathLike) -> str:
+    """What to load the base model from: the Hugging Face repo when it came from one."""
+    return cfg.source.removeprefix("hf:") if cfg.source.startswith("hf:") else str(source_dir)
+
+
+def export_readme(cfg: ModelConfig, lora: LoraConfig, kind: str, base: str, stops: list[int], *,
+                  name: str | None = None) -> str:
+    """The README.md of an export (``kind`` "merged" or "adapter"): what it is, how to load it, licence."""
+    family = {"gemma3": "Gemma 3", "gemma2": "Gemma 2"}[cfg.family]
+    eager = ', attn_implementation="eager"' if cfg.family == "gemma2" else ""
+    vllm_rank = max(8, 1 << (lora.rank - 1).bit_length())  # vLLM takes powers of two from 8
+    what = (f"the base model with the LoRA adapters merged into its weights ({cfg.dtype})"
+            if kind == "merged" else f"LoRA adapters in PEFT's format (exact values), for the base `{base}`")
+    lines = [f"# {name or 'reasonkit export'}", "",
+             f"A {family} model post-trained for step-by-step answers with "
+             f"reasonkit (LoRA rank {lora.rank}, alpha {lora.alpha:g}) "
+             f"from `{cfg.source}`: {what}.", "",
+             "## Prompt", "",
+             "The model learned to answer a user turn that holds this instruction, a newline and the "
+             "question, and answers in `<reasoning>...</reasoning>` then `<answer>...</answer>`, "
+             f"ending its turn with `{data.END_OF_TURN}`:", "",
+             "```python", f"INSTRUCTION = {data.INSTRUCTION!r}",
+             'messages = [{"role": "user", "content": INSTRUCTION + "\\n" + "What is 7 * 6?"}]', "```", ""]
+    if kind == "merged":
+        lines += [
+            "## Load it", "",
+            "transformers (the chat template and BOS come with the tokenizer; `generate` stops at "
+            f"`{data.END_OF_TURN}` through generation_config.json, ids {stops}):", "",
+            "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer", "",
+            'path = "path/to/this/folder"', "tok = AutoTokenizer.from_pretrained(path)",
+            f"model = AutoModelForCausalLM.from_pretrained(path{eager})",
+            "inputs = tok.apply_chat_template(messages, add_generation_prompt=True, return_dict=True,",
+            '                                 return_tensors="pt")',
+            "out = model.generate(**inputs, max_new_tokens=512)",
+            'print(tok.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True))', "```", ""]
+        if cfg.family == "gemma2":
+            lines += ["Gemma 2 needs `attn_implementation=\"eager\"`: transformers' default `sdpa` "
+                      "attention ignores Gemma 2's attention logit softcap and gives other logits.", ""]
+        lines += [
+            "vLLM: `vllm serve path/to/this/folder` (OpenAI-compatible chat API), or "
+            "`vllm.LLM(model=path).chat(messages)`.", "",
+            "llama.cpp / Ollama: convert to GGUF with llama.cpp's `python convert_hf_to_gguf.py "
+            "path/to/this/folder --outfile model.gguf`, then `ollama create` from a Modelfile "
+            "holding `FROM ./model.gguf`.", ""]
+    else:
+        lines += [
+            "## Load it", "",
+            "PEFT, on the base model (its tokenizer; stop at "
+            f"`{data.END_OF_TURN}` with `eos_token_id={stops}` when the base's generation config "
+            "does not):", "",
+            "```python", "import torch", "from peft import PeftModel",
+            "from transformers import AutoModelForCausalLM, AutoTokenizer", "",
+            f'base = "{base}"', "tok = AutoTokenizer.from_pretrained(base)",
+            f"model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32{eager})",
+            'model = PeftModel.from_pretrained(model, "path/to/this/folder")',
+            "inputs = tok.apply_chat_template(messages, add_generation_prompt=True, return_dict=True,",
+            '                                 return_tensors="pt")',
+            f"out = model.generate(**inputs, max_new_tokens=512, eos_token_id={stops})", "```", "",
+            f"vLLM: `vllm serve {base} --enable-lora --max-lora-rank {vllm_rank} "
+            "--lora-modules reasonkit=path/to/this/folder`. `model.merge_and_unload()` gives a "
+            "plain transformers model.", ""]
+    lines += ["## Licence", ""]
+    if cfg.source == "tiny":
+        lines += ["reasonkit pretrained this model from scratch on its synthetic tasks (Gemma 3's "
+                  "architecture, no Gemma weights); it is Apache-2.0, like reasonkit.", ""]
+    else:
+        lines += [f"{GEMMA_NOTICE}.", "",
+                  f"This is a Model Derivative of Gemma: reasonkit modified `{cfg.source}` by "
+                  "fine-tuning (LoRA). Whoever you share it with is bound by the Gemma Terms of Use, "
+                  "including the use restrictions of the Gemma Prohibited Use Policy "
+                  "(ai.google.dev/gemma/prohibited_use_policy); pass the terms on with it.", ""]
+    return "\n".join(lines)
+
+
+def _write_notices(out: pathlib.Path, cfg: ModelConfig, readme: str) -> None:
+    (out / "README.md").write_text(readme)
+    if cfg.source != "tiny":  # the Gemma Terms ask for the notice in a "Notice" text file
+        (out / "NOTICE").write_text(GEMMA_NOTICE + "\n")
+
+
+def export_merged(lora_model: nnx.Module, cfg: ModelConfig, lora: LoraConfig,
+                  out_dir: str | os.PathLike, source_dir: str | os.PathLike, *,
+                  name: str | None = None) -> pathlib.Path:
+    """Save base + merged LoRA as a complete Hugging Face directory (Gemma 2 and 3).
+
+    ``source_dir`` is the base model's directory (:func:`resolve_source`): its config,
+    generation config and tokenizer files are carried over (see :func:`export_config`).
+    The LoRA model itself is left unchanged (a copy is merged); model.safetensors is
+    written last, so its presence means the export is complete.
+    """
+    from safetensors.numpy import save_file
+
+    source, out = pathlib.Path(source_dir), pathlib.Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tok = load_tokenizer(source / "tokenizer.model", vocab_size=cfg.vocab_size)
+    (out / "config.json").write_text(json.dumps(export_config(source, cfg), indent=2))
+    (out / "generation_config.json").write_text(json.dumps(export_generation_config(source, tok), indent=2))
+    export_tokenizer(source, out)
+    _write_notices(out, cfg, export_readme(cfg, lora, "merged", _base_model_id(cfg, source),
+                                           stop_token_ids(tok), name=name))
     graph, state = nnx.split(lora_model)
     copy = nnx.merge(graph, jax.tree.map(lambda x: x, state))
     merge_lora(copy, lora)
-    return save_hf_checkpoint(copy, cfg, out_dir, tokenizer_path)
+    tmp = out / "model.safetensors.tmp"
+    save_file(to_hf_tensors(copy, cfg), str(tmp), metadata={"format": "pt"})
+    tmp.replace(out / "model.safetensors")
+    return out
+
+
+# qwix's adapter layouts (see :func:`_lora_delta`) and the transformers projections they feed.
+_PEFT_LAYOUT = {
+    "q_einsum": ("BTD,Dr,rNH->BTNH", "self_attn", ("q_proj",)),
+    "kv_einsum": ("BSD,Dr,rCKH->CBSKH", "self_attn", ("k_proj", "v_proj")),
+    "qkv_einsum": ("BTD,Dr,rSNH->SBTNH", "self_attn", ("q_proj", "k_proj", "v_proj")),
+    "attn_vec_einsum": ("BTNH,NHr,rD->BTD", "self_attn", ("o_proj",)),
+}
+
+
+def peft_tensors(lora_model: nnx.Module) -> tuple[dict[str, np.ndarray], list[str]]:
+    """The LoRA adapters in PEFT's layout, and the transformers modules they adapt.
+
+    PEFT adds ``scale * B @ A`` (``scale = alpha / r``, as :func:`merge_lora`) to a
+    transformers weight ``[out, in]``; qwix's ``a`` / ``b`` are laid out like the Tunix
+    weight. For each adapted module (key prefix ``base_model.model.model.layers.{i}.``):
+
+        Tunix module      a            b             PEFT lora_A [r, in]     lora_B [out, r]
+        q_einsum          [D, r]       [r, N, H]     a.T                     b -> [N*H, r]
+        kv_einsum         [D, r]       [r, 2, K, H]  a.T (k and v share it)  b[:, c] -> [K*H, r]
+        qkv_einsum        [D, r]       [r, 3, N, H]  a.T                     b[:, c] -> [N*H, r]
+        attn_vec_einsum   [N, H, r]    [r, D]        a -> [r, N*H]           b.T
+        mlp.*_proj        [in, r]      [r, out]      a.T                     b.T
+    """
+    tensors: dict[str, np.ndarray] = {}
+    for path, module in nnx.iter_graph(lora_model):
+        if not isinstance(module, nnx.Module) or len(path) != 4 or path[0] != "layers":
+            continue
+        prefix = f"base_model.model.model.layers.{path[1]}."
+        for param in ("w", "kernel"):
+            a, b = getattr(module, f"{param}_lora_a", None), getattr(module, f"{param}_lora_b", None)
+            if a is None or b is None:
+                continue
+            a, b = np.asarray(a.value), np.asarray(b.value)
+            rank = b.shape[0]
+            if param == "kernel":  # nnx.Linear in the MLP: gate_proj / up_proj / down_proj
+                pieces = [(f"mlp.{path[3]}", a.T, b.T)]
+            else:
+                layout = _PEFT_LAYOUT.get(str(path[3]))
+                found = getattr(module, "w_lora_einsum_str", None)
+                if layout is None or found != layout[0]:
+                    raise ValueError(f"{'.'.join(map(str, path))}: LoRA einsum {found!r} has no PEFT "
+                                     f"mapping (known: {sorted(_PEFT_LAYOUT)} as {_PEFT_LAYOUT})")
+                _, block, names = layout
+                if path[3] == "attn_vec_einsum":
+                    pieces = [(f"{block}.o_proj", a.reshape(-1, rank).T, b.T)]
+                elif len(names) == 1:
+                    pieces = [(f"{block}.{names[0]}", a.T, b.reshape(rank, -1).T)]
+                else:
+                    pieces = [(f"{block}.{n}", a.T, b[:, c].reshape(rank, -1).T) for c, n in enumerate(names)]
+            for module_name, lora_a, lora_b in pieces:
+                tensors[f"{prefix}{module_name}.lora_A.weight"] = np.ascontiguousarray(lora_a)
+                tensors[f"{prefix}{module_name}.lora_B.weight"] = np.ascontiguousarray(lora_b)
+    modules = sorted({k.removeprefix("base_model.model.").removesuffix(".lora_A.weight")
+                      for k in tensors if k.endswith("lora_A.weight")})
+    return tensors, modules
+
+
+def export_adapter(lora_model: nnx.Module, cfg: ModelConfig, lora: LoraConfig,
+                   out_dir: str | os.PathLike, source_dir: str | os.PathLike, *,
+                   name: str | None = None) -> pathlib.Path:
+    """Save the LoRA adapters alone as a PEFT directory (adapter_config.json + adapter_model.safetensors).
+
+    Exact (the adapters' own values, no merge into bf16 weights) and small; PEFT applies
+    them to the source model (``PeftModel.from_pretrained(base, out_dir)``). ``target_modules``
+    name transformers' projections (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj,
+    down_proj); when the adapters cover some layers only, it is a regular expression of
+    the exact module names.
+    """
+    from safetensors.numpy import save_file
+
+    source, out = pathlib.Path(source_dir), pathlib.Path(out_dir)
+    tensors, modules = peft_tensors(lora_model)
+    if not tensors:
+        raise ValueError("the model has no LoRA adapters to export")
+    by_layer: dict[str, set[str]] = {}
+    for m in modules:  # "model.layers.3.self_attn.q_proj"
+        layer, short = m.split(".")[2], m.rsplit(".", 1)[1]
+        by_layer.setdefault(layer, set()).add(short)
+    uniform = len(by_layer) == cfg.num_layers and len({frozenset(s) for s in by_layer.values()}) == 1
+    targets: list[str] | str = (sorted(next(iter(by_layer.values()))) if uniform
+                                else "|".join(re.escape(m) for m in modules))
+    adapter_config = {
+        "peft_type": "LORA", "task_type": "CAUSAL_LM",
+        "base_model_name_or_path": _base_model_id(cfg, source), "r": lora.rank,
+        "lora_alpha": lora.alpha, "lora_dropout": 0.0, "target_modules": targets, "bias": "none",
+        "fan_in_fan_out": False, "inference_mode": True, "use_rslora": False, "use_dora": False,
+        "init_lora_weights": True, "modules_to_save": None, "layers_to_transform": None,
+        "layers_pattern": None, "rank_pattern": {}, "alpha_pattern": {}, "revision": None,
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    tok = load_tokenizer(source / "tokenizer.model", vocab_size=cfg.vocab_size)
+    (out / "adapter_config.json").write_text(json.dumps(adapter_config, indent=2))
+    _write_notices(out, cfg, export_readme(cfg, lora, "adapter", _base_model_id(cfg, source),
+                                           stop_token_ids(tok), name=name))
+    tmp = out / "adapter_model.safetensors.tmp"
+    save_file(tensors, str(tmp), metadata={"format": "pt"})
+    tmp.replace(out / "adapter_model.safetensors")
+    return out
 
 
 # --- the tiny base model ---------------------------------------------------------------

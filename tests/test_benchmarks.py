@@ -62,3 +62,19 @@ def test_seed_preset_takes_the_environment_overrides_but_keeps_its_seed(monkeypa
     monkeypatch.setenv("REASONKIT_OVERRIDES", '{"grpo.max_step": 7}')
     with pytest.raises(ValueError, match="max_step"):
         seeds.seed_preset(0)
+
+
+_parity_spec = importlib.util.spec_from_file_location(
+    "hf_parity", pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "hf_parity.py")
+hf_parity = importlib.util.module_from_spec(_parity_spec)
+_parity_spec.loader.exec_module(hf_parity)  # torch and peft are imported only when it runs
+
+
+@pytest.mark.parametrize("name", list(hf_parity.CASES))
+def test_hf_parity_cases_are_checkpoints_the_loader_accepts(tmp_path, name):
+    # benchmarks/hf_parity.py compares them with transformers / PEFT where torch is installed.
+    family, shapes, extra = hf_parity.CASES[name]
+    cfg = hf_parity.case_config(family, shapes)
+    tokenizer = models.resolve_source(get_preset("tiny").model) / "tokenizer.model"
+    hf_parity.write_checkpoint(tmp_path / "c", cfg, extra, tokenizer)
+    assert models.check_checkpoint_dir(tmp_path / "c", cfg) == cfg

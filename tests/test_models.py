@@ -1,5 +1,6 @@
 import dataclasses
 import json
+import re
 import sys
 import types
 
@@ -56,8 +57,11 @@ def test_tokenizer_vocab_mismatch_and_garbage(tokenizer_path, tmp_path):
 
 # --- the real loading path on a checkpoint written here, in HF's layout ---------------
 
-def write_hf_checkpoint(path, cfg, tokenizer_path, seed=0, skip=(), reshape=None):
-    """Gemma 3 / Gemma 2 tensors with HF key names and random weights, written by hand."""
+def write_hf_checkpoint(path, cfg, tokenizer_path, seed=0, skip=(), reshape=None, extra=None):
+    """Gemma 3 / Gemma 2 tensors with HF key names and random weights, written by hand.
+
+    ``extra``: more config.json fields (``...`` removes one).
+    """
     rng = np.random.default_rng(seed)
     tensors = {k: rng.normal(0, 0.05, shape).astype(np.float32)
                for k, shape in models.hf_shapes(cfg).items() if k not in skip}
@@ -69,7 +73,9 @@ def write_hf_checkpoint(path, cfg, tokenizer_path, seed=0, skip=(), reshape=None
             "hidden_size": cfg.embed_dim, "intermediate_size": cfg.hidden_dim,
             "num_hidden_layers": cfg.num_layers, "num_attention_heads": cfg.num_heads,
             "num_key_value_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim,
-            "vocab_size": cfg.vocab_size, "sliding_window": cfg.sliding_window}
+            "vocab_size": cfg.vocab_size, "sliding_window": cfg.sliding_window,
+            "query_pre_attn_scalar": cfg.head_dim}  # transformers' default is 256
+    text = {k: v for k, v in {**text, **(extra or {})}.items() if v is not ...}
     (path / "config.json").write_text(json.dumps(text))
     (path / "tokenizer.model").write_bytes(tokenizer_path.read_bytes())
     return tensors
@@ -115,6 +121,187 @@ def test_config_json_that_is_not_an_object(tmp_path, text, match):
     (tmp_path / "config.json").write_text(text)
     with pytest.raises(models.CheckpointError, match=match):
         models.config_from_hf(tmp_path / "config.json")
+
+
+# --- config.json's architecture fields: honoured through Tunix's config, or refused -----
+
+def config_json(path, family="gemma3", **fields):
+    """A config.json of G3's / G2's shapes plus ``fields`` (``...`` removes one); returns its path."""
+    cfg = G3 if family == "gemma3" else G2
+    text = {"model_type": "gemma3_text" if family == "gemma3" else "gemma2",
+            "hidden_size": cfg.embed_dim, "intermediate_size": cfg.hidden_dim,
+            "num_hidden_layers": cfg.num_layers, "num_attention_heads": cfg.num_heads,
+            "num_key_value_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim,
+            "vocab_size": cfg.vocab_size, "sliding_window": cfg.sliding_window,
+            "query_pre_attn_scalar": cfg.head_dim, **fields}
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps({k: v for k, v in text.items() if v is not ...}))
+    return path / "config.json"
+
+
+G3_BY_EMBED = dataclasses.replace(G3, embed_dim=48)  # hidden / heads = 24, head_dim 16
+SCALE = "QueryPreAttentionNormalisation.BY_ONE_OVER_SQRT"
+
+
+@pytest.mark.parametrize("family, fields, want", [
+    ("gemma3", {}, {"global_scale_factor": 1.0, "local_scale_factor": 1.0, "global_base_frequency": 1e6,
+                    "local_base_frequency": 1e4, "query_pre_attn_norm": f"{SCALE}_HEAD_DIM",
+                    "sliding_window_size": 16}),
+    # Gemma 3 4B / 12B / 27B: linear x8 on the full-attention layers.
+    ("gemma3", {"rope_scaling": {"rope_type": "linear", "factor": 8.0}},
+     {"global_scale_factor": 8.0, "local_scale_factor": 1.0}),
+    ("gemma3", {"rope_theta": 500_000.0, "rope_local_base_freq": 20_000.0},
+     {"global_base_frequency": 5e5, "local_base_frequency": 2e4}),
+    # transformers 5's own layout: one RoPE per layer type.
+    ("gemma3", {"rope_parameters": {
+        "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 2e6},
+        "sliding_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 3e4}}},
+     {"global_scale_factor": 4.0, "local_scale_factor": 2.0, "global_base_frequency": 2e6,
+      "local_base_frequency": 3e4}),
+    ("gemma3", {"layer_types": ["sliding_attention"] * 2}, {}),  # Tunix's own pattern, spelled out
+    ("gemma3", {"sliding_window_pattern": 6, "sliding_window": 7}, {"sliding_window_size": 7}),
+    ("gemma2", {}, {"final_logit_softcap": 30.0, "attn_logits_soft_cap": 50.0,
+                    "attention_types": ("LOCAL_SLIDING", "GLOBAL")}),
+    ("gemma2", {"final_logit_softcapping": 12.0, "attn_logit_softcapping": None,
+                "layer_types": ["full_attention", "full_attention"], "rope_theta": 10_000.0},
+     {"final_logit_softcap": 12.0, "attn_logits_soft_cap": None, "attention_types": ("GLOBAL", "GLOBAL")}),
+    ("gemma2", {"final_logit_softcapping": None, "layer_types": ["full_attention", "sliding_attention"]},
+     {"final_logit_softcap": None, "attn_logits_soft_cap": 50.0,
+      "attention_types": ("GLOBAL", "LOCAL_SLIDING")}),
+], ids=["gemma3-defaults", "rope-linear-x8", "rope-thetas", "rope_parameters", "layer_types",
+        "window", "gemma2-defaults", "gemma2-caps-types", "gemma2-no-final-cap"])
+def test_config_fields_reach_tunix(tmp_path, family, fields, want):
+    path = config_json(tmp_path, family, **fields)
+    cfg = models.config_from_hf(path)
+    got = models.tunix_config(dataclasses.replace(cfg, dtype="float32"), models.read_config_json(path))
+    for name, value in want.items():
+        found = getattr(got, name)
+        if name == "attention_types":
+            found = tuple(a.name for a in found)
+        assert (str(found) if name == "query_pre_attn_norm" else found) == value, name
+
+
+def test_query_scalar_of_hidden_over_heads_is_honoured(tmp_path):
+    # Gemma 3 27B: query_pre_attn_scalar 168 = 5376 / 32 heads, head_dim 128.
+    path = config_json(tmp_path, hidden_size=48, query_pre_attn_scalar=24)
+    cfg = models.config_from_hf(path, expect=G3_BY_EMBED)
+    got = models.tunix_config(cfg, models.read_config_json(path))
+    assert str(got.query_pre_attn_norm) == f"{SCALE}_EMBED_DIM_DIV_NUM_HEADS"
+
+
+@pytest.mark.parametrize("family, fields, match", [
+    ("gemma3", {"query_pre_attn_scalar": 20}, r"query_pre_attn_scalar=20: .*head_dim=16\) or .*=16\) only"),
+    # transformers' default (256) when the file leaves the field out, as transformers loads it
+    ("gemma3", {"query_pre_attn_scalar": ...}, r"query_pre_attn_scalar=256: .*leaves it out"),
+    ("gemma3", {"rope_scaling": {"rope_type": "yarn", "factor": 8.0}}, r"rope_scaling=.*'yarn'"),
+    ("gemma3", {"rope_scaling": {"rope_type": "linear", "factor": 0.5}}, "a factor >= 1"),
+    ("gemma3", {"rope_scaling": {"type": "linear", "factor": 8.0}}, r"rope_type 'default' and type 'linear'"),
+    ("gemma3", {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                                    "sliding_attention": {"rope_type": "dynamic", "factor": 2.0,
+                                                          "rope_theta": 1e4}}},
+     r"rope_parameters\['sliding_attention'\]=.*'dynamic'"),
+    ("gemma3", {"rope_scaling": {"rope_type": "linear", "factor": 2.0, "partial_rotary_factor": 0.5}},
+     "partial_rotary_factor"),
+    ("gemma3", {"final_logit_softcapping": 30.0}, "final_logit_softcapping=30.0: .*no softcapping"),
+    ("gemma3", {"attn_logit_softcapping": 50.0}, "attn_logit_softcapping=50.0"),
+    ("gemma3", {"layer_types": ["full_attention", "sliding_attention"]},
+     r"layer_types=\['full_attention', 'sliding_attention'\]: .*5 sliding"),
+    ("gemma3", {"sliding_window_pattern": 1}, "sliding_window_pattern=1: .*5 sliding"),
+    ("gemma3", {"layer_types": ["sliding_attention"] * 3}, r"(?s)Gemma3TextConfig: .*`layer_types` \(3\)"),
+    ("gemma3", {"layer_types": ["chunked_attention"] * 2}, "each one of"),
+    ("gemma3", {"sliding_window": None}, r"sliding_window=None"),
+    ("gemma3", {"hidden_activation": "gelu"}, "hidden_activation='gelu'"),
+    ("gemma3", {"rms_norm_eps": 1e-5}, "rms_norm_eps=1e-05"),
+    ("gemma3", {"attention_bias": True}, "attention_bias=True"),
+    ("gemma3", {"tie_word_embeddings": False}, "tie_word_embeddings=False"),
+    ("gemma3", {"use_bidirectional_attention": True}, "use_bidirectional_attention=True"),
+    ("gemma3", {"num_hidden_layers": "2"}, "cannot read it as Gemma3TextConfig"),
+    ("gemma2", {"query_pre_attn_scalar": 24}, r"query_pre_attn_scalar=24: .*Gemma 2 .*head_dim=16\) only"),
+    ("gemma2", {"rope_theta": 20_000.0}, "rope_theta=20000.0: .*base at 10000"),
+    ("gemma2", {"rope_scaling": {"rope_type": "linear", "factor": 2.0}}, "rope_scaling=.*no RoPE scaling"),
+    ("gemma2", {"layer_types": ["sliding_attention"]}, r"(?s)Gemma2Config: .*`layer_types` \(1\)"),
+    ("gemma2", {"model_type": "gemma"}, "model_type 'gemma' is not Gemma 2 or Gemma 3"),
+])
+def test_config_fields_tunix_cannot_represent_are_refused(tmp_path, family, fields, match):
+    path = config_json(tmp_path, family, **fields)
+    with pytest.raises(models.CheckpointError, match=match) as e:
+        models.config_from_hf(path)
+    assert str(path) in str(e.value)
+
+
+# The text configs of real checkpoints (their shapes and the fields that change the numbers).
+REAL = {
+    "gemma-3-270m": {"model_type": "gemma3_text", "hidden_size": 640, "intermediate_size": 2048,
+                     "num_hidden_layers": 18, "num_attention_heads": 4, "num_key_value_heads": 1,
+                     "head_dim": 256, "vocab_size": 262144, "sliding_window": 512,
+                     "query_pre_attn_scalar": 256, "rope_scaling": None, "rope_theta": 1e6,
+                     "rope_local_base_freq": 1e4, "max_position_embeddings": 32768,
+                     "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 3},
+    "gemma-3-1b": {"model_type": "gemma3_text", "hidden_size": 1152, "intermediate_size": 6912,
+                   "num_hidden_layers": 26, "num_attention_heads": 4, "num_key_value_heads": 1,
+                   "head_dim": 256, "vocab_size": 262144, "sliding_window": 512,
+                   "sliding_window_pattern": 6, "query_pre_attn_scalar": 256, "rope_scaling": None,
+                   "rope_theta": 1e6, "rope_local_base_freq": 1e4, "max_position_embeddings": 32768},
+    "gemma-3-4b": {"model_type": "gemma3", "text_config": {
+        "model_type": "gemma3_text", "hidden_size": 2560, "intermediate_size": 10240,
+        "num_hidden_layers": 34, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+        "vocab_size": 262208, "sliding_window": 1024, "query_pre_attn_scalar": 256,
+        "rope_scaling": {"factor": 8.0, "rope_type": "linear"}}},
+    "gemma-3-27b": {"model_type": "gemma3", "text_config": {
+        "model_type": "gemma3_text", "hidden_size": 5376, "intermediate_size": 21504,
+        "num_hidden_layers": 62, "num_attention_heads": 32, "num_key_value_heads": 16,
+        "head_dim": 128, "vocab_size": 262208, "sliding_window": 1024, "query_pre_attn_scalar": 168,
+        "rope_scaling": {"factor": 8.0, "rope_type": "linear"}}},
+    "gemma-2-2b": {"model_type": "gemma2", "hidden_size": 2304, "intermediate_size": 9216,
+                   "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4,
+                   "head_dim": 256, "vocab_size": 256000, "sliding_window": 4096,
+                   "query_pre_attn_scalar": 256, "final_logit_softcapping": 30.0,
+                   "attn_logit_softcapping": 50.0, "rope_theta": 10000.0, "hidden_act": "gelu_pytorch_tanh",
+                   "hidden_activation": "gelu_pytorch_tanh"},
+    "gemma-2-27b": {"model_type": "gemma2", "hidden_size": 4608, "intermediate_size": 36864,
+                    "num_hidden_layers": 46, "num_attention_heads": 32, "num_key_value_heads": 16,
+                    "head_dim": 128, "vocab_size": 256000, "sliding_window": 4096,
+                    "query_pre_attn_scalar": 144, "final_logit_softcapping": 30.0,
+                    "attn_logit_softcapping": 50.0},
+}
+
+
+@pytest.mark.parametrize("name, want", [
+    ("gemma-3-270m", (1.0, f"{SCALE}_HEAD_DIM")),
+    ("gemma-3-1b", (1.0, f"{SCALE}_HEAD_DIM")),
+    ("gemma-3-4b", (8.0, f"{SCALE}_HEAD_DIM")),
+    ("gemma-3-27b", (8.0, f"{SCALE}_EMBED_DIM_DIV_NUM_HEADS")),
+    ("gemma-2-2b", (50.0, 30.0)),
+    ("gemma-2-27b", "query_pre_attn_scalar=144: .*head_dim=128"),
+])
+def test_real_checkpoint_configs(tmp_path, name, want):
+    (tmp_path / "config.json").write_text(json.dumps(REAL[name]))
+    if isinstance(want, str):
+        with pytest.raises(models.CheckpointError, match=want):
+            models.config_from_hf(tmp_path / "config.json")
+        return
+    cfg = models.config_from_hf(tmp_path / "config.json")
+    got = models.tunix_config(cfg, REAL[name])
+    if cfg.family == "gemma3":
+        assert (got.global_scale_factor, str(got.query_pre_attn_norm)) == want
+        rope = (got.local_scale_factor, got.global_base_frequency, got.local_base_frequency)
+        assert rope == (1.0, 1e6, 1e4)
+    else:
+        assert (got.attn_logits_soft_cap, got.final_logit_softcap) == want
+
+
+def test_loader_builds_the_model_config_json_describes(tmp_path, tokenizer_path):
+    cfg = dataclasses.replace(G3_BY_EMBED, num_layers=6)
+    write_hf_checkpoint(tmp_path / "c", cfg, tokenizer_path, extra={
+        "query_pre_attn_scalar": 24, "rope_scaling": {"rope_type": "linear", "factor": 8.0}})
+    model = models.load_model(tmp_path / "c", cfg)
+    attn = [layer.attn for layer in model.layers]
+    assert [a.rope_scale_factor for a in attn] == [1.0] * 5 + [8.0]  # the full-attention layer
+    assert attn[0].query_pre_attn_scalar == pytest.approx(24 ** -0.5)
+    # A preset's fresh model is what hf_config writes, and reads back the same way.
+    fresh = models.tunix_config(cfg)
+    assert (fresh.global_scale_factor, str(fresh.query_pre_attn_norm)) == (1.0, f"{SCALE}_HEAD_DIM")
+    assert fresh == models.tunix_config(cfg, models.hf_config(cfg))
 
 
 @pytest.mark.parametrize("problem, match", [
@@ -207,7 +394,11 @@ def test_resolve_source_kaggle_hf_local_and_bad(tmp_path, monkeypatch):
     assert models.resolve_source(k) == tmp_path
     assert models.resolve_source(dataclasses.replace(G3, source="hf:google/gemma-3-1b-it")) == tmp_path
     assert calls[0] == ("kaggle", "google/gemma-3/transformers/gemma-3-1b-it")
-    assert calls[1][:2] == ("hf", "google/gemma-3-1b-it") and "tokenizer.model" in calls[1][2]
+    assert calls[1][:2] == ("hf", "google/gemma-3-1b-it")
+    patterns = calls[1][2]  # what loading and exporting need, and nothing else
+    assert {"config.json", "generation_config.json", "*.safetensors", "tokenizer.model", "tokenizer.json",
+            "tokenizer_config.json", "special_tokens_map.json"} <= set(patterns)
+    assert "*.json" not in patterns and "*" not in patterns
     assert models.resolve_source(dataclasses.replace(G3, source=str(tmp_path))) == tmp_path
     with pytest.raises(models.CheckpointError, match="'nowhere' is not 'tiny'"):
         models.resolve_source(dataclasses.replace(G3, source="nowhere"))
@@ -277,14 +468,26 @@ def test_lora_targets_that_match_nothing():
         models.apply_lora(models.new_model(G3), LoraConfig(rank=2, alpha=2.0, module_path=".*nope"))
 
 
-@pytest.mark.parametrize("cfg", [G3, G2], ids=["gemma3", "gemma2"])
-def test_merged_export_reloads_to_the_lora_models_logits(tmp_path, tokenizer_path, cfg):
-    model = models.apply_lora(models.new_model(cfg, seed=1), LORA)
-    for path, v in nnx.iter_graph(model):  # adapters start at b=0: give them a real delta
+def lora_model_with_delta(cfg, lora=LORA, seed=1):
+    """A LoRA model whose adapters change the logits (they start at b = 0)."""
+    model = models.apply_lora(models.new_model(cfg, seed=seed), lora)
+    for path, v in nnx.iter_graph(model):
         if isinstance(v, nnx.LoRAParam) and str(path[-1]).endswith("lora_b"):
             v[...] = 0.05 * jax.random.normal(jax.random.key(len(path)), v.shape)
+    return model
+
+
+def source_dir(path, cfg, tokenizer_path, seed=1):
+    """The base checkpoint a LoRA model of ``new_model(cfg, seed)`` was trained from."""
+    return models.save_hf_checkpoint(models.new_model(cfg, seed=seed), cfg, path, tokenizer_path)
+
+
+@pytest.mark.parametrize("cfg", [G3, G2], ids=["gemma3", "gemma2"])
+def test_merged_export_reloads_to_the_lora_models_logits(tmp_path, tokenizer_path, cfg):
+    model = lora_model_with_delta(cfg)
     want = forward(model, TOKENS)
-    out = models.export_merged(model, cfg, LORA, tmp_path / "merged", tokenizer_path)
+    src = source_dir(tmp_path / "src", cfg, tokenizer_path)
+    out = models.export_merged(model, cfg, LORA, tmp_path / "merged", src)
     np.testing.assert_array_equal(forward(model, TOKENS), want)  # the LoRA model is untouched
     got = forward(models.load_model(out, cfg), TOKENS)
     plain = forward(models.new_model(cfg, seed=1), TOKENS)
@@ -297,15 +500,183 @@ def test_qlora_merged_export_dequantizes_the_nf4_base(tmp_path, tokenizer_path, 
     # README: `**{"lora.qlora": True}`; the base weights are then qwix NF4 arrays, which
     # the merge must dequantize (it raised TypeError: 'WithAux' + 'ArrayImpl').
     qlora = dataclasses.replace(LORA, qlora=True, tile_size=16)
-    model = models.apply_lora(models.new_model(cfg, seed=1), qlora)
-    for path, v in nnx.iter_graph(model):
-        if isinstance(v, nnx.LoRAParam) and str(path[-1]).endswith("lora_b"):
-            v[...] = 0.05 * jax.random.normal(jax.random.key(len(path)), v.shape)
+    model = lora_model_with_delta(cfg, qlora)
     want = forward(model, TOKENS)
-    out = models.export_merged(model, cfg, qlora, tmp_path / "merged", tokenizer_path)
+    src = source_dir(tmp_path / "src", cfg, tokenizer_path)
+    out = models.export_merged(model, cfg, qlora, tmp_path / "merged", src)
     np.testing.assert_array_equal(forward(model, TOKENS), want)  # still the QLoRA model
     got = forward(models.load_model(out, cfg), TOKENS)
     np.testing.assert_allclose(got, want, atol=1e-4)
+    # The adapters alone export as they do without NF4 (PEFT applies them to the source).
+    tensors, _ = models.peft_tensors(model)
+    assert tensors.keys() == models.peft_tensors(lora_model_with_delta(cfg))[0].keys()
+
+
+# --- exports that load and chat in the Hugging Face ecosystem --------------------------
+
+def hf_tokenizer(path):
+    """transformers' AutoTokenizer on a directory (no PyTorch needed for tokenizers)."""
+    with models._quiet_transformers():
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(path)
+
+
+QUESTION = "Sort 3  1 2 from smallest to largest."  # no surrounding whitespace: see test_chat_template
+
+
+def test_merged_export_is_a_complete_directory(tmp_path, tokenizer_path):
+    # A source as a Gemma checkpoint comes: its config says more than the shapes.
+    src = tmp_path / "src"
+    fields = {"rope_scaling": {"rope_type": "linear", "factor": 8.0}, "max_position_embeddings": 32768,
+              "torch_dtype": "bfloat16", "eos_token_id": [1], "transformers_version": "4.50.0"}
+    write_hf_checkpoint(src, G3, tokenizer_path, extra=fields)
+    source_config = json.loads((src / "config.json").read_text())
+    # (The weights do not matter here: the exported logits are the tests above and below.)
+    model = lora_model_with_delta(G3)
+    out = models.export_merged(model, G3, LORA, tmp_path / "merged", src, name="run x, stage grpo")
+
+    config = json.loads((out / "config.json").read_text())
+    assert config == {**source_config, "torch_dtype": "float32", "architectures": ["Gemma3ForCausalLM"]}
+    tok = models.load_tokenizer(out / "tokenizer.model")
+    eot = tok.PieceToId(data.END_OF_TURN)
+    gen = json.loads((out / "generation_config.json").read_text())
+    assert gen == {"eos_token_id": [1, eot], "bos_token_id": 2, "pad_token_id": 0}
+    names = {p.name for p in out.iterdir()}
+    assert names == {"config.json", "generation_config.json", "model.safetensors", "tokenizer.model",
+                     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                     "README.md", "NOTICE"}
+    readme = (out / "README.md").read_text()
+    assert readme.startswith("# run x, stage grpo\n") and "AutoModelForCausalLM" in readme
+    assert "vllm serve" in readme and "convert_hf_to_gguf" in readme and "eager" not in readme
+    assert models.GEMMA_NOTICE in readme and (out / "NOTICE").read_text() == models.GEMMA_NOTICE + "\n"
+    assert repr(data.INSTRUCTION) in readme  # how to prompt it
+    assert models.check_checkpoint_dir(out, G3) == G3  # loadable: files, shapes, fields
+    assert models.tunix_config(G3, config).global_scale_factor == 8.0  # still rope x8
+
+
+def test_chat_template_and_tokenizer_of_the_export_match_reasonkit(tmp_path, tokenizer_path):
+    src = source_dir(tmp_path / "src", G3, tokenizer_path)
+    out = models.export_merged(lora_model_with_delta(G3), G3, LORA, tmp_path / "merged", src)
+    hf, sp = hf_tokenizer(out), models.load_tokenizer(out / "tokenizer.model")
+    want = [sp.bos_id()] + sp.EncodeAsIds(data.format_prompt(QUESTION))  # reasonkit's prompt
+    messages = [{"role": "user", "content": f"{data.INSTRUCTION}\n{QUESTION}"}]
+    # Gemma's template trims the message; format_prompt(q) equals it for a q without
+    # surrounding whitespace.
+    text = hf.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    assert text == hf.bos_token + data.format_prompt(QUESTION)
+    ids = list(hf.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)["input_ids"])
+    assert ids == want and ids.count(sp.bos_id()) == 1
+    assert hf(data.format_prompt(QUESTION))["input_ids"] == want  # plain encoding adds the BOS too
+    # A whole turn: the tags are text, the turn markers special (dropped by skip_special_tokens).
+    completion = data.format_completion("1 < 2 < 3.", "1 2 3")
+    assert hf(completion, add_special_tokens=False)["input_ids"] == sp.EncodeAsIds(completion)
+    assert hf.decode(sp.EncodeAsIds(completion), skip_special_tokens=True) == completion.removesuffix(
+        data.END_OF_TURN)
+    turns = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": " hi "},
+             {"role": "assistant", "content": "yo"}, {"role": "user", "content": "x"}]
+    assert hf.apply_chat_template(turns, tokenize=False) == (
+        f"{hf.bos_token}<start_of_turn>user\nBe brief.\n\nhi<end_of_turn>\n"
+        "<start_of_turn>model\nyo<end_of_turn>\n<start_of_turn>user\nx<end_of_turn>\n")
+    with pytest.raises(Exception, match="alternate"):
+        hf.apply_chat_template(turns[1:2] * 2, tokenize=False)
+    with models._quiet_transformers():
+        from transformers import GenerationConfig
+
+        stops = GenerationConfig.from_pretrained(out).eos_token_id
+    assert stops == [sp.eos_id(), sp.PieceToId(data.END_OF_TURN)] == models.stop_token_ids(sp)
+
+
+def test_export_copies_the_sources_tokenizer_files_and_generation_config(
+        tmp_path, tokenizer_path, monkeypatch):
+    src = source_dir(tmp_path / "src", G2, tokenizer_path)
+    for name, text in models.hf_tokenizer_files(src / "tokenizer.model").items():
+        (src / name).write_text(text)
+    marker = json.loads((src / "tokenizer_config.json").read_text()) | {"chat_template": "{{ 'own' }}"}
+    (src / "tokenizer_config.json").write_text(json.dumps(marker))
+    (src / "generation_config.json").write_text(json.dumps({"eos_token_id": [1, 7], "top_k": 64}))
+    (src / "special_tokens_map.json").unlink()  # written without converting tokenizer.model again
+    with models._quiet_transformers():
+        import transformers
+    monkeypatch.setattr(transformers, "GemmaTokenizer", None)  # (for 262k pieces: minutes)
+    out = models.export_merged(lora_model_with_delta(G2), G2, LORA, tmp_path / "merged", src)
+    for name in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"):
+        assert (out / name).read_bytes() == (src / name).read_bytes(), name
+    assert json.loads((out / "special_tokens_map.json").read_text())["bos_token"] == "<s>"
+    eot = models.load_tokenizer(src / "tokenizer.model").PieceToId(data.END_OF_TURN)
+    gen = json.loads((out / "generation_config.json").read_text())
+    assert gen == {"eos_token_id": [1, 7, eot], "top_k": 64, "bos_token_id": 2, "pad_token_id": 0}
+    assert 'attn_implementation="eager"' in (out / "README.md").read_text()  # Gemma 2's softcap
+
+
+def test_export_of_a_multimodal_source_is_its_text_model(tmp_path):
+    text = {**REAL["gemma-3-4b"]["text_config"], "rope_local_base_freq": 10000.0}
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"], "text_config": text,
+         "vision_config": {"hidden_size": 1152}, "eos_token_id": [1, 106], "torch_dtype": "bfloat16",
+         "mm_tokens_per_image": 256}))
+    cfg = models.config_from_hf(tmp_path / "config.json")
+    got = models.export_config(tmp_path, cfg)
+    assert got == {**text, "model_type": "gemma3_text", "architectures": ["Gemma3ForCausalLM"],
+                   "eos_token_id": [1, 106], "torch_dtype": "bfloat16"}
+    # ...and it reads back as the same model, rope x8 included.
+    assert models.tunix_config(cfg, got) == models.tunix_config(cfg, json.loads((tmp_path / "config.json")
+                                                                                 .read_text()))
+
+
+def test_tiny_exports_say_they_hold_no_gemma_weights(tmp_path, tokenizer_path):
+    cfg = dataclasses.replace(G3, source="tiny")
+    src = source_dir(tmp_path / "src", cfg, tokenizer_path)
+    out = models.export_adapter(lora_model_with_delta(cfg), cfg, LORA, tmp_path / "adapter", src)
+    readme = (out / "README.md").read_text()
+    assert "no Gemma weights" in readme and models.GEMMA_NOTICE not in readme
+    assert not (out / "NOTICE").exists()
+
+
+@pytest.mark.parametrize("cfg", [G3, G2, dataclasses.replace(G3, num_kv_heads=2)],
+                         ids=["gemma3", "gemma2", "gemma3-fused-qkv"])
+def test_adapter_export_is_peft_and_exact(tmp_path, tokenizer_path, cfg):
+    from safetensors.numpy import load_file
+
+    model = lora_model_with_delta(cfg)
+    src = source_dir(tmp_path / "src", cfg, tokenizer_path)
+    adapter = models.export_adapter(model, cfg, LORA, tmp_path / "adapter", src)
+    merged = models.export_merged(model, cfg, LORA, tmp_path / "merged", src)
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    assert (config["peft_type"], config["task_type"], config["r"], config["lora_alpha"]) == (
+        "LORA", "CAUSAL_LM", LORA.rank, LORA.alpha)
+    assert config["target_modules"] == sorted(
+        ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    assert config["base_model_name_or_path"] == str(src)
+    assert "PeftModel" in (adapter / "README.md").read_text()
+    lora = load_file(str(adapter / "adapter_model.safetensors"))
+    assert len(lora) == 2 * 7 * cfg.num_layers and all(v.dtype == np.float32 for v in lora.values())
+    # PEFT computes W + alpha / r * B @ A on the source's weights: that is the merged export,
+    # for every weight (float32, so only summation order differs).
+    base, want = load_file(str(src / "model.safetensors")), load_file(str(merged / "model.safetensors"))
+    for key, w in want.items():
+        module = "base_model.model." + key.removesuffix(".weight")
+        if f"{module}.lora_A.weight" in lora:
+            a, b = lora[f"{module}.lora_A.weight"], lora[f"{module}.lora_B.weight"]
+            assert a.shape == (LORA.rank, w.shape[1]) and b.shape == (w.shape[0], LORA.rank)
+            np.testing.assert_allclose(base[key] + LORA.alpha / LORA.rank * b @ a, w, atol=1e-6, err_msg=key)
+        else:
+            assert "proj" not in key, key  # every projection is adapted
+            np.testing.assert_array_equal(base[key], w, err_msg=key)
+    assert (adapter / "adapter_model.safetensors").stat().st_size < 0.2 * (merged / "model.safetensors"
+                                                                         ).stat().st_size
+
+
+def test_adapter_export_of_some_layers_names_them_exactly(tmp_path, tokenizer_path):
+    lora = dataclasses.replace(LORA, module_path=r"layers.1.*(q_einsum|gate_proj)")
+    model = lora_model_with_delta(G3, lora)
+    src = source_dir(tmp_path / "src", G3, tokenizer_path)
+    out = models.export_adapter(model, G3, lora, tmp_path / "adapter", src)
+    targets = json.loads((out / "adapter_config.json").read_text())["target_modules"]
+    names = [f"model.layers.{i}.{m}" for i in range(G3.num_layers)
+             for m in ("self_attn.q_proj", "self_attn.k_proj", "mlp.gate_proj", "mlp.up_proj")]
+    assert [n for n in names if re.fullmatch(targets, n)] == ["model.layers.1.self_attn.q_proj",
+                                                              "model.layers.1.mlp.gate_proj"]
 
 
 # --- the tiny base model ---------------------------------------------------------------

@@ -399,11 +399,17 @@ def test_no_warmup_means_the_first_step_learns():
 def test_merged_export_matches_the_lora_model(pipeline, preset, tmp_path):
     run, _, _, results = pipeline
     out = train.export(results["grpo"], preset, run)
-    assert (out / "model.safetensors").is_file() and (out / "tokenizer.model").is_file()
+    assert out == {"adapter": run.stage("grpo") / "adapter", "merged": run.stage("grpo") / "merged"}
+    assert (out["merged"] / "model.safetensors").is_file() and (out["merged"] / "tokenizer.json").is_file()
+    assert (out["adapter"] / "adapter_model.safetensors").is_file()
     from test_models import TOKENS, forward  # tests/ is on sys.path under pytest
 
     want = forward(results["grpo"].policy, TOKENS)
-    np.testing.assert_allclose(forward(models.load_model(out, preset.model), TOKENS), want, atol=1e-4)
+    got = forward(models.load_model(out["merged"], preset.model), TOKENS)
+    np.testing.assert_allclose(got, want, atol=1e-4)
+    # Another stage on request, adapters only (a merged model of a real preset is gigabytes).
+    assert list(train.export(results["sft"], preset, run, merged=False)) == ["adapter"]
+    assert not (run.stage("sft") / "merged").exists()
 
 
 def test_train_or_load_loads_a_finished_stage(pipeline, preset):
