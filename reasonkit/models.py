@@ -25,7 +25,7 @@ import numpy as np
 import sentencepiece as spm
 from flax import nnx
 
-from reasonkit import data, template
+from reasonkit import template
 from reasonkit.config import LoraConfig, ModelConfig
 
 REQUIRED_FILES = ("config.json", "tokenizer.model")
@@ -728,7 +728,7 @@ CHAT_TEMPLATE = (
     " + (prefix if loop.first else '') + text + '<eot>\\n' }}"
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{ '<sot>model\\n' }}{%- endif -%}"
-).replace("<sot>", data.START_OF_TURN).replace("<eot>", data.END_OF_TURN)
+).replace("<sot>", template.START_OF_TURN).replace("<eot>", template.END_OF_TURN)
 
 
 def export_config(source_dir: str | os.PathLike, cfg: ModelConfig) -> dict[str, Any]:
@@ -795,7 +795,8 @@ def hf_tokenizer_files(tokenizer_model: str | os.PathLike,
     tok = load_tokenizer(tokenizer_model)
     specials = {"bos_token": tok.IdToPiece(tok.bos_id()), "eos_token": tok.IdToPiece(tok.eos_id()),
                 "unk_token": tok.IdToPiece(tok.unk_id()), "pad_token": tok.IdToPiece(tok.pad_id())}
-    turn_markers = [m for m in (data.START_OF_TURN, data.END_OF_TURN) if tok.PieceToId(m) != tok.unk_id()]
+    turn_markers = [m for m in (template.START_OF_TURN, template.END_OF_TURN)
+                    if tok.PieceToId(m) != tok.unk_id()]
     files = {}
     if "tokenizer.json" in names:
         with _quiet_transformers(), tempfile.TemporaryDirectory() as tmp:
@@ -859,14 +860,14 @@ def export_readme(cfg: ModelConfig, lora: LoraConfig, kind: str, base: str, stop
              "## Prompt", "",
              "The model learned to answer a user turn that holds this instruction, a newline and the "
              "question, and answers in `<reasoning>...</reasoning>` then `<answer>...</answer>`, "
-             f"ending its turn with `{data.END_OF_TURN}`:", "",
-             "```python", f"INSTRUCTION = {data.INSTRUCTION!r}",
+             f"ending its turn with `{template.END_OF_TURN}`:", "",
+             "```python", f"INSTRUCTION = {template.INSTRUCTION!r}",
              'messages = [{"role": "user", "content": INSTRUCTION + "\\n" + "What is 7 * 6?"}]', "```", ""]
     if kind == "merged":
         lines += [
             "## Load it", "",
             "transformers (the chat template and BOS come with the tokenizer; `generate` stops at "
-            f"`{data.END_OF_TURN}` through generation_config.json, ids {stops}):", "",
+            f"`{template.END_OF_TURN}` through generation_config.json, ids {stops}):", "",
             "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer", "",
             'path = "path/to/this/folder"', "tok = AutoTokenizer.from_pretrained(path)",
             f"model = AutoModelForCausalLM.from_pretrained(path{eager})",
@@ -887,7 +888,7 @@ def export_readme(cfg: ModelConfig, lora: LoraConfig, kind: str, base: str, stop
         lines += [
             "## Load it", "",
             "PEFT, on the base model (its tokenizer; stop at "
-            f"`{data.END_OF_TURN}` with `eos_token_id={stops}` when the base's generation config "
+            f"`{template.END_OF_TURN}` with `eos_token_id={stops}` when the base's generation config "
             "does not):", "",
             "```python", "import torch", "from peft import PeftModel",
             "from transformers import AutoModelForCausalLM, AutoTokenizer", "",
@@ -1091,10 +1092,10 @@ def tiny_pretraining_records(seed: int = 0) -> tuple[list[dict], int]:
     from reasonkit.config import get_preset
 
     pool_cfg = get_preset("tiny").data
-    pool = {data.normalize_prompt(r["prompt"]) for r in tasks.generate_all(
+    pool = {template.normalize_prompt(r["prompt"]) for r in tasks.generate_all(
         pool_cfg.num_records, seed=pool_cfg.seed, difficulty=pool_cfg.difficulty)}
     records = tasks.generate_all(TINY_DOCS_PER_DOMAIN, seed=10_000 + seed)  # seeds apart from data's
-    kept = [r for r in records if data.normalize_prompt(r["prompt"]) not in pool]
+    kept = [r for r in records if template.normalize_prompt(r["prompt"]) not in pool]
     return kept, len(records) - len(kept)
 
 
