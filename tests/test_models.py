@@ -539,7 +539,7 @@ def test_merged_export_is_a_complete_directory(tmp_path, tokenizer_path):
     config = json.loads((out / "config.json").read_text())
     assert config == {**source_config, "torch_dtype": "float32", "architectures": ["Gemma3ForCausalLM"]}
     tok = models.load_tokenizer(out / "tokenizer.model")
-    eot = tok.PieceToId(data.END_OF_TURN)
+    eot = tok.PieceToId(template.END_OF_TURN)
     gen = json.loads((out / "generation_config.json").read_text())
     assert gen == {"eos_token_id": [1, eot], "bos_token_id": 2, "pad_token_id": 0}
     names = {p.name for p in out.iterdir()}
@@ -550,7 +550,7 @@ def test_merged_export_is_a_complete_directory(tmp_path, tokenizer_path):
     assert readme.startswith("# run x, stage grpo\n") and "AutoModelForCausalLM" in readme
     assert "vllm serve" in readme and "convert_hf_to_gguf" in readme and "eager" not in readme
     assert models.GEMMA_NOTICE in readme and (out / "NOTICE").read_text() == models.GEMMA_NOTICE + "\n"
-    assert repr(data.INSTRUCTION) in readme  # how to prompt it
+    assert repr(template.INSTRUCTION) in readme  # how to prompt it
     assert models.check_checkpoint_dir(out, G3) == G3  # loadable: files, shapes, fields
     assert models.tunix_config(G3, config).global_scale_factor == 8.0  # still rope x8
 
@@ -559,20 +559,20 @@ def test_chat_template_and_tokenizer_of_the_export_match_reasonkit(tmp_path, tok
     src = source_dir(tmp_path / "src", G3, tokenizer_path)
     out = models.export_merged(lora_model_with_delta(G3), G3, LORA, tmp_path / "merged", src)
     hf, sp = hf_tokenizer(out), models.load_tokenizer(out / "tokenizer.model")
-    want = [sp.bos_id()] + sp.EncodeAsIds(data.format_prompt(QUESTION))  # reasonkit's prompt
-    messages = [{"role": "user", "content": f"{data.INSTRUCTION}\n{QUESTION}"}]
+    want = [sp.bos_id()] + sp.EncodeAsIds(template.format_prompt(QUESTION))  # reasonkit's prompt
+    messages = [{"role": "user", "content": f"{template.INSTRUCTION}\n{QUESTION}"}]
     # Gemma's template trims the message; format_prompt(q) equals it for a q without
     # surrounding whitespace.
     text = hf.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    assert text == hf.bos_token + data.format_prompt(QUESTION)
+    assert text == hf.bos_token + template.format_prompt(QUESTION)
     ids = list(hf.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)["input_ids"])
     assert ids == want and ids.count(sp.bos_id()) == 1
-    assert hf(data.format_prompt(QUESTION))["input_ids"] == want  # plain encoding adds the BOS too
+    assert hf(template.format_prompt(QUESTION))["input_ids"] == want  # plain encoding adds the BOS too
     # A whole turn: the tags are text, the turn markers special (dropped by skip_special_tokens).
     completion = data.format_completion("1 < 2 < 3.", "1 2 3")
     assert hf(completion, add_special_tokens=False)["input_ids"] == sp.EncodeAsIds(completion)
     assert hf.decode(sp.EncodeAsIds(completion), skip_special_tokens=True) == completion.removesuffix(
-        data.END_OF_TURN)
+        template.END_OF_TURN)
     turns = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": " hi "},
              {"role": "assistant", "content": "yo"}, {"role": "user", "content": "x"}]
     assert hf.apply_chat_template(turns, tokenize=False) == (
@@ -584,7 +584,7 @@ def test_chat_template_and_tokenizer_of_the_export_match_reasonkit(tmp_path, tok
         from transformers import GenerationConfig
 
         stops = GenerationConfig.from_pretrained(out).eos_token_id
-    assert stops == [sp.eos_id(), sp.PieceToId(data.END_OF_TURN)] == models.stop_token_ids(sp)
+    assert stops == [sp.eos_id(), sp.PieceToId(template.END_OF_TURN)] == models.stop_token_ids(sp)
 
 
 def test_export_copies_the_sources_tokenizer_files_and_generation_config(
@@ -603,7 +603,7 @@ def test_export_copies_the_sources_tokenizer_files_and_generation_config(
     for name in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"):
         assert (out / name).read_bytes() == (src / name).read_bytes(), name
     assert json.loads((out / "special_tokens_map.json").read_text())["bos_token"] == "<s>"
-    eot = models.load_tokenizer(src / "tokenizer.model").PieceToId(data.END_OF_TURN)
+    eot = models.load_tokenizer(src / "tokenizer.model").PieceToId(template.END_OF_TURN)
     gen = json.loads((out / "generation_config.json").read_text())
     assert gen == {"eos_token_id": [1, 7, eot], "top_k": 64, "bos_token_id": 2, "pad_token_id": 0}
     assert 'attn_implementation="eager"' in (out / "README.md").read_text()  # Gemma 2's softcap
