@@ -54,11 +54,11 @@ def seconds_left(deadline: float | None) -> float | None:
 
 
 def plan(preset: Preset, run: RunDir, deadline: float | None, eval_prompts: int | None = None,
-         hw: hardware.HardwareInfo | None = None) -> hardware.TimeModel:
+         hw: hardware.HardwareInfo | None = None, gsm8k_prompts: int | None = None) -> hardware.TimeModel:
     """Print the time model of the stages still to run, against the deadline."""
     hw = hw or hardware.detect()
     print(hw.summary())
-    model = hardware.time_model(preset, hw, eval_prompts=eval_prompts)
+    model = hardware.time_model(preset, hw, eval_prompts=eval_prompts, gsm8k_prompts=gsm8k_prompts)
     print(model.report(seconds_left(deadline), stages=todo(run)))
     return model
 
@@ -86,7 +86,8 @@ def run_series(preset_name: str | None = None, run_name: str | None = None) -> i
     tok = models.load_tokenizer(model_dir / "tokenizer.model", vocab_size=preset.model.vocab_size)
     splits, _ = runs.build_data(run, preset, lambda text: len(tok.EncodeAsIds(text)))
     print(f"data: {splits.sizes()} ({run.stage('data')})")
-    model = plan(preset, run, deadline, len(splits.eval))
+    gsm8k = evaluate.load_gsm8k_test(preset.eval)  # an unreadable source fails now, not after training
+    model = plan(preset, run, deadline, len(splits.eval), gsm8k_prompts=len(gsm8k[0]) if gsm8k else None)
 
     for stage in TRAINING:
         if run.is_finished(stage):

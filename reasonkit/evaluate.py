@@ -241,13 +241,23 @@ def evaluate_model(model, tokenizer, records: Sequence[dict], model_cfg: ModelCo
 
 def load_gsm8k_test(cfg: EvalConfig) -> tuple[list[dict], data.SourceReport] | None:
     """GSM8K's test problems from ``cfg.gsm8k_test`` (the first ``cfg.gsm8k_limit``);
-    None when it is unset. The report counts what the source held and what was dropped."""
+    None when it is unset. The report counts what the source held and what was dropped.
+
+    A source that cannot be read (no network, a missing file) raises a ``RuntimeError``
+    that names the setting and how to point it elsewhere or skip it.
+    """
     source = cfg.gsm8k_source()
     if source is None:
         return None
     how, arg = source
-    records, report = data.load_gsm8k("test", source=how, **({"data_dir": arg} if how == "tfds"
-                                                             else {"path": arg}))
+    try:
+        records, report = data.load_gsm8k("test", source=how, **({"data_dir": arg} if how == "tfds"
+                                                                 else {"path": arg}))
+    except Exception as e:  # noqa: BLE001 - network, files, packages: one message saying what to do
+        raise RuntimeError(
+            f"eval.gsm8k_test={cfg.gsm8k_test!r}: GSM8K's test split could not be read "
+            f"({type(e).__name__}: {e}). Point it at a local copy ('hf:<dir in the Hub's layout>', "
+            """'jsonl:<test.jsonl>'), or skip it: REASONKIT_OVERRIDES='{"eval.gsm8k_test": ""}'""") from e
     if not records:
         raise ValueError(f"eval.gsm8k_test={cfg.gsm8k_test!r}: no GSM8K test problem could be "
                          f"read ({report.read} rows, drops {report.drops.counts})")

@@ -6,6 +6,7 @@ skipping, the stops at the deadline and the resume. The data stage and the time 
 run for real on a small tiny preset.
 """
 
+import json
 import time
 
 import pytest
@@ -124,11 +125,23 @@ def test_plan_only_prints_the_time_model(series, capsys):
     assert series["calls"] == [] and "| grpo | 200 |" in capsys.readouterr().out
 
 
-def test_the_gsm8k_test_split_is_planned_for_and_its_table_printed(series, capsys):
-    series["preset"] = series["preset"].replace(**{"eval.gsm8k_test": "jsonl:/data/gsm8k/test.jsonl"})
+def test_the_gsm8k_test_split_is_planned_for_and_its_table_printed(series, capsys, tmp_path):
+    rows = [{"question": f"{i} + 1?", "answer": f"{i} + 1 = <<{i}+1={i + 1}>>{i + 1}\n#### {i + 1}"}
+            for i in range(3)]
+    test = tmp_path / "test.jsonl"
+    test.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    series["preset"] = series["preset"].replace(**{"eval.gsm8k_test": f"jsonl:{test}"})
     assert cli.main(["run"]) == 0
     out = capsys.readouterr().out
-    assert "| eval (held-out 12 x 5 + GSM8K test 1319 x 1) | 4 |" in out  # the time model counts it
+    assert "| eval (held-out 12 x 5 + GSM8K test 3 x 1) | 4 |" in out  # the time model counts it
     table = (series["run"].stage("eval") / "gsm8k_table.md").read_text()
     assert table.startswith("| stage | n | GSM8K test, strict / lenient |") and table in out
     assert "| grpo | 1 | 0.0% / 100.0% |" in out
+
+
+def test_an_unreadable_gsm8k_source_stops_the_series_before_training(series, tmp_path):
+    series["preset"] = series["preset"].replace(**{"eval.gsm8k_test": f"jsonl:{tmp_path / 'nope.jsonl'}"})
+    with pytest.raises(RuntimeError, match=r"eval.gsm8k_test='jsonl:.*nope.jsonl': GSM8K's test split "
+                                           r"could not be read \(FileNotFoundError.*or skip it"):
+        cli.main(["run"])
+    assert series["calls"] == []  # not hours later, at the evaluation
