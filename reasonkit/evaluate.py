@@ -224,7 +224,7 @@ def evaluate_model(model, tokenizer, records: Sequence[dict], model_cfg: ModelCo
     ``sampler`` (default: :func:`make_sampler`) is reused by a caller that generates more
     with the same model, so its programs compile once.
     """
-    sampler = sampler or make_sampler(model, tokenizer, model_cfg, cfg)
+    sampler = make_sampler(model, tokenizer, model_cfg, cfg) if sampler is None else sampler
     stops = models.stop_token_ids(tokenizer)
     prompts = [template.format_prompt(r["prompt"]) for r in records]
     greedy = generate(sampler, prompts, cfg, stops, desc=f"{stage}: greedy")
@@ -332,7 +332,7 @@ def evaluate_gsm8k(model, tokenizer, records: Sequence[dict], model_cfg: ModelCo
     ``cfg.max_prompt_length`` (BOS included) is not generated: its row says so
     (:func:`too_long_row`) and it counts as wrong, so ``n`` is every problem given.
     """
-    sampler = sampler or make_sampler(model, tokenizer, model_cfg, cfg)
+    sampler = make_sampler(model, tokenizer, model_cfg, cfg) if sampler is None else sampler
     prompts = [template.format_prompt(r["prompt"]) for r in records]
     sizes = prompt_lengths(sampler, prompts)
     fit = [j for j, size in enumerate(sizes) if size <= cfg.max_prompt_length]
@@ -517,9 +517,9 @@ def stage_table(results: dict[str, dict], k: int | None = None) -> str:
 def gsm8k_table(results: dict[str, dict]) -> str:
     """GSM8K test, strict / lenient, per stage (the stages that have it), as Markdown.
 
-    ``± 1 s.e.``: the larger of the two rates' binomial standard errors, in points; two of
-    them either way is the noise to allow before calling a stage better or worse than a
-    published number. "too long": prompts over ``max_prompt_length``, not generated, counted wrong.
+    ``± 1 s.e.``: the larger binomial standard error of the two rates, in points (a move
+    under two of them, between stages or against a published number, is noise). "too
+    long": prompts over ``max_prompt_length``, not generated, counted wrong.
 
     >>> r = {"base": {"gsm8k": {"summary": {"n": 1319, "strict": 0.0, "lenient": 0.301,
     ...       "format_rate": 0.0, "too_long": 2, "mean_length": 180.5}}},
