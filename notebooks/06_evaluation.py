@@ -19,7 +19,8 @@
 # (SFT, DPO, GRPO) on the same held-out prompts with the same decoding settings; look at
 # the per-stage table, the per-domain breakdown, why answers failed to extract, and a few
 # completions side by side; and read, in words, what each stage improved and what it
-# regressed. Results go to `runs/<run>/eval/`.
+# regressed. On the Gemma presets every stage is also scored on GSM8K's test split, the
+# number published results use. Results go to `runs/<run>/eval/`.
 #
 # **What you will learn:** why one fixed evaluation is the only fair way to compare
 # stages; what format pass, accuracy, pass@k and maj@k each measure; and that a stage
@@ -170,7 +171,29 @@ plt.show()
 # Error bars are one binomial standard error. With a few hundred prompts a difference of
 # a couple of points is noise; the summary at the end of this notebook only calls a
 # change when it is larger than two standard errors.
-#
+
+# %% [markdown]
+# ## GSM8K test, strict / lenient
+# The held-out set is a slice of this run's own data; nobody else has numbers on it.
+# GSM8K's test split (1319 grade-school problems, apart from the train split `02` may
+# draw on) has published ones. Each stage answers every problem once, greedily, with
+# the prompt and settings above. **strict**: the answer in the `<answer>` tag is right
+# (the held-out accuracy's rule). **lenient**: the last `\boxed{}` or number anywhere in
+# the completion is right, tags or not, as lm-evaluation-harness's "flexible-extract"
+# reads GSM8K: a base model that never saw the tags scores only here. A prompt over
+# `eval.max_prompt_length` is not generated and counts as wrong ("too long"). The README
+# ("GSM8K: what to expect") lists published numbers and how they were measured: they
+# are a range to expect, not a like-for-like comparison. `eval.gsm8k_test` picks the
+# source (`"hf"` on the Gemma presets); the tiny preset skips it.
+
+# %%
+if any("gsm8k" in res for res in results.values()):
+    display(Markdown(evaluate.gsm8k_table(results)))
+else:
+    print(f"GSM8K test: skipped (preset {preset.name!r} sets no eval.gsm8k_test; "
+          """REASONKIT_OVERRIDES='{"eval.gsm8k_test": "hf"}' turns it on)""")
+
+# %% [markdown]
 # ## Per domain
 # The overall numbers average six domains that can move in opposite directions. Each
 # cell is *format pass / accuracy* of the greedy completions.
@@ -328,8 +351,9 @@ else:
 # ## Save
 # `runs/<run>/eval/` gets `results.json` (settings and every summary), one
 # `completions_<stage>.jsonl` per stage (every scored row, to grep), `stage_table.md`
-# and the plots. Evaluation is derived from the checkpoints, not a training stage, so
-# re-running this notebook replaces these files instead of refusing.
+# and the plots; with GSM8K, `gsm8k_table.md` and `gsm8k_completions_<stage>.jsonl`.
+# Evaluation is derived from the checkpoints, not a training stage, so re-running this
+# notebook replaces these files instead of refusing.
 
 # %%
 out = evaluate.save_run(run, preset, results, seconds, figures={

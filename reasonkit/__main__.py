@@ -2,12 +2,12 @@
 
 What the notebooks 02_dataset_rebalance to 06_evaluation do, without their plots of the
 data and the curves: build the data splits, train SFT, DPO and GRPO (exporting the GRPO
-model), evaluate every finished stage. Before training it prints the time model
-(:func:`reasonkit.hardware.time_model`) and whether the stages left fit the session's
-deadline; once each stage has warmed up it prints its measured ETA. At the deadline a
-stage stops cleanly; run the command again (in a new session: on Kaggle, with this
-session's output attached as an input) and it goes on where it stopped: finished stages
-are skipped, a stopped one resumes from its checkpoint.
+model), evaluate every finished stage (and, with ``eval.gsm8k_test`` set, GSM8K's test
+split). Before training it prints the time model (:func:`reasonkit.hardware.time_model`)
+and whether the stages left fit the session's deadline; once each stage has warmed up it
+prints its measured ETA. At the deadline a stage stops cleanly; run the command again (in
+a new session: on Kaggle, with this session's output attached as an input) and it goes on
+where it stopped: finished stages are skipped, a stopped one resumes from its checkpoint.
 
     python -m reasonkit run               # the preset and run from REASONKIT_PRESET / _RUN
     python -m reasonkit run --preset gemma3-1b --run first
@@ -54,11 +54,11 @@ def seconds_left(deadline: float | None) -> float | None:
 
 
 def plan(preset: Preset, run: RunDir, deadline: float | None, eval_prompts: int | None = None,
-         hw: hardware.HardwareInfo | None = None) -> hardware.TimeModel:
+         hw: hardware.HardwareInfo | None = None, gsm8k_prompts: int | None = None) -> hardware.TimeModel:
     """Print the time model of the stages still to run, against the deadline."""
     hw = hw or hardware.detect()
     print(hw.summary())
-    model = hardware.time_model(preset, hw, eval_prompts=eval_prompts)
+    model = hardware.time_model(preset, hw, eval_prompts=eval_prompts, gsm8k_prompts=gsm8k_prompts)
     print(model.report(seconds_left(deadline), stages=todo(run)))
     return model
 
@@ -86,7 +86,8 @@ def run_series(preset_name: str | None = None, run_name: str | None = None) -> i
     tok = models.load_tokenizer(model_dir / "tokenizer.model", vocab_size=preset.model.vocab_size)
     splits, _ = runs.build_data(run, preset, lambda text: len(tok.EncodeAsIds(text)))
     print(f"data: {splits.sizes()} ({run.stage('data')})")
-    model = plan(preset, run, deadline, len(splits.eval))
+    gsm8k = evaluate.load_gsm8k_test(preset.eval)  # an unreadable source fails now, not after training
+    model = plan(preset, run, deadline, len(splits.eval), gsm8k_prompts=len(gsm8k[0]) if gsm8k else None)
 
     for stage in TRAINING:
         if run.is_finished(stage):
@@ -124,6 +125,9 @@ def run_series(preset_name: str | None = None, run_name: str | None = None) -> i
                    "domains_format": evaluate.plot_domains(results, metric="format_rate")}
         evaluate.save_run(run, preset, results, seconds, figures)
     print((run.stage("eval") / "stage_table.md").read_text(), end="")
+    gsm8k = run.stage("eval") / "gsm8k_table.md"  # with eval.gsm8k_test set (README: GSM8K)
+    if gsm8k.is_file():
+        print(gsm8k.read_text(), end="")
     print(f"done: {run.path}")
     return 0
 

@@ -308,9 +308,30 @@ class GRPOConfig(TrainConfig):
         _fraction(self, "top_p")
 
 
+GSM8K_TEST_SIZE = 1319  # problems in GSM8K's test split (openai/gsm8k, TFDS gsm8k)
+GSM8K_SOURCES = ("hf", "tfds", "jsonl")
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class EvalConfig:
-    """One fixed evaluation: the same prompts and decoding for every stage."""
+    """One fixed evaluation: the same prompts and decoding for every stage.
+
+    ``gsm8k_test`` adds GSM8K's test split (:data:`GSM8K_TEST_SIZE` problems, greedy, the
+    same decoding) beside the held-out set, to compare with published numbers: ``"hf"``
+    (``openai/gsm8k``, config ``main``), ``"hf:<path>"`` (a local copy in the Hub's layout,
+    or one parquet file), ``"tfds"``, ``"tfds:<data_dir>"``, ``"jsonl:<path>"`` (the
+    original ``test.jsonl``); ``None`` or ``""`` skips it. ``gsm8k_limit`` keeps the first
+    n problems (quick runs).
+
+    >>> EvalConfig(gsm8k_test="jsonl:/data/test.jsonl").gsm8k_source()
+    ('jsonl', '/data/test.jsonl')
+    >>> EvalConfig(gsm8k_test="hf", gsm8k_limit=50).gsm8k_problems, EvalConfig().gsm8k_problems
+    (50, 0)
+    >>> EvalConfig(gsm8k_test="jsonl")
+    Traceback (most recent call last):
+    ...
+    ValueError: EvalConfig.gsm8k_test='jsonl': needs the file: 'jsonl:<path>'
+    """
 
     batch_size: int = 16
     max_prompt_length: int = 128
@@ -321,6 +342,8 @@ class EvalConfig:
     top_k: int = 50
     seed: int = 0
     buckets: int = 1  # prompt length buckets (max, max/2, ...); 1: one prompt length
+    gsm8k_test: str | None = None  # GSM8K's test split: "hf", "tfds", "jsonl:<path>", ...; None: skip
+    gsm8k_limit: int | None = None  # its first n problems only; None: all of them
 
     def __post_init__(self):
         _count(self, "batch_size", "max_prompt_length", "max_generation_length",
@@ -329,6 +352,34 @@ class EvalConfig:
         _integer(self, "seed")
         _fraction(self, "top_p")
         _buckets(self)
+        self.gsm8k_source()  # raises on a spec it cannot read
+        if self.gsm8k_limit is not None:
+            _count(self, "gsm8k_limit")
+
+    def gsm8k_source(self) -> tuple[str, str | None] | None:
+        """``(source, path or data_dir)`` of ``gsm8k_test`` for ``data.load_gsm8k``; None: skipped."""
+        spec = self.gsm8k_test
+        if spec is None or spec == "":
+            return None
+        if not isinstance(spec, str):
+            _fail("EvalConfig", "gsm8k_test", spec, "must be a string or None")
+        how, colon, arg = spec.partition(":")
+        if how not in GSM8K_SOURCES:
+            _fail("EvalConfig", "gsm8k_test", spec, "use 'hf', 'hf:<path>', 'tfds', 'tfds:<data_dir>', "
+                  "'jsonl:<path>', or None / '' to skip it")
+        if how == "jsonl" and not arg.strip():
+            _fail("EvalConfig", "gsm8k_test", spec, "needs the file: 'jsonl:<path>'")
+        if colon and not arg.strip():
+            _fail("EvalConfig", "gsm8k_test", spec, f"an empty path after '{how}:'; or '{how}' alone")
+        return how, arg or None
+
+    @property
+    def gsm8k_problems(self) -> int:
+        """How many GSM8K test problems a stage's evaluation generates for (0: skipped);
+        a local file is assumed to be the whole split."""
+        if self.gsm8k_source() is None:
+            return 0
+        return min(GSM8K_TEST_SIZE, self.gsm8k_limit or GSM8K_TEST_SIZE)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -459,7 +510,8 @@ def _gemma(name: str, hardware: str, model: ModelConfig, *, batch: int, grpo_mes
                         max_steps=800, learning_rate=3e-6, warmup_ratio=0.1,
                         checkpoint_every=100, num_generations=4, max_prompt_length=256,
                         max_generation_length=512),
-        eval=EvalConfig(batch_size=batch, max_prompt_length=256, max_generation_length=512),
+        eval=EvalConfig(batch_size=batch, max_prompt_length=256, max_generation_length=512,
+                        gsm8k_test="hf"),  # all 1319 problems: a number to compare (README)
     )
 
 

@@ -52,6 +52,11 @@ def make_sampler(model, tokenizer, model_cfg: ModelConfig, cfg: EvalConfig):
     return tunix.Sampler(transformer=model, tokenizer=tokenizer, cache_config=cache)
 
 
+def prompt_lengths(sampler, prompts: Sequence[str]) -> list[int]:
+    """Each prompt's tokens as the sampler counts them, BOS included."""
+    return [len(sampler.tokenizer.encode(p)) + 1 for p in prompts]
+
+
 def generate(sampler, prompts: Sequence[str], cfg: EvalConfig, stop_ids: Sequence[int], *,
              sample: bool = False, seed: int = 0, desc: str = "generate") -> list[str]:
     """Completions for ``prompts``, greedy or sampled, in fixed-size batches.
@@ -68,7 +73,7 @@ def generate(sampler, prompts: Sequence[str], cfg: EvalConfig, stop_ids: Sequenc
     # top_p must be set for Tunix to sample: top_k alone silently decodes greedily.
     kw = dict(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k) if sample else {}
     order = list(range(len(prompts)))
-    sizes = [len(sampler.tokenizer.encode(p)) + 1 for p in prompts]  # + BOS
+    sizes = prompt_lengths(sampler, prompts)
     too_long = [j for j, n in enumerate(sizes) if n > cfg.max_prompt_length]
     if too_long:
         j = too_long[0]
@@ -213,9 +218,13 @@ def summarize(rows: Sequence[dict]) -> dict[str, Any]:
 
 
 def evaluate_model(model, tokenizer, records: Sequence[dict], model_cfg: ModelConfig,
-                   cfg: EvalConfig, *, stage: str = "model") -> dict[str, Any]:
-    """Generate (greedy + ``cfg.num_samples`` sampled) and score; returns summary and rows."""
-    sampler = make_sampler(model, tokenizer, model_cfg, cfg)
+                   cfg: EvalConfig, *, stage: str = "model", sampler=None) -> dict[str, Any]:
+    """Generate (greedy + ``cfg.num_samples`` sampled) and score; returns summary and rows.
+
+    ``sampler`` (default: :func:`make_sampler`) is reused by a caller that generates more
+    with the same model, so its programs compile once.
+    """
+    sampler = make_sampler(model, tokenizer, model_cfg, cfg) if sampler is None else sampler
     stops = models.stop_token_ids(tokenizer)
     prompts = [template.format_prompt(r["prompt"]) for r in records]
     greedy = generate(sampler, prompts, cfg, stops, desc=f"{stage}: greedy")
@@ -225,6 +234,128 @@ def evaluate_model(model, tokenizer, records: Sequence[dict], model_cfg: ModelCo
     samples = [list(g) for g in zip(*rounds, strict=True)] if rounds else [[] for _ in records]
     rows = score_stage(records, greedy, samples, lambda t: len(tokenizer.EncodeAsIds(t)))
     return {"stage": stage, "summary": summarize(rows), "rows": rows}
+
+
+# --- GSM8K's test split: a number to set beside published ones ---------------------------
+
+
+def load_gsm8k_test(cfg: EvalConfig) -> tuple[list[dict], data.SourceReport] | None:
+    """GSM8K's test problems from ``cfg.gsm8k_test`` (the first ``cfg.gsm8k_limit``);
+    None when it is unset. The report counts what the source held and what was dropped.
+
+    A source that cannot be read (no network, a missing file) raises a ``RuntimeError``
+    that names the setting and how to point it elsewhere or skip it.
+    """
+    source = cfg.gsm8k_source()
+    if source is None:
+        return None
+    how, arg = source
+    try:
+        records, report = data.load_gsm8k("test", source=how, **({"data_dir": arg} if how == "tfds"
+                                                                 else {"path": arg}))
+    except Exception as e:  # noqa: BLE001 - network, files, packages: one message saying what to do
+        raise RuntimeError(
+            f"eval.gsm8k_test={cfg.gsm8k_test!r}: GSM8K's test split could not be read "
+            f"({type(e).__name__}: {e}). Point it at a local copy ('hf:<dir in the Hub's layout>', "
+            """'jsonl:<test.jsonl>'), or skip it: REASONKIT_OVERRIDES='{"eval.gsm8k_test": ""}'""") from e
+    if not records:
+        raise ValueError(f"eval.gsm8k_test={cfg.gsm8k_test!r}: no GSM8K test problem could be "
+                         f"read ({report.read} rows, drops {report.drops.counts})")
+    if cfg.gsm8k_limit is not None and cfg.gsm8k_limit < len(records):
+        report.notes.append(f"the first {cfg.gsm8k_limit} of {len(records)} problems (eval.gsm8k_limit)")
+        records = records[:cfg.gsm8k_limit]
+    return records, report
+
+
+def score_gsm8k(record: dict, completion: Any, num_tokens: int | None = None) -> dict[str, Any]:
+    r"""A completion of a GSM8K problem scored both ways, with the one checker.
+
+    ``strict``: the answer tag is required and right (the held-out set's accuracy).
+    ``lenient``: the last ``\boxed{}`` or number of the whole completion is right, tags or
+    not (:func:`reasonkit.answers.final_answer`), as lm-evaluation-harness's
+    "flexible-extract" reads GSM8K. A model that solves the problem without our format
+    counts only here.
+
+    >>> gold = {"answer": "72"}
+    >>> for text in ["<reasoning>48 + 24 = 72</reasoning>\n<answer>72</answer>",
+    ...              "<reasoning>48 + 24 = 72</reasoning>\n<answer>70</answer>",
+    ...              "She sold 48 + 24 = 72 clips.",
+    ...              "In all $\\boxed{72}$ clips (check: 72 - 24 = 48)."]:
+    ...     row = score_gsm8k(gold, text)
+    ...     print(row["strict"], row["lenient"], row["reason"])
+    True True ok
+    False False ok
+    False True no_answer_tag
+    False True no_answer_tag
+    """
+    row = score({"domain": "math", "answer": record["answer"]}, completion, num_tokens)
+    loose = answers.final_answer(completion)
+    lenient = loose is not None and answers.check_answer("math", loose, record["answer"])
+    return {"id": record.get("id"), "gold": record["answer"], "prompt": record.get("prompt"),
+            "completion": completion, "strict": row["correct"], "lenient": bool(lenient),
+            "format_ok": row["format_ok"], "reason": row["reason"], "answer": row["answer"],
+            "lenient_answer": loose, "length": row["length"], "too_long": False}
+
+
+def too_long_row(record: dict, tokens: int) -> dict[str, Any]:
+    """The row of a problem whose prompt exceeds ``eval.max_prompt_length``: not generated,
+    counted wrong both ways, so the rates stay over every problem."""
+    return {"id": record.get("id"), "gold": record["answer"], "prompt": record.get("prompt"),
+            "completion": None, "strict": False, "lenient": False, "format_ok": False,
+            "reason": "prompt_too_long", "answer": None, "lenient_answer": None, "length": 0,
+            "too_long": True, "prompt_tokens": tokens}
+
+
+def summarize_gsm8k(rows: Sequence[dict]) -> dict[str, Any]:
+    """``n``, the strict and lenient rates (over every problem), format pass, prompts too long.
+
+    >>> rows = [score_gsm8k({"answer": "4"}, t) for t in ("<answer>4</answer>", "2 + 2 = 4", "5")]
+    >>> s = summarize_gsm8k(rows + [too_long_row({"answer": "4"}, 300)])
+    >>> s["n"], s["strict"], s["lenient"], s["too_long"]
+    (4, 0.25, 0.5, 1)
+    """
+    n = len(rows)
+    if not n:
+        return {"n": 0, "too_long": 0}
+    made = [r for r in rows if not r["too_long"]]
+    mean = lambda key: float(np.mean([float(r[key]) for r in rows]))
+    return {"n": n, "strict": mean("strict"), "lenient": mean("lenient"),
+            "format_rate": mean("format_ok"), "too_long": n - len(made),
+            "mean_length": float(np.mean([r["length"] for r in made])) if made else 0.0}
+
+
+def evaluate_gsm8k(model, tokenizer, records: Sequence[dict], model_cfg: ModelConfig,
+                   cfg: EvalConfig, *, stage: str = "model", sampler=None) -> dict[str, Any]:
+    """Greedy completions of GSM8K problems, scored strict and lenient (:func:`score_gsm8k`).
+
+    The held-out set's prompt template and decoding settings. A prompt longer than
+    ``cfg.max_prompt_length`` (BOS included) is not generated: its row says so
+    (:func:`too_long_row`) and it counts as wrong, so ``n`` is every problem given.
+    """
+    sampler = make_sampler(model, tokenizer, model_cfg, cfg) if sampler is None else sampler
+    prompts = [template.format_prompt(r["prompt"]) for r in records]
+    sizes = prompt_lengths(sampler, prompts)
+    fit = [j for j, size in enumerate(sizes) if size <= cfg.max_prompt_length]
+    texts = generate(sampler, [prompts[j] for j in fit], cfg, models.stop_token_ids(tokenizer),
+                     desc=f"{stage}: GSM8K test")
+    made = dict(zip(fit, texts, strict=True))
+    rows = [score_gsm8k(rec, made[j], len(tokenizer.EncodeAsIds(made[j]))) if j in made
+            else too_long_row(rec, sizes[j]) for j, rec in enumerate(records)]
+    return {"stage": stage, "summary": summarize_gsm8k(rows), "rows": rows}
+
+
+def gsm8k_line(summary: dict[str, Any]) -> str:
+    """One stage's GSM8K result in words.
+
+    >>> gsm8k_line({"n": 1319, "strict": 0.412, "lenient": 0.55, "too_long": 2})
+    'GSM8K test, strict / lenient: 41.2% / 55.0% of 1319 (2 prompts too long: counted wrong)'
+    """
+    if not summary["n"]:
+        return "GSM8K test: no problems"
+    long = summary["too_long"]
+    note = f" ({long} prompt{'s' * (long != 1)} too long: counted wrong)" if long else ""
+    return (f"GSM8K test, strict / lenient: {summary['strict']:.1%} / {summary['lenient']:.1%} of "
+            f"{summary['n']}{note}")
 
 
 # --- a run's evaluation: what 06_evaluation does, for the notebook and `python -m reasonkit` ---
@@ -248,20 +379,38 @@ def load_stage(preset: Preset, run: RunDir, name: str, mesh):
 def evaluate_run(preset: Preset, run: RunDir, stages: Sequence[str] | None = None, *,
                  mesh=None) -> tuple[dict[str, Any], dict[str, float]]:
     """``(results, seconds)``: each stage (default :func:`stages_to_evaluate`) on the run's
-    held-out split, one at a time, freed before the next loads; on GRPO's mesh."""
+    held-out split, one at a time, freed before the next loads; on GRPO's mesh.
+
+    With ``preset.eval.gsm8k_test`` set, each stage is also scored on GSM8K's test split
+    (:func:`evaluate_gsm8k`, loaded once): ``results[stage]["gsm8k"]``.
+    """
     records = data.read_splits(run.require("data"))[0].eval
+    gsm8k = load_gsm8k_test(preset.eval)
+    if gsm8k is not None:
+        report = gsm8k[1]
+        dropped = f", {report.drops.total} dropped {report.drops.counts}" if report.drops.total else ""
+        print(f"GSM8K test: {len(gsm8k[0])} problems from {report.source}{dropped}"
+              + "".join(f"; {note}" for note in report.notes))
     mesh = mesh if mesh is not None else mesh_lib.stage_mesh(preset, "eval")
     results, seconds = {}, {}
     for name in stages if stages is not None else stages_to_evaluate(run):
         t0 = time.perf_counter()
         model, tok = load_stage(preset, run, name, mesh)
-        results[name] = evaluate_model(model, tok, records, preset.model, preset.eval, stage=name)
-        del model
+        sampler = make_sampler(model, tok, preset.model, preset.eval)  # one for both: compiles once
+        results[name] = evaluate_model(model, tok, records, preset.model, preset.eval, stage=name,
+                                       sampler=sampler)
+        if gsm8k is not None:
+            results[name]["gsm8k"] = evaluate_gsm8k(model, tok, gsm8k[0], preset.model, preset.eval,
+                                                    stage=name, sampler=sampler)
+            results[name]["gsm8k"]["summary"]["source"] = gsm8k[1].source
+        del model, sampler
         train.free()  # release this stage's weights before the next one loads
         seconds[name] = time.perf_counter() - t0
         o = results[name]["summary"]["overall"]
         print(f"{name:5s} format pass {o['format_rate']:6.1%}  accuracy {o['accuracy']:6.1%}  "
               f"({seconds[name]:.0f} s)")
+        if gsm8k is not None:
+            print(f"      {gsm8k_line(results[name]['gsm8k']['summary'])}")
     return results, seconds
 
 
@@ -365,6 +514,39 @@ def stage_table(results: dict[str, dict], k: int | None = None) -> str:
     return "\n".join(lines)
 
 
+def gsm8k_table(results: dict[str, dict]) -> str:
+    """GSM8K test, strict / lenient, per stage (the stages that have it), as Markdown.
+
+    ``± 1 s.e.``: the larger binomial standard error of the two rates, in points (a move
+    under two of them, between stages or against a published number, is noise). "too
+    long": prompts over ``max_prompt_length``, not generated, counted wrong.
+
+    >>> r = {"base": {"gsm8k": {"summary": {"n": 1319, "strict": 0.0, "lenient": 0.301,
+    ...       "format_rate": 0.0, "too_long": 2, "mean_length": 180.5}}},
+    ...      "sft": {"gsm8k": {"summary": {"n": 1319, "strict": 0.412, "lenient": 0.455,
+    ...       "format_rate": 0.9, "too_long": 2, "mean_length": 150.0}}}}
+    >>> print(gsm8k_table(r))
+    | stage | n | GSM8K test, strict / lenient | ± 1 s.e. | format pass | too long | mean length (tokens) |
+    |---|---|---|---|---|---|---|
+    | base | 1319 | 0.0% / 30.1% | 1.3 | 0.0% | 2 | 180.5 |
+    | sft | 1319 | 41.2% / 45.5% | 1.4 | 90.0% | 2 | 150.0 |
+    """
+    head = ["stage", "n", "GSM8K test, strict / lenient", "± 1 s.e.", "format pass", "too long",
+            "mean length (tokens)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for stage in ordered(results):
+        if "gsm8k" not in results[stage]:
+            continue
+        o = results[stage]["gsm8k"]["summary"]
+        if not o["n"]:
+            lines.append(f"| {stage} | 0 | - | - | - | 0 | - |")
+            continue
+        se = 100 * max(standard_error(o["strict"], o["n"]), standard_error(o["lenient"], o["n"]))
+        lines.append(f"| {stage} | {o['n']} | {o['strict']:.1%} / {o['lenient']:.1%} | {se:.1f} | "
+                     f"{o['format_rate']:.1%} | {o['too_long']} | {o['mean_length']:.1f} |")
+    return "\n".join(lines)
+
+
 def describe_changes(results: dict[str, dict], metrics: Sequence[str] = ("format_rate", "accuracy"),
                      min_points: float = 2.0) -> list[str]:
     """Plain-language lines: what each stage improved or regressed versus the one before.
@@ -416,18 +598,28 @@ def side_by_side(results: dict[str, dict], n: int = 3, width: int = 160) -> str:
 
 
 def write_results(results: dict[str, dict], out_dir: str | pathlib.Path, settings: dict) -> None:
-    """results.json (summaries + settings), completions_<stage>.jsonl and stage_table.md."""
+    """results.json (summaries + settings), completions_<stage>.jsonl and stage_table.md;
+    with GSM8K results also gsm8k_completions_<stage>.jsonl and gsm8k_table.md."""
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     summary = {"settings": settings, "stages": {s: results[s]["summary"] for s in ordered(results)}}
+    gsm8k = [s for s in ordered(results) if "gsm8k" in results[s]]
+    if gsm8k:
+        summary["gsm8k"] = {s: results[s]["gsm8k"]["summary"] for s in gsm8k}
     (out / "results.json").write_text(json.dumps(summary, indent=2, default=str))
-    for stale in out.glob("completions_*.jsonl"):  # stages evaluated before, not now
-        stale.unlink()
+    for pattern in ("completions_*.jsonl", "gsm8k_completions_*.jsonl", "gsm8k_table.md"):
+        for stale in out.glob(pattern):  # stages (or a GSM8K test) evaluated before, not now
+            stale.unlink()
     for stage, res in results.items():
-        with open(out / f"completions_{stage}.jsonl", "w") as f:
-            for row in res["rows"]:
-                f.write(json.dumps(row, default=str) + "\n")
+        for name, rows in ((f"completions_{stage}", res["rows"]),
+                           (f"gsm8k_completions_{stage}", res.get("gsm8k", {}).get("rows"))):
+            if rows is not None:
+                with open(out / f"{name}.jsonl", "w") as f:
+                    for row in rows:
+                        f.write(json.dumps(row, default=str) + "\n")
     (out / "stage_table.md").write_text(stage_table(results, settings.get("num_samples")) + "\n")
+    if gsm8k:
+        (out / "gsm8k_table.md").write_text(gsm8k_table(results) + "\n")
 
 
 def plot_stages(results: dict[str, dict], path: str | pathlib.Path | None = None):

@@ -722,6 +722,7 @@ class StageCost:
     steps: int  # evaluation: one "step" per stage evaluated (base, sft, dpo, grpo)
     train_flops: float  # per step: forward and backward passes
     generate_flops: float  # per step: sampling (GRPO's rollouts, evaluation)
+    note: str = ""  # what a step is made of, where the report should say
 
     def seconds(self, peak: float, platform: str) -> float:
         """Steps x FLOPs per step / (peak x the utilisation assumed for each kind of work)."""
@@ -730,7 +731,8 @@ class StageCost:
                              + self.generate_flops / (peak * u["generate"]))
 
 
-def stage_costs(preset: Preset, eval_prompts: int | None = None) -> list[StageCost]:
+def stage_costs(preset: Preset, eval_prompts: int | None = None,
+                gsm8k_prompts: int | None = None) -> list[StageCost]:
     """FLOPs per step of SFT, DPO, GRPO and evaluation, from the preset's shapes.
 
     Every row is padded to the stage's maximum length and every sample runs to the
@@ -741,7 +743,9 @@ def stage_costs(preset: Preset, eval_prompts: int | None = None) -> list[StageCo
     reference's forward over them (``beta > 0``), the old policy's (``num_iterations >
     1``) and ``num_iterations`` training passes. Evaluation per stage: a greedy pass and
     ``num_samples`` sampled ones over ``eval_prompts`` prompts (default
-    ``eval_per_domain`` x 6 domains), in full batches.
+    ``eval_per_domain`` x 6 domains), in full batches, plus a greedy pass over
+    ``gsm8k_prompts`` GSM8K test problems (default ``eval.gsm8k_problems``: 1319 when
+    ``eval.gsm8k_test`` is set, or ``eval.gsm8k_limit``; 0 when it is not).
     """
     m, f = preset.model, _train_factor(preset.model)
     c = preset.sft
@@ -759,9 +763,15 @@ def stage_costs(preset: Preset, eval_prompts: int | None = None) -> list[StageCo
                      _generate_flops(m, seqs, g.max_prompt_length, g.max_generation_length))
     e = preset.eval
     prompts = eval_prompts if eval_prompts is not None else preset.data.eval_per_domain * 6
-    padded = -(-prompts // e.batch_size) * e.batch_size
-    ev = StageCost("eval", len(EVAL_STAGES), 0.0, (1 + e.num_samples) * _generate_flops(
-        m, padded, e.max_prompt_length, e.max_generation_length))
+    gsm8k = gsm8k_prompts if gsm8k_prompts is not None else e.gsm8k_problems
+    full = lambda n: -(-n // e.batch_size) * e.batch_size  # the last batch is topped up
+    flops = (1 + e.num_samples) * _generate_flops(m, full(prompts), e.max_prompt_length,
+                                                  e.max_generation_length)
+    note = ""
+    if gsm8k:
+        flops += _generate_flops(m, full(gsm8k), e.max_prompt_length, e.max_generation_length)
+        note = f"held-out {prompts} x {1 + e.num_samples} + GSM8K test {gsm8k} x 1"
+    ev = StageCost("eval", len(EVAL_STAGES), 0.0, flops, note)
     return [sft, dpo, grpo, ev]
 
 
@@ -804,7 +814,8 @@ class TimeModel:
                  "| stage | steps | TFLOP per step (train + sample) | estimate |", "|---|---|---|---|"]
         todo = [c for c in self.costs if stages is None or c.stage in stages]
         for c in todo:
-            lines.append(f"| {c.stage} | {c.steps} | {c.train_flops / 1e12:.3g} + "
+            name = f"{c.stage} ({c.note})" if c.note else c.stage
+            lines.append(f"| {name} | {c.steps} | {c.train_flops / 1e12:.3g} + "
                          f"{c.generate_flops / 1e12:.3g} | "
                          f"{format_duration(c.seconds(self.peak, self.platform))} |")
         total = sum(c.seconds(self.peak, self.platform) for c in todo)
@@ -819,7 +830,7 @@ class TimeModel:
 
 
 def time_model(preset: Preset, hw: HardwareInfo | None = None, *, peak: float | None = None,
-               eval_prompts: int | None = None) -> TimeModel:
+               eval_prompts: int | None = None, gsm8k_prompts: int | None = None) -> TimeModel:
     """The :class:`TimeModel` of ``preset`` on ``hw`` (default: :func:`detect`).
 
     ``peak`` (FLOP/s, all devices) defaults to the table's peak times the device count;
@@ -831,5 +842,5 @@ def time_model(preset: Preset, hw: HardwareInfo | None = None, *, peak: float | 
         peak, source = hw.peak_flops_per_device * hw.device_count, "the table's peak"
     elif peak is None:
         peak, source = matmul_benchmark()["flops_per_s"], "the measured matmul rate"
-    return TimeModel(stage_costs(preset, eval_prompts), float(peak), hw.platform,
+    return TimeModel(stage_costs(preset, eval_prompts, gsm8k_prompts), float(peak), hw.platform,
                      f"{source} of {hw.device_count} x {hw.device_kind}")

@@ -108,10 +108,33 @@ def test_auto_on_this_cpu_is_tiny():
     (lambda: dataclasses.replace(get_preset("tiny").model, remat="no"), "remat", "'no'"),
     (lambda: DataConfig(sources="gsm8k:hf"), "sources", "'gsm8k:hf'"),
     (lambda: DataConfig(sources=("tasks", "")), "sources", "''"),
+    (lambda: EvalConfig(gsm8k_test="gsm8k:hf"), "gsm8k_test", "'gsm8k:hf'.*'jsonl:<path>'"),
+    (lambda: EvalConfig(gsm8k_test="jsonl"), "gsm8k_test", "'jsonl': needs the file"),
+    (lambda: EvalConfig(gsm8k_test="jsonl: "), "gsm8k_test", "'jsonl: '"),
+    (lambda: EvalConfig(gsm8k_test="hf:"), "gsm8k_test", "'hf:': an empty path"),
+    (lambda: EvalConfig(gsm8k_test=True), "gsm8k_test", "True: must be a string or None"),
+    (lambda: EvalConfig(gsm8k_test="hf", gsm8k_limit=0), "gsm8k_limit", "0"),
+    (lambda: EvalConfig(gsm8k_test="hf", gsm8k_limit="100"), "gsm8k_limit", "'100'"),
 ])
 def test_validation_names_field_and_value(make, field, value):
     with pytest.raises(ValueError, match=rf"\.{field}=.*{value}"):
         make()
+
+
+def test_gsm8k_test_split_by_default_on_gemma_only():
+    """Every Gemma preset scores all of GSM8K's test split from the Hub; tiny (no network, a
+    model that cannot do GSM8K) skips it, and so does "" (an override that turns it off)."""
+    for name in config.PRESETS:
+        e = get_preset(name).eval
+        want = (None, None) if name == "tiny" else (("hf", None), None)
+        assert (e.gsm8k_source(), e.gsm8k_limit) == want, name
+        assert e.gsm8k_problems == (0 if name == "tiny" else config.GSM8K_TEST_SIZE)
+    assert config.GSM8K_TEST_SIZE == 1319
+    off = get_preset("gemma3-1b", **{"eval.gsm8k_test": ""}).eval
+    assert off.gsm8k_source() is None and off.gsm8k_problems == 0
+    quick = EvalConfig(gsm8k_test="tfds:/data/tfds", gsm8k_limit=200)
+    assert (quick.gsm8k_source(), quick.gsm8k_problems) == (("tfds", "/data/tfds"), 200)
+    assert EvalConfig(gsm8k_test="hf:./gsm8k", gsm8k_limit=5000).gsm8k_problems == 1319
 
 
 def test_replace_nested_and_errors():

@@ -1,5 +1,6 @@
 import dataclasses
 import json
+import types
 
 import numpy as np
 import pytest
@@ -138,7 +139,8 @@ def test_evaluate_the_tiny_base_model_for_real(capsys):
     assert overall["format_rate"] == 0.0  # the base model never saw the tags: it answers in prose
     assert np.isfinite(overall["mean_length"])
     greedy_only = dataclasses.replace(preset.eval, num_samples=1)
-    again = evaluate.evaluate_model(model, tok, records[:4], preset.model, greedy_only)
+    sampler = evaluate.make_sampler(model, tok, preset.model, greedy_only)  # reused below: compiled once
+    again = evaluate.evaluate_model(model, tok, records[:4], preset.model, greedy_only, sampler=sampler)
     assert [r["completion"] for r in again["rows"]] == [r["completion"] for r in rows[:4]]
     shown = evaluate.show_completions(model, tok, records[:4], preset.model, greedy_only, "base")
     assert [r["completion"] for r in shown] == [r["completion"] for r in rows[:4]]
@@ -164,6 +166,18 @@ def test_evaluate_the_tiny_base_model_for_real(capsys):
     with pytest.raises(ValueError, match=f"has {n} and ends"):
         evaluate.evaluate_model(model, tok, records[1:2], preset.model,
                                 dataclasses.replace(at, max_prompt_length=n - 1))
+    # GSM8K's test problems through the real sampler: the held-out set's prompt and greedy
+    # decoding; a prompt over the budget is counted (too long: wrong), not refused or dropped.
+    gsm8k = [{"id": f"gsm8k-test-{i}", "prompt": r["question"], "answer": a}
+             for i, (r, a) in enumerate(zip(GSM8K_TEST[:2], ("18", "3"), strict=True))]
+    assert greedy_only.max_prompt_length == 96  # the robe's prompt has 90 tokens, Janet's 215
+    got = evaluate.evaluate_gsm8k(model, tok, gsm8k, preset.model, greedy_only, stage="base",
+                                  sampler=sampler)
+    assert [r["reason"] for r in got["rows"]][0] == "prompt_too_long" and got["summary"]["too_long"] == 1
+    as_math = [{"domain": "math", "prompt": gsm8k[1]["prompt"], "answer": "3"}]
+    same = evaluate.evaluate_model(model, tok, as_math, preset.model, greedy_only, sampler=sampler)["rows"][0]
+    assert got["rows"][1]["completion"] == same["completion"] and got["rows"][1]["length"] == same["length"]
+    assert got["summary"]["n"] == 2 and 0 < got["rows"][1]["length"] <= 25
 
 
 def test_pick_examples_prefers_the_named_domains_and_fills_in():
@@ -195,8 +209,10 @@ def test_evaluate_run_every_finished_stage_then_save(tmp_path, monkeypatch, caps
     loaded = []
     monkeypatch.setattr(evaluate, "load_stage", lambda p, r, name, mesh: (loaded.append(name), None))
     monkeypatch.setattr(evaluate.train, "free", lambda: loaded.append("free"))
+    monkeypatch.setattr(evaluate, "make_sampler", lambda *args: "a sampler")
 
-    def fake_evaluate(model, tok, records, model_cfg, cfg, *, stage):
+    def fake_evaluate(model, tok, records, model_cfg, cfg, *, stage, sampler):
+        assert sampler == "a sampler"
         rows = evaluate.score_stage(records, [GOOD if stage != "base" else "12"] * len(records),
                                     [[] for _ in records])
         return {"stage": stage, "summary": evaluate.summarize(rows), "rows": rows}
@@ -212,3 +228,192 @@ def test_evaluate_run_every_finished_stage_then_save(tmp_path, monkeypatch, caps
         "results.json", "stage_table.md"]
     assert run.finished_info("eval")["stages"] == ["base", "sft", "grpo"]
     assert json.loads((out / "results.json").read_text())["settings"]["num_samples"] == 4
+
+
+# --- GSM8K's test split: strict / lenient, from files in the real formats ---------------------
+
+# Three problems of GSM8K's test split in its own layout ("#### answer" closes the solution).
+GSM8K_TEST = [
+    {"question": "Janet’s ducks lay 16 eggs per day. She eats three for breakfast every morning and "
+                 "bakes muffins for her friends every day with four. She sells the remainder at the "
+                 "farmers' market daily for $2 per fresh duck egg. How much in dollars does she make "
+                 "every day at the farmers' market?",
+     "answer": "Janet sells 16 - 3 - 4 = <<16-3-4=9>>9 duck eggs a day.\nShe makes 9 * 2 = "
+               "$<<9*2=18>>18 every day at the farmer’s market.\n#### 18"},
+    {"question": "A robe takes 2 bolts of blue fiber and half that much white fiber. How many bolts "
+                 "in total does it take?",
+     "answer": "It takes 2/2=<<2/2=1>>1 bolt of white fiber\nSo the total amount of fabric is "
+               "2+1=<<2+1=3>>3 bolts of fabric\n#### 3"},
+    {"question": "Josh decides to try flipping a house.  He buys a house for $80,000 and then puts in "
+                 "$50,000 in repairs.  This increased the value of the house by 150%.  How much "
+                 "profit did he make?",
+     "answer": "The cost of the house and repairs came out to 80,000+50,000=$<<80000+50000=130000>>"
+               "130,000\nHe increased the value of the house by 80,000*1.5=<<80000*1.5=120000>>"
+               "120,000\nSo the new value of the house is 120,000+80,000=$<<120000+80000=200000>>"
+               "200,000\nSo he made a profit of 200,000-130,000=$<<200000-130000=70000>>70,000"
+               "\n#### 70,000"},
+]
+
+
+@pytest.mark.parametrize("gold, completion, strict, lenient, reason", [
+    ("18", "<reasoning>16 - 3 - 4 = 9 eggs, 9 * 2 = 18.</reasoning>\n<answer>18</answer><end_of_turn>",
+     True, True, "ok"),
+    ("18", "<reasoning>16 - 3 = 13, 13 * 2 = 26.</reasoning>\n<answer>$26</answer>", False, False, "ok"),
+    ("18", "She sells 16 - 3 - 4 = 9 eggs for 9 * 2 = 18 dollars.", False, True, "no_answer_tag"),
+    ("18", "So she makes $\\boxed{18}$ dollars. Check: 18 / 2 = 9 eggs.", False, True, "no_answer_tag"),
+    ("70000", "<reasoning>200,000 - 130,000</reasoning>\n<answer>$70,000</answer>", True, True, "ok"),
+    ("70000", "<answer>70000</answer>", True, True, "ok"),  # right, though the format is not
+    ("3", "<reasoning>2 + 1</reasoning>\n<answer>3 or 4</answer>", False, False, "hedged"),
+    ("3", "<reasoning>2 + 1 = 3</reasoning>\n<answer>3", False, True, "unclosed_tag"),  # cut off
+    ("3", "2 + 1 = 3 bolts. No wait, it is 4.", False, False, "no_answer_tag"),  # the last number
+    ("3", None, False, False, "no_answer_tag"),
+])
+def test_gsm8k_strict_needs_the_tag_lenient_reads_free_text(gold, completion, strict, lenient, reason):
+    row = evaluate.score_gsm8k({"answer": gold, "id": "g", "prompt": "q"}, completion)
+    assert (row["strict"], row["lenient"], row["reason"]) == (strict, lenient, reason)
+    assert row["format_ok"] == (completion is not None and completion.startswith("<reasoning>")
+                                and "</answer>" in completion)
+    # strict is the held-out set's accuracy, scored by the same function
+    assert row["strict"] == evaluate.score({"domain": "math", "answer": gold}, completion)["correct"]
+
+
+def test_gsm8k_summary_and_table_count_too_long_prompts_as_wrong():
+    rec = {"answer": "3", "id": "gsm8k-test-1", "prompt": "q"}
+    rows = [evaluate.score_gsm8k(rec, t) for t in ("<reasoning>r</reasoning>\n<answer>3</answer>",
+                                                   "so 3", "<answer>4</answer>")]
+    rows.append(evaluate.too_long_row(rec, 300))
+    s = evaluate.summarize_gsm8k(rows)
+    assert (s["n"], s["strict"], s["lenient"], s["format_rate"], s["too_long"]) == (4, 0.25, 0.5, 0.25, 1)
+    assert rows[-1]["reason"] == "prompt_too_long" and rows[-1]["prompt_tokens"] == 300
+    assert evaluate.summarize_gsm8k([]) == {"n": 0, "too_long": 0}
+    res = {"sft": {"gsm8k": {"summary": s}}, "base": {"gsm8k": {"summary": evaluate.summarize_gsm8k([])}},
+           "dpo": {}}  # a stage evaluated without GSM8K has no row
+    table = evaluate.gsm8k_table(res).splitlines()
+    assert table[0].startswith("| stage | n | GSM8K test, strict / lenient | ± 1 s.e. |")
+    assert table[2:] == ["| base | 0 | - | - | - | 0 | - |",
+                         "| sft | 4 | 25.0% / 50.0% | 25.0 | 25.0% | 1 | 1.7 |"]  # length: words
+    assert evaluate.gsm8k_line(s) == ("GSM8K test, strict / lenient: 25.0% / 50.0% of 4 "
+                                      "(1 prompt too long: counted wrong)")
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_gsm8k_test_split_from_each_source(tmp_path, monkeypatch):
+    """The config's spec reads the test split: the original JSONL, a local copy in the Hub's
+    layout (parquet, as openai/gsm8k ships), and TFDS's builder (array_record, no TensorFlow)."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    from reasonkit.config import EvalConfig
+
+    assert evaluate.load_gsm8k_test(EvalConfig()) is None
+    test = write_jsonl(tmp_path / "test.jsonl", GSM8K_TEST)
+    with_junk = write_jsonl(tmp_path / "junk.jsonl", GSM8K_TEST + [{"question": "q?", "answer": "no marker"}])
+    records, report = evaluate.load_gsm8k_test(EvalConfig(gsm8k_test=f"jsonl:{with_junk}"))
+    assert [(r["id"], r["answer"]) for r in records] == [
+        ("gsm8k-test-0", "18"), ("gsm8k-test-1", "3"), ("gsm8k-test-2", "70000")]
+    assert report.drops.counts == {"no #### answer line": 1}  # counted, as every source's drops
+    records, report = evaluate.load_gsm8k_test(EvalConfig(gsm8k_test=f"jsonl:{test}", gsm8k_limit=2))
+    assert [r["answer"] for r in records] == ["18", "3"]
+    assert report.notes == ["the first 2 of 3 problems (eval.gsm8k_limit)"]
+
+    hub = tmp_path / "gsm8k" / "main"
+    hub.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(GSM8K_TEST[:1]), hub / "train-00000-of-00001.parquet")
+    pq.write_table(pa.Table.from_pylist(GSM8K_TEST[1:]), hub / "test-00000-of-00001.parquet")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf-cache"))
+    records, _ = evaluate.load_gsm8k_test(EvalConfig(gsm8k_test=f"hf:{hub.parent}"))
+    assert [r["answer"] for r in records] == ["3", "70000"]  # the test file, not train
+
+    tfds_gsm8k = pytest.importorskip("tensorflow_datasets.text.gsm8k.gsm8k")
+    monkeypatch.setattr(tfds_gsm8k.Gsm8k, "_split_generators",
+                        lambda self, dl_manager: {"test": self._generate_examples(test)})
+    records, report = evaluate.load_gsm8k_test(EvalConfig(gsm8k_test=f"tfds:{tmp_path / 'tfds'}"))
+    assert sorted(r["answer"] for r in records) == ["18", "3", "70000"] and report.kept == 3
+
+    junk = write_jsonl(tmp_path / "none.jsonl", [{"question": "q?", "answer": "none"}])
+    with pytest.raises(ValueError, match=r"eval.gsm8k_test='jsonl:.*none.jsonl': no GSM8K test problem"):
+        evaluate.load_gsm8k_test(EvalConfig(gsm8k_test=f"jsonl:{junk}"))
+
+
+class FakeSampler:
+    """Tunix's sampler as evaluation calls it: ``.tokenizer.encode`` and a call returning
+    ``.text``; replies by the question in the prompt, and records each call's shape."""
+
+    def __init__(self, tok, replies):
+        self.tokenizer = types.SimpleNamespace(encode=tok.EncodeAsIds)
+        self.replies, self.calls = replies, []
+
+    def __call__(self, batch, max_generation_steps, max_prompt_length, eos_tokens, seed=None, **kw):
+        self.calls.append((len(batch), max_prompt_length, seed))
+        assert all(len(self.tokenizer.encode(p)) + 1 <= max_prompt_length for p in batch)
+        return types.SimpleNamespace(text=[next((r for q, r in self.replies.items() if q in p), "?")
+                                           for p in batch])
+
+
+def test_evaluate_run_scores_the_gsm8k_test_split_beside_the_held_out_set(tmp_path, monkeypatch,
+                                                                            capsys, tiny_dir):
+    """The tiny preset with a small local GSM8K file: the code path of the Gemma presets' "hf"."""
+    from reasonkit import runs
+
+    test = write_jsonl(tmp_path / "test.jsonl", GSM8K_TEST)
+    # 160 tokens hold the robe's and Josh's prompts, not Janet's (215 with the tiny tokenizer)
+    preset = get_preset("tiny", **{"eval.gsm8k_test": f"jsonl:{test}", "eval.max_prompt_length": 160,
+                                   "eval.num_samples": 1})
+    run = runs.RunDir.create("g", root=tmp_path)
+    recs = [{"id": str(i), "domain": "math", "source": "t", "prompt": f"{i} + 1?", "reasoning": "r",
+             "answer": str(i + 1)} for i in range(3)]
+    data.write_splits(data.Splits(eval=recs, sft=recs, dpo=[], grpo=recs), data.DataReport(),
+                      run.stage("data"))
+    run.mark_finished("data")
+    run.mark_finished("sft", steps=2)
+    tok = models.load_tokenizer(tiny_dir / "tokenizer.model", vocab_size=512)
+    replies = {"base": {"A robe": "2 + 1 = 3 bolts", "Josh": "He made 70,000 - 130,000."},
+               "sft": {"A robe": "<reasoning>2 / 2 = 1, 2 + 1 = 3</reasoning>\n<answer>3</answer>",
+                       "Josh": "<reasoning>200,000 - 130,000</reasoning>\n<answer>$70,000</answer>",
+                       "+ 1?": "<reasoning>r</reasoning>\n<answer>1</answer>"}}
+    samplers = []
+
+    def make_sampler(model, tokenizer, model_cfg, cfg):
+        samplers.append(FakeSampler(tokenizer, replies[model]))
+        return samplers[-1]
+
+    monkeypatch.setattr(evaluate, "load_stage", lambda p, r, name, mesh: (name, tok))
+    monkeypatch.setattr(evaluate, "make_sampler", make_sampler)
+    monkeypatch.setattr(evaluate.train, "free", lambda: None)
+    results, seconds = evaluate.evaluate_run(preset, run, mesh="a mesh")
+    assert list(results) == ["base", "sft"] and len(samplers) == 2  # one sampler a stage, shared
+    # per stage: held-out greedy + 1 sampled pass (3 prompts, 1 batch each), then GSM8K (2 of 3)
+    assert [(n, seed is None) for n, _, seed in samplers[0].calls] == [(16, True), (16, False), (16, True)]
+    base, sft = results["base"]["gsm8k"], results["sft"]["gsm8k"]
+    assert [(r["id"], r["strict"], r["lenient"], r["reason"]) for r in base["rows"]] == [
+        ("gsm8k-test-0", False, False, "prompt_too_long"), ("gsm8k-test-1", False, True, "no_answer_tag"),
+        ("gsm8k-test-2", False, False, "no_answer_tag")]  # 130,000 is an operand: no answer
+    assert [(r["strict"], r["lenient"]) for r in sft["rows"]] == [(False, False), (True, True), (True, True)]
+    assert (sft["summary"]["n"], sft["summary"]["too_long"], sft["summary"]["source"]) == (
+        3, 1, f"gsm8k:jsonl:{test}")
+    assert base["rows"][0]["prompt_tokens"] == 215
+    out = capsys.readouterr().out
+    assert f"GSM8K test: 3 problems from gsm8k:jsonl:{test}\n" in out
+    assert ("sft   format pass 100.0%  accuracy  33.3%" in out and "      GSM8K test, strict / lenient: "
+            "66.7% / 66.7% of 3 (1 prompt too long: counted wrong)" in out)
+
+    saved = evaluate.save_run(run, preset, results, seconds)
+    assert sorted(p.name for p in saved.glob("*gsm8k*")) == [
+        "gsm8k_completions_base.jsonl", "gsm8k_completions_sft.jsonl", "gsm8k_table.md"]
+    table = (saved / "gsm8k_table.md").read_text().splitlines()
+    assert [line.split(" | ")[:3] for line in table[2:]] == [
+        ["| base", "3", "0.0% / 33.3%"], ["| sft", "3", "66.7% / 66.7%"]]
+    summary = json.loads((saved / "results.json").read_text())
+    assert summary["gsm8k"]["sft"]["strict"] == pytest.approx(2 / 3)
+    assert summary["settings"]["gsm8k_test"] == f"jsonl:{test}"
+    lines = (saved / "gsm8k_completions_sft.jsonl").read_text().splitlines()
+    assert [json.loads(line)["completion"] for line in lines][1] == replies["sft"]["A robe"]
+    # evaluated again without it: nothing of GSM8K is left behind to be read as current
+    plain = {s: {k: v for k, v in r.items() if k != "gsm8k"} for s, r in results.items()}
+    evaluate.save_run(run, preset, plain, seconds)
+    assert not list(saved.glob("*gsm8k*")) and "gsm8k" not in json.loads(
+        (saved / "results.json").read_text())

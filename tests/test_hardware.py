@@ -285,6 +285,24 @@ def test_stage_flops_by_hand():
     assert orpo[2].train_flops == 2 * fwd(m, 64 * 160, 160)  # beta 0: no reference forward
 
 
+def test_time_model_counts_the_gsm8k_test_split():
+    """gemma3-1b: every evaluated stage also decodes GSM8K's 1319 test problems greedily."""
+    p = get_preset("gemma3-1b")  # eval: batch 32, prompts 256 + 512 generated, 480 held out, 4 samples
+    m, fwd = p.model, hwmod.forward_flops
+    gen = lambda seqs: fwd(m, seqs * 256, 256) + fwd(m, seqs * 512, 768)  # prefill, then decode
+    held_out = 5 * gen(480)  # greedy + 4 sampled
+    ev = hwmod.stage_costs(p)[3]
+    assert (ev.steps, ev.generate_flops) == (4, held_out + gen(1344))  # 1319 in full batches of 32
+    assert ev.note == "held-out 480 x 5 + GSM8K test 1319 x 1"
+    off = hwmod.stage_costs(p.replace(**{"eval.gsm8k_test": None}))[3]
+    assert (off.generate_flops, off.note) == (held_out, "")
+    assert hwmod.stage_costs(p.replace(**{"eval.gsm8k_limit": 40}))[3].generate_flops == held_out + gen(64)
+    assert hwmod.stage_costs(p, gsm8k_prompts=0)[3].generate_flops == held_out
+    tm = hwmod.time_model(p, from_name("tpu-v5e-8"))
+    assert "| eval (held-out 480 x 5 + GSM8K test 1319 x 1) | 4 | 0 + 5.93e+03 |" in tm.report()
+    assert tm.seconds("eval") == pytest.approx(4 * (held_out + gen(1344)) / (8 * 197e12 * 0.05))
+
+
 def test_remat_costs_one_more_forward():
     p = get_preset("gemma3-1b")  # remat on
     assert hwmod.stage_costs(p)[0].train_flops == 3 * hwmod.forward_flops(p.model, 32 * 1024, 1024)

@@ -6,6 +6,7 @@ skipping, the stops at the deadline and the resume. The data stage and the time 
 run for real on a small tiny preset.
 """
 
+import json
 import time
 
 import pytest
@@ -26,12 +27,12 @@ class Words:
 def series(tmp_path, monkeypatch):
     """The command with fakes at its seams; ``state`` says what ran and sets the deadline."""
     state = {"calls": [], "deadline": None, "stop_in": set()}
-    preset = get_preset("tiny", **{"data.num_records": 12, "data.eval_per_domain": 2,
-                                   "data.train_size": 24})
+    state["preset"] = get_preset("tiny", **{"data.num_records": 12, "data.eval_per_domain": 2,
+                                            "data.train_size": 24})
 
     monkeypatch.setattr(runs, "start_session", lambda: runs.Session(
         tmp_path, state["deadline"], [], tmp_path / ".jax_cache"))
-    monkeypatch.setattr(cli, "get_preset", lambda name=None: preset)
+    monkeypatch.setattr(cli, "get_preset", lambda name=None: state["preset"])
     monkeypatch.setattr(models, "read_platform_secrets", lambda: [])
     monkeypatch.setattr(models, "resolve_source", lambda cfg: tmp_path)
     monkeypatch.setattr(models, "load_tokenizer", lambda path, vocab_size: Words())
@@ -58,8 +59,12 @@ def series(tmp_path, monkeypatch):
     def evaluate_run(p, run, stages):
         state["calls"].append("eval:" + ",".join(stages))
         rows = evaluate.score_stage([{"domain": "math", "answer": "1", "prompt": "p"}], ["1"], [[]])
-        return {s: {"stage": s, "summary": evaluate.summarize(rows), "rows": rows} for s in stages}, \
-            {s: 1.0 for s in stages}
+        results = {s: {"stage": s, "summary": evaluate.summarize(rows), "rows": rows} for s in stages}
+        if p.eval.gsm8k_test:  # what evaluate.evaluate_gsm8k returns: one problem, lenient only
+            gsm8k = [evaluate.score_gsm8k({"answer": "3"}, "2 + 1 = 3")]
+            for s in stages:
+                results[s]["gsm8k"] = {"stage": s, "summary": evaluate.summarize_gsm8k(gsm8k), "rows": gsm8k}
+        return results, {s: 1.0 for s in stages}
 
     monkeypatch.setattr(train, "train_or_load", train_or_load)
     monkeypatch.setattr(train, "export", export)
@@ -118,3 +123,25 @@ def test_an_exported_model_is_made_once_even_when_grpo_finished_in_an_earlier_se
 def test_plan_only_prints_the_time_model(series, capsys):
     assert cli.main(["plan"]) == 0
     assert series["calls"] == [] and "| grpo | 200 |" in capsys.readouterr().out
+
+
+def test_the_gsm8k_test_split_is_planned_for_and_its_table_printed(series, capsys, tmp_path):
+    rows = [{"question": f"{i} + 1?", "answer": f"{i} + 1 = <<{i}+1={i + 1}>>{i + 1}\n#### {i + 1}"}
+            for i in range(3)]
+    test = tmp_path / "test.jsonl"
+    test.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    series["preset"] = series["preset"].replace(**{"eval.gsm8k_test": f"jsonl:{test}"})
+    assert cli.main(["run"]) == 0
+    out = capsys.readouterr().out
+    assert "| eval (held-out 12 x 5 + GSM8K test 3 x 1) | 4 |" in out  # the time model counts it
+    table = (series["run"].stage("eval") / "gsm8k_table.md").read_text()
+    assert table.startswith("| stage | n | GSM8K test, strict / lenient |") and table in out
+    assert "| grpo | 1 | 0.0% / 100.0% |" in out
+
+
+def test_an_unreadable_gsm8k_source_stops_the_series_before_training(series, tmp_path):
+    series["preset"] = series["preset"].replace(**{"eval.gsm8k_test": f"jsonl:{tmp_path / 'nope.jsonl'}"})
+    with pytest.raises(RuntimeError, match=r"eval.gsm8k_test='jsonl:.*nope.jsonl': GSM8K's test split "
+                                           r"could not be read \(FileNotFoundError.*or skip it"):
+        cli.main(["run"])
+    assert series["calls"] == []  # not hours later, at the evaluation
