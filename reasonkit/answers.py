@@ -32,7 +32,12 @@ numbers or nested powers, and each parse (cached: a gold parses once) and each
 comparison gets :data:`SYMBOLIC_SECONDS` of CPU time, enforced by a watchdog thread in
 whatever thread the checker runs (Tunix computes rewards in a worker thread). The first
 symbolic answer of a process loads and warms up sympy (a few seconds, once).
-math-verify's logging (it logs failing answers in full) is silenced.
+math-verify's logging (it logs failing answers in full) is silenced. Two closed forms
+(numbers, ``\frac``, ``\sqrt``, ``\pi``, powers) whose values clearly differ are rejected
+before sympy, by exact interval arithmetic, and two parsed expressions that differ at a
+sample point skip math-verify's ``simplify``: both only ever reject, and equal answers are
+always confirmed by math-verify. :func:`symbolic_budget` bounds the sympy work of a block
+(GRPO's rewards set one per call; data and evaluation never do).
 
 The other domains compare :func:`normalize_text` (case, punctuation and list separators
 do not matter) and two bare numbers by value.
@@ -70,6 +75,7 @@ of the text (a 100 KB answer takes milliseconds).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import functools
@@ -81,12 +87,13 @@ import threading
 import time
 import unicodedata
 from fractions import Fraction
-from typing import Any, Callable, Hashable, Sequence
+from typing import Any, Callable, Hashable, Iterator, Sequence
 
 __all__ = [
     "NUMERIC_DOMAINS", "MAX_PARSE_CHARS", "MAX_SYMBOLIC_CHARS", "SYMBOLIC_SECONDS", "Answer",
     "read_answer", "canonical", "check_answer", "closeness", "normalize_number",
     "normalize_text", "is_hedged", "boxed_answer", "final_answer", "gold_problem",
+    "SymbolicBudget", "symbolic_budget",
 ]
 
 NUMERIC_DOMAINS = ("math", "science")  # the rest compare as normalised text
@@ -997,6 +1004,66 @@ def _closed_apart(gold: str, pred: str) -> bool:
     return False
 
 
+class _OverBudget(Exception):
+    """This thread's symbolic budget is spent: the comparison is not made, nor cached."""
+
+
+@dataclasses.dataclass
+class SymbolicBudget:
+    """The CPU seconds of uncached sympy work a :func:`symbolic_budget` block allows,
+    the seconds ``spent`` so far, and the comparisons ``skipped`` (judged unequal) after."""
+
+    seconds: float
+    spent: float = 0.0
+    skipped: int = 0
+    refusing: bool = False  # set per answer: spent when check_answer began
+
+
+_BUDGET = threading.local()  # .current: this thread's SymbolicBudget, or None
+
+
+@contextlib.contextmanager
+def symbolic_budget(seconds: float | None) -> Iterator[SymbolicBudget | None]:
+    r"""Bound this thread's uncached sympy work (parses, comparisons) in the block.
+
+    Once ``seconds`` of CPU time are spent, an answer that :func:`check_answer` would
+    compare through sympy is not compared: it judges "unequal" (never equal), is not
+    cached, and counts in ``skipped``. An answer begun before runs to its end under the
+    usual limits, so every verdict given is the exact one and the block overshoots by
+    at most one answer. Cached verdicts and closed forms whose values clearly differ
+    cost nothing and are unaffected. None means no budget, the default everywhere:
+    data and evaluation never set one. GRPO's rewards set one per call (``rewards.py``).
+
+    >>> with symbolic_budget(0.0) as budget:  # equal, but only sympy can tell
+    ...     check_answer("math", "\\frac{\\sqrt{2}}{2}", "\\frac{1}{\\sqrt{2}}")
+    False
+    >>> budget.skipped, check_answer("math", "\\frac{\\sqrt{2}}{2}", "\\frac{1}{\\sqrt{2}}")
+    (1, True)
+    """
+    if seconds is not None and not (isinstance(seconds, numbers.Real) and not isinstance(seconds, bool)
+                                    and 0 <= seconds < math.inf):
+        raise ValueError(f"symbolic_budget: seconds={seconds!r} must be None or a number >= 0")
+    budget = None if seconds is None else SymbolicBudget(float(seconds))
+    outer = getattr(_BUDGET, "current", None)
+    _BUDGET.current = budget
+    try:
+        yield budget
+    finally:
+        _BUDGET.current = outer
+
+
+def _timed(fn: Callable[[], Any], seconds: float) -> Any:
+    """``_limited(fn, seconds)``, its CPU time charged to this thread's budget if one is set."""
+    budget = getattr(_BUDGET, "current", None)
+    if budget is None:
+        return _limited(fn, seconds)
+    start = time.thread_time()
+    try:
+        return _limited(fn, seconds)
+    finally:
+        budget.spent += time.thread_time() - start
+
+
 _SYMPY: dict[str, Any] = {}
 _WARM_UP = (
     ("\\frac{\\sqrt{3}}{2}", "x^2+1"), ("(1,2)", "\\{1,-2\\}"),
@@ -1035,6 +1102,43 @@ def _symbolic_tools() -> dict[str, Any]:
     return _SYMPY
 
 
+# Values given to an answer's variables to tell two expressions apart: positive, not
+# integers, unrelated (a real symbol takes them; one that must be an integer does not).
+_POINTS = (("0.5773", "1.3247", "0.9159", "1.6180"), ("1.2589", "0.7071", "1.4427", "0.3679"))
+POINT_CHECK_SECONDS = 0.05  # CPU seconds for the point check; past it, math-verify decides
+
+
+def _points_apart(g: Any, p: Any, sympy: Any) -> bool:
+    """Whether two sympy expressions take clearly different values at one of _POINTS.
+
+    math-verify calls two expressions equal when their difference simplifies to 0 (an
+    identity over the reals, so equal at every point) or is numerically below ~1e-9;
+    a gap above CLOSED_APART at a point its variables may take disproves both. Only
+    plain expressions are checked: sets, tuples, relations, matrices, a bare symbol
+    (math-verify compares those by name) and percentages (9% may equal 9) are not.
+    """
+    exprs = (g, p)
+    if not all(isinstance(e, sympy.Expr) and not isinstance(e, (sympy.Symbol, sympy.MatrixExpr))
+               and not e.has(sympy.UnevaluatedExpr) for e in exprs):
+        return False
+    names = sorted({s.name for e in exprs for s in e.free_symbols})
+    symbols = [s for e in exprs for s in e.free_symbols]
+    if len(names) > len(_POINTS[0]):
+        return False
+    for point in _POINTS[:2 if names else 1]:
+        values = {s: sympy.Rational(point[names.index(s.name)]) for s in symbols}
+        if any(getattr(values[s], f"is_{key}", None) is not wanted
+               for s in symbols for key, wanted in s.assumptions0.items()):
+            return False  # a point this variable may not take
+        a, b = (e.xreplace(values).evalf(30) for e in exprs)
+        if not all(v.is_number and v.is_finite for v in (a, b)):
+            continue
+        gap, scale = abs(a - b), max(1, abs(a), abs(b))
+        if bool(gap > sympy.Rational(CLOSED_APART) * scale):
+            return True
+    return False
+
+
 @functools.lru_cache(maxsize=4096)
 def _sympy_of(item: str) -> Any:
     """A prepared answer as a sympy object: ``"L:<latex>"`` or ``"Q:<fraction>"``; None if
@@ -1044,7 +1148,7 @@ def _sympy_of(item: str) -> Any:
     if kind == "Q":
         return tools["sympy"].Rational(body)
     try:
-        return _limited(lambda: tools["parse"](body), SYMBOLIC_SECONDS)
+        return _timed(lambda: tools["parse"](body), SYMBOLIC_SECONDS)
     except (Exception, _OutOfTime):
         return None
 
@@ -1058,15 +1162,34 @@ def _symbolic_equal(gold: str, pred: str) -> bool:
     """
     if _closed_apart(gold, pred):
         return False
+    budget = getattr(_BUDGET, "current", None)
+    if budget is not None and budget.refusing:
+        raise _OverBudget  # not made, so not cached
     g, p = _sympy_of(gold), _sympy_of(pred)
     if g is None or p is None:
         return False
     tools = _symbolic_tools()
     try:
-        return bool(_limited(lambda: tools["verify"](g, p, float_rounding=9, numeric_precision=15,
-                                                     strict=True, timeout_seconds=None),
-                             SYMBOLIC_SECONDS))
+        if _timed(lambda: _points_apart(g, p, tools["sympy"]), POINT_CHECK_SECONDS):
+            return False
     except (Exception, _OutOfTime):
+        pass  # no proof they differ: math-verify decides
+    try:
+        return bool(_timed(lambda: tools["verify"](g, p, float_rounding=9, numeric_precision=15,
+                                                   strict=True, timeout_seconds=None),
+                           SYMBOLIC_SECONDS))
+    except (Exception, _OutOfTime):
+        return False
+
+
+def _symbolic(gold: str, pred: str) -> bool:
+    """:func:`_symbolic_equal`, or False (counted) when this thread's budget is spent."""
+    try:
+        return _symbolic_equal(gold, pred)
+    except _OverBudget:
+        budget = getattr(_BUDGET, "current", None)
+        if budget is not None:
+            budget.skipped += 1
         return False
 
 
@@ -1198,6 +1321,9 @@ def check_answer(domain: Any, predicted: Any, gold: Any) -> bool:
     >>> check_answer("math", "41 or 42", "42"), check_answer("math", "42", float("nan"))
     (False, False)
     """
+    budget = getattr(_BUDGET, "current", None)
+    if budget is not None:  # judged in full, or (budget spent) not through sympy at all
+        budget.refusing = budget.spent >= budget.seconds
     try:
         return _check(domain, predicted, gold)
     except Exception:
@@ -1232,7 +1358,7 @@ def _check(domain: Any, predicted: Any, gold: Any) -> bool:
         value = _value_side(p.latex)
         if value is None or not _is_closed(value) or _KEY_ONLY_RE.search(value):
             return False
-        return any(_symbolic_equal(f"Q:{v}", f"L:{value}") for v in _candidates((g.value, g.percent)))
+        return any(_symbolic(f"Q:{v}", f"L:{value}") for v in _candidates((g.value, g.percent)))
     if g.kind == "text" or p.kind == "text":
         return p.words == g.words != ""
     # gold is math; the prediction a number or math
@@ -1242,7 +1368,7 @@ def _check(domain: Any, predicted: Any, gold: Any) -> bool:
         return False
     if p.kind == "number":
         return not _KEY_ONLY_RE.search(g.latex) and any(
-            _symbolic_equal(f"L:{g.latex}", f"Q:{v}") for v in _candidates((p.value, p.percent)))
+            _symbolic(f"L:{g.latex}", f"Q:{v}") for v in _candidates((p.value, p.percent)))
     if p.latex is None:
         return False
     gold_latex, pred_latex = g.latex, p.latex
@@ -1260,7 +1386,7 @@ def _check(domain: Any, predicted: Any, gold: Any) -> bool:
         return True
     if _KEY_ONLY_RE.search(gold_latex) or _KEY_ONLY_RE.search(pred_latex):
         return False  # 204_5, 12:00: sympy would misread them
-    return _symbolic_equal(f"L:{gold_latex}", f"L:{pred_latex}")
+    return _symbolic(f"L:{gold_latex}", f"L:{pred_latex}")
 
 
 def _same_items(domain: Any, gold_items: list[str], pred_items: list[str]) -> bool:
