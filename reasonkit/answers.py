@@ -1035,9 +1035,9 @@ def symbolic_budget(seconds: float | None) -> Iterator[SymbolicBudget | None]:
     data and evaluation never set one. GRPO's rewards set one per call (``rewards.py``).
 
     >>> with symbolic_budget(0.0) as budget:  # equal, but only sympy can tell
-    ...     check_answer("math", "\\frac{\\sqrt{2}}{2}", "\\frac{1}{\\sqrt{2}}")
+    ...     check_answer("math", "\\sqrt{7}", "\\frac{7}{\\sqrt{7}}")
     False
-    >>> budget.skipped, check_answer("math", "\\frac{\\sqrt{2}}{2}", "\\frac{1}{\\sqrt{2}}")
+    >>> budget.skipped, check_answer("math", "\\sqrt{7}", "\\frac{7}{\\sqrt{7}}")
     (1, True)
     """
     if seconds is not None and not (isinstance(seconds, numbers.Real) and not isinstance(seconds, bool)
