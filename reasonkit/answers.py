@@ -736,6 +736,10 @@ def _limited(fn: Callable[[], Any], seconds: float) -> Any:
 # float rounding, evalf's chop), far under that gap. So no sympy parse is needed to
 # reject them. Anything else, or any doubt, goes to sympy as before; equal answers
 # always do. Costs about 0.1 ms, and needs neither sympy nor its import.
+# The same reader also reads the answer as written math, where juxtaposition multiplies
+# (2(3) is 6, \frac{4}{2}\frac{1}{2} is 1) except in a written mixed number
+# (2\frac{1}{2}): an answer whose written value differs from the gold's is wrong even
+# where latex2sympy's misreading (2(3) as 5) would have matched it.
 CLOSED_APART = Fraction(1, 10**6)  # |a - b| > CLOSED_APART * max(1, |a|, |b|): different
 _IV_BITS = 256           # significant bits kept of an irrational end
 _IV_MAX_BITS = 20_000    # an end larger than this: not read (sympy decides)
@@ -994,8 +998,9 @@ def _closed_form(item: str, mirror: bool) -> _Iv | None:
 
 
 def _closed_apart(gold: str, pred: str) -> bool:
-    """Whether two prepared answers are closed forms with clearly different values."""
-    for mirror in (True,):
+    """Whether two prepared answers are closed forms with clearly different values, as
+    latex2sympy reads them or as written."""
+    for mirror in (True, False):
         a, b = _closed_form(gold, mirror), _closed_form(pred, mirror)
         if a is not None and b is not None:
             gap = max(a.lo - b.hi, b.lo - a.hi)

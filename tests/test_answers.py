@@ -116,6 +116,11 @@ CASES = [
     ("math", "x \\in [-2, 7]", "[-2,7]", True),
     ("math", "204", "204_5", False),              # a base-5 number is no 204
     ("math", "1:00", "12:00", False),
+    # latex2sympy adds an Integer to a Rational written after it (a mixed number): right for
+    # 2\frac{1}{2}, a misreading elsewhere, never credited
+    ("math", "2(3)", "5", False), ("math", "(2)(3)", "5", False), ("math", "2 3", "5", False),
+    ("math", "\\pi 2(3)", "5\\pi", False), ("math", "2(1+\\sqrt{2})", "2+2\\sqrt{2}", True),
+    ("math", "\\sqrt{2}\\,2\\frac{1}{2}", "\\frac{5\\sqrt{2}}{2}", True),
     ("math", "\\text{(C)}", "(C)", True),
     ("math", "\\text{Evelyn}", "Evelyn", True),
     # the text domains
@@ -415,6 +420,15 @@ def test_closed_forms_are_read_as_latex2sympy_reads_them(latex, value):
     assert iv.hi - iv.lo < Fraction(1, 10**40)
     if value is not None:
         assert iv.lo == iv.hi == value
+
+
+@pytest.mark.parametrize("latex, written", [
+    ("2(3)", 6), ("(2)(3)", 6), ("2 3", 6), ("\\frac{4}{2}\\frac{1}{2}", 1), ("2(3+1)", 8),
+    ("2\\frac{1}{2}", Fraction(5, 2)), ("-2\\frac{1}{2}", Fraction(-5, 2)), ("(1+2)(3+4)", 21)])
+def test_closed_forms_as_written_multiply_what_they_juxtapose(latex, written):
+    """The second reading, as written: only a written mixed number adds."""
+    iv = answers._closed_form(f"L:{latex}", False)
+    assert iv is not None and iv.lo == iv.hi == written
 
 
 @pytest.mark.parametrize("latex", NOT_READ)
