@@ -833,7 +833,7 @@ def _iv_root(a: _Iv, n: int) -> _Iv:
 def _iv_power(base: _Iv, exponent: _Iv) -> _Iv:
     """base ** exponent for an exact rational exponent (sympy's real principal value)."""
     y = exponent.exact()
-    if y is None or y.denominator > 1000 or abs(y.numerator) > 10_000:
+    if y is None or y.denominator > 12 or abs(y.numerator) > 10_000:  # a root as \\sqrt[n]'s
         raise _Doubt("exponent")
     if y.denominator > 1:
         if base.lo == base.hi == 0 and y > 0:
@@ -972,7 +972,7 @@ def _closed_read(latex: str, mirror: bool) -> _Iv:
                 take()
                 index = take("num")[1]
                 take("]")
-                if not index.isdigit() or not 2 <= int(index) <= 100:
+                if not index.isdigit() or not 2 <= int(index) <= 12:  # Newton's steps: n of them
                     raise _Doubt("root index")
                 n = int(index)
             value = _iv_root(braced(), n)
@@ -1120,11 +1120,13 @@ def _points_apart(g: Any, p: Any, sympy: Any) -> bool:
     identity over the reals, so equal at every point) or is numerically below ~1e-9;
     a gap above CLOSED_APART at a point its variables may take disproves both. Only
     plain expressions are checked: sets, tuples, relations, matrices, a bare symbol
-    (math-verify compares those by name) and percentages (9% may equal 9) are not.
+    (math-verify compares those by name), percentages (9% may equal 9) and anything that
+    binds a variable (an integral's x is not the answer's x) are not.
     """
     exprs = (g, p)
     if not all(isinstance(e, sympy.Expr) and not isinstance(e, (sympy.Symbol, sympy.MatrixExpr))
-               and not e.has(sympy.UnevaluatedExpr) for e in exprs):
+               and not e.has(sympy.UnevaluatedExpr, sympy.Integral, sympy.Sum, sympy.Product,
+                             sympy.Derivative, sympy.Limit, sympy.Subs) for e in exprs):
         return False
     names = sorted({s.name for e in exprs for s in e.free_symbols})
     symbols = [s for e in exprs for s in e.free_symbols]
