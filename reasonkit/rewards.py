@@ -30,8 +30,9 @@ numeric_backup  [0.0, 0.0, 0.0, 1.5]
 Tag parsing is linear in the completion's length and answers longer than
 ``answers.MAX_PARSE_CHARS`` are never read as numbers, so a 100 KB degenerate
 completion scores in milliseconds; symbolic answers reach sympy only under a size cap
-and a time limit. No reward raises on a model output; the one error is a programming
-error, a missing ``answer`` column.
+and a time limit, and each reward call's sympy work stops at ``SYMBOLIC_BUDGET_SECONDS``
+(answers left unjudged score 0 and count in ``SYMBOLIC_SKIPS``). No reward raises on a
+model output; the one error is a programming error, a missing ``answer`` column.
 """
 
 from __future__ import annotations
@@ -73,10 +74,13 @@ REASONING_WORDS = (3, 512)   # a "reasonable" reasoning length, in words
 # CPU seconds of uncached sympy work (parsing and comparing symbolic answers) one reward call
 # may spend (answers.symbolic_budget); after it, an answer that only sympy could judge scores
 # as wrong: never a false credit, but a right answer written in a new symbolic form can miss
-# its reward. Sized for the tiny preset: two answer rewards at most 2 x 0.05 s on top of
-# their usual ~10 ms keep all rewards under 5% of its 3.3 s GRPO step. Repeated answers are
-# cached and closed forms of a clearly different value are rejected without sympy, so a
-# realistic step never reaches it. Evaluation (evaluate.py) has no budget and stays exact.
+# its reward (answers judged are judged exactly; the one in flight when the budget runs out
+# is finished). Sized for the tiny preset: a step of 64 new expressions with a variable
+# costs ~75 ms of CPU (2.3% of its 3.3 s GRPO step; ~2.6 s without the budget), and two
+# answer rewards both at their budget stay under 5%. Repeated answers are cached and closed
+# forms of a clearly different value are rejected without sympy, so a realistic step never
+# reaches it. A larger model's longer step affords more (set this module constant before
+# training). Evaluation (evaluate.py) has no budget and stays exact.
 SYMBOLIC_BUDGET_SECONDS = 0.05
 SYMBOLIC_SKIPS: collections.Counter = collections.Counter()  # reward name -> answers scored unjudged
 
