@@ -25,8 +25,12 @@ for: the number that must stay 0.
 ``--timing`` also measures what the checker costs GRPO: the five math rewards on a tiny
 preset step (8 prompts x 8 completions of the kinds a small policy writes: right, wrong,
 hedged, untagged, cut off, rambling), run in a worker thread as Tunix runs them, with
-fresh completions each step; a worst case where every completion is a new closed-form
-expression that needs sympy; and the slowest single call on 100 KB answers.
+fresh completions each step (wall time and the thread's CPU time); three worst cases where
+every completion is a new symbolic answer: closed forms against the tasks' numeric golds,
+closed forms against closed-form LaTeX golds (both rejected without sympy when their value
+differs), and expressions with a variable against a polynomial gold (sympy for each: the
+rewards' symbolic budget stops it, and the answers it left unjudged are counted); and the
+slowest single call on 100 KB answers.
 """
 
 from __future__ import annotations
@@ -97,17 +101,34 @@ def summarize(cases: list[dict], verdicts: list) -> dict:
     return {"overall": block(pairs), **{f"{k}={v}": block(p) for (k, v), p in sorted(by.items())}}
 
 
-def _tiny_step(records: list[dict], step: int, symbolic: bool) -> tuple[list[str], list[str], list[str]]:
-    """64 completions for 8 prompts, fresh for each ``step`` (the caches see new text)."""
+STEPS = {  # label: which completions (and golds) _tiny_step writes
+    "tiny step": "tiny", "all-sympy step": "closed", "symbolic-gold step": "closed-latex",
+    "variables step": "variables"}
+LATEX_GOLDS = ["\\frac{\\sqrt{3}}{2}", "2\\sqrt{5}", "\\frac{\\pi}{4}", "3 + \\sqrt{2}"]
+
+
+def _tiny_step(records: list[dict], step: int, kind: str) -> tuple[list[str], list[str], list[str]]:
+    """64 completions for 8 prompts, fresh for each ``step`` (the caches see new text).
+
+    ``kind``: "tiny" (what a small policy writes), or every answer a new symbolic one:
+    "closed" (closed forms, the tasks' numeric golds), "closed-latex" (closed forms,
+    closed-form LaTeX golds), "variables" (polynomials in x, a polynomial gold).
+    """
     completions, golds, domains = [], [], []
+    symbolic = kind != "tiny"
     if symbolic:  # numeric golds: a closed expression can only be judged by sympy
         records = [r for r in records if r["domain"] in ("math", "science")]
     for i, rec in enumerate((records[8 * step % len(records):] + records)[:8]):
         gold, n = rec["answer"], step * 97 + i
         shapes = [f"{rec['reasoning']} {gold}", f"{n} + {n % 7}", f"{n} or {gold}", f"about {gold}.",
                   f"{gold}", f"x = {n % 50}", f"{n % 13} apples", gold.upper()]
-        if symbolic:  # each one a new closed expression: sympy parses every one
+        if symbolic:  # each one a new closed expression: sympy would parse every one
             shapes = [f"\\sqrt{{{n + k}}} + \\frac{{{k + 1}}}{{{n % 11 + 2}}}" for k in range(8)]
+        if kind == "closed-latex":
+            gold = LATEX_GOLDS[i % len(LATEX_GOLDS)]
+        if kind == "variables":
+            gold = "x^2 + 2x + 1"
+            shapes = [f"x^{{2}} + {n + k}x - \\frac{{{k + 1}}}{{{n % 11 + 2}}}" for k in range(8)]
         for k, answer in enumerate(shapes):
             body = f"<reasoning>{rec['reasoning']}</reasoning>\n<answer>{answer}</answer><end_of_turn>"
             if not symbolic and k == 3:
@@ -120,6 +141,11 @@ def _tiny_step(records: list[dict], step: int, symbolic: bool) -> tuple[list[str
     return completions, golds, domains
 
 
+def _unjudged(rewards) -> int:
+    """Answers the rewards' symbolic budget left unjudged so far (0 before it existed)."""
+    return sum(getattr(rewards, "SYMBOLIC_SKIPS", {}).values())
+
+
 def timing(steps: int = 20) -> dict:
     """Seconds the math rewards take per tiny GRPO step, and the slowest 100 KB call."""
     import threading
@@ -130,34 +156,40 @@ def timing(steps: int = 20) -> dict:
 
     records = tasks.generate_all(40, seed=123)
     out: dict = {}
-    for label, symbolic in (("tiny step", False), ("all-sympy step", True)):
-        times: list[float] = []
+    for label, kind in STEPS.items():
+        times: list[tuple[float, float]] = []
+        skips = _unjudged(rewards)
 
-        def run(times=times, symbolic=symbolic):
+        def run(times=times, kind=kind):
             for step in range(steps):
-                completions, golds, domains = _tiny_step(records, step, symbolic)
+                completions, golds, domains = _tiny_step(records, step, kind)
                 kwargs = {"answer": np.array(golds), "domain": np.array(domains)}
-                start = time.perf_counter()
+                start, cpu = time.perf_counter(), time.thread_time()
                 for fn in rewards.MATH_REWARDS:
                     fn(["prompt"] * len(completions), completions, **kwargs)
-                times.append(time.perf_counter() - start)
+                times.append((time.perf_counter() - start, time.thread_time() - cpu))
 
         worker = threading.Thread(target=run)
         worker.start()
         worker.join()
         steady = sorted(times[1:])  # the first step pays any one-time import
-        out[label] = {"first_s": times[0], "median_s": steady[len(steady) // 2], "max_s": steady[-1]}
+        cpu = sorted(t[1] for t in times[1:])
+        out[label] = {"first_s": times[0][0], "median_s": steady[len(steady) // 2][0], "max_s": steady[-1][0],
+                      "cpu_median_s": cpu[len(cpu) // 2], "cpu_max_s": cpu[-1],
+                      "unjudged_per_step": (_unjudged(rewards) - skips) / steps}
     kinds = ["1" * 100_000, "<answer>" + "\\frac{" * 20_000 + "</answer>", "1," * 50_000,
              "<answer>" + "x+" * 50_000 + "</answer>", "<answer>" + "1 or " * 20_000 + "</answer>",
              "(" * 100_000]
-    worst = 0.0
+    worst = worst_cpu = 0.0
     for kind in kinds:
         for fn in rewards.MATH_REWARDS:
             for gold in ("42", "\\frac{\\sqrt{3}}{2}"):
-                start = time.perf_counter()
+                start, cpu = time.perf_counter(), time.thread_time()
                 fn(None, [kind], answer=[gold])
                 worst = max(worst, time.perf_counter() - start)
+                worst_cpu = max(worst_cpu, time.thread_time() - cpu)
     out["worst 100 KB call_s"] = worst
+    out["worst 100 KB call, CPU_s"] = worst_cpu
     return out
 
 
@@ -210,9 +242,11 @@ def main(argv: list[str] | None = None) -> None:
             print(_line(key, block))
         for label, t in run.get("timing", {}).items():
             if isinstance(t, dict):
-                print(f"{label:16s} rewards, 64 completions: median {1000 * t['median_s']:.1f} ms, "
+                cpu = (f"; CPU median {1000 * t['cpu_median_s']:.1f} ms, max {1000 * t['cpu_max_s']:.1f} ms, "
+                       f"{t['unjudged_per_step']:.0f} answers left unjudged" if "cpu_median_s" in t else "")
+                print(f"{label:18s} rewards, 64 completions: wall median {1000 * t['median_s']:.1f} ms, "
                       f"max {1000 * t['max_s']:.1f} ms, first {1000 * t['first_s']:.1f} ms; "
-                      f"{100 * t['median_s'] / TINY_STEP_S:.1f}% of a {TINY_STEP_S} s tiny GRPO step")
+                      f"{100 * t['median_s'] / TINY_STEP_S:.1f}% of a {TINY_STEP_S} s tiny GRPO step{cpu}")
             else:
                 print(f"{label}: {1000 * t:.0f} ms")
     if args.list:

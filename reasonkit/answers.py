@@ -32,7 +32,12 @@ numbers or nested powers, and each parse (cached: a gold parses once) and each
 comparison gets :data:`SYMBOLIC_SECONDS` of CPU time, enforced by a watchdog thread in
 whatever thread the checker runs (Tunix computes rewards in a worker thread). The first
 symbolic answer of a process loads and warms up sympy (a few seconds, once).
-math-verify's logging (it logs failing answers in full) is silenced.
+math-verify's logging (it logs failing answers in full) is silenced. Two closed forms
+(numbers, ``\frac``, ``\sqrt``, ``\pi``, powers) whose values clearly differ are rejected
+before sympy, by exact interval arithmetic, and two parsed expressions that differ at a
+sample point skip math-verify's ``simplify``: both only ever reject, and equal answers are
+always confirmed by math-verify. :func:`symbolic_budget` bounds the sympy work of a block
+(GRPO's rewards set one per call; data and evaluation never do).
 
 The other domains compare :func:`normalize_text` (case, punctuation and list separators
 do not matter) and two bare numbers by value.
@@ -70,6 +75,7 @@ of the text (a 100 KB answer takes milliseconds).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import functools
@@ -81,12 +87,13 @@ import threading
 import time
 import unicodedata
 from fractions import Fraction
-from typing import Any, Callable, Hashable, Sequence
+from typing import Any, Callable, Hashable, Iterator, Sequence
 
 __all__ = [
     "NUMERIC_DOMAINS", "MAX_PARSE_CHARS", "MAX_SYMBOLIC_CHARS", "SYMBOLIC_SECONDS", "Answer",
     "read_answer", "canonical", "check_answer", "closeness", "normalize_number",
     "normalize_text", "is_hedged", "boxed_answer", "final_answer", "gold_problem",
+    "SymbolicBudget", "symbolic_budget",
 ]
 
 NUMERIC_DOMAINS = ("math", "science")  # the rest compare as normalised text
@@ -719,6 +726,349 @@ def _limited(fn: Callable[[], Any], seconds: float) -> Any:
         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(tid), None)
 
 
+# --- closed forms: cheap proof that two values differ --------------------------------
+
+# A closed-form answer (numbers, + - * \cdot \times, juxtaposition, ^, \frac, \sqrt, \pi,
+# parentheses) is enclosed in an interval with exact rational ends, read the way
+# latex2sympy reads it (its mixed-number rule included: 2\frac{1}{2} and 2(3) add). When
+# the intervals of the two answers lie further apart than CLOSED_APART, they differ, and
+# math-verify would say so too: it credits a numeric difference only below ~1e-9 (its
+# float rounding, evalf's chop), far under that gap. So no sympy parse is needed to
+# reject them. Anything else, or any doubt, goes to sympy as before; equal answers
+# always do. Costs about 0.1 ms, and needs neither sympy nor its import.
+# The same reader also reads the answer as written math, where juxtaposition multiplies
+# (2(3) is 6, \frac{4}{2}\frac{1}{2} is 1) except in a written mixed number
+# (2\frac{1}{2}): an answer whose written value differs from the gold's is wrong even
+# where latex2sympy's misreading (2(3) as 5) would have matched it.
+CLOSED_APART = Fraction(1, 10**6)  # |a - b| > CLOSED_APART * max(1, |a|, |b|): different
+_IV_BITS = 256           # significant bits kept of an irrational end
+_IV_MAX_BITS = 20_000    # an end larger than this: not read (sympy decides)
+_PI = (Fraction(31415926535897932384626433832795028841971693993751, 10**49),
+       Fraction(31415926535897932384626433832795028841971693993752, 10**49))
+_IV_TOKEN_RE = re.compile(r"\s*(?:(?P<num>\d+(?:\.\d+)?)|(?P<cmd>\\(?:[dt]?frac|sqrt|pi|cdot|times))"
+                          r"(?![A-Za-z])|(?P<op>[-+*^(){}\[\]]))")
+# latex2sympy's normaliser rewrites "\frac{a}b"-like text ("}" then a digit) and "^(...)":
+# whatever it makes of them, this reader does not guess.
+_IV_DOUBT_RE = re.compile(r"\}\s*\d|\^\s*\(")
+
+
+class _Doubt(Exception):
+    """Not a closed form this reader is sure to read as latex2sympy does."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Iv:
+    """A value in [lo, hi]; ``kind`` is the sympy object latex2sympy makes of it ("int" an
+    Integer, "rat" another Rational, None anything else); ``literal`` marks a written
+    integer ("int") or \\frac of two written integers ("frac")."""
+
+    lo: Fraction
+    hi: Fraction
+    kind: str | None = None
+    literal: str | None = None
+
+    def exact(self) -> Fraction | None:
+        return self.lo if self.lo == self.hi else None
+
+
+def _iv_exact(x: Fraction, literal: str | None = None) -> _Iv:
+    return _Iv(x, x, "int" if x.denominator == 1 else "rat", literal)
+
+
+def _iv_round(lo: Fraction, hi: Fraction) -> _Iv:
+    """[lo, hi] widened to _IV_BITS significant bits once its ends grow long."""
+    ends = []
+    for x, up in ((lo, False), (hi, True)):
+        if x.numerator.bit_length() > _IV_MAX_BITS or x.denominator.bit_length() > _IV_MAX_BITS:
+            raise _Doubt("too large")
+        if x.denominator.bit_length() > 2 * _IV_BITS:
+            scale = Fraction(2) ** (_IV_BITS - x.numerator.bit_length() + x.denominator.bit_length())
+            n = x * scale
+            x = Fraction(-(-n.numerator // n.denominator) if up else n.numerator // n.denominator) / scale
+        ends.append(x)
+    return _Iv(ends[0], ends[1])
+
+
+def _iv_mul(a: _Iv, b: _Iv) -> _Iv:
+    products = (a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi)
+    return _iv_round(min(products), max(products))
+
+
+def _iv_inverse(a: _Iv) -> _Iv:
+    if a.lo <= 0 <= a.hi:
+        raise _Doubt("division by an interval holding 0")
+    return _iv_round(1 / a.hi, 1 / a.lo)
+
+
+def _iroot(m: int, n: int) -> int:
+    """floor(m ** (1/n)) for an integer m >= 0."""
+    if m < 2:
+        return m
+    x = 1 << -(-m.bit_length() // n)  # >= the root: Newton's steps decrease to it
+    while True:
+        y = ((n - 1) * x + m // x ** (n - 1)) // n
+        if y >= x:
+            return x
+        x = y
+
+
+def _iv_root(a: _Iv, n: int) -> _Iv:
+    """The real n-th root of a >= 0 (exact for perfect powers)."""
+    if a.lo < 0:
+        raise _Doubt("root of a negative number: complex in sympy")
+    x = a.exact()
+    if x is not None:
+        num, den = _iroot(x.numerator, n), _iroot(x.denominator, n)
+        if num ** n == x.numerator and den ** n == x.denominator:
+            return _Iv(Fraction(num, den), Fraction(num, den))
+    ends = []
+    for x, up in ((a.lo, False), (a.hi, True)):
+        bits = max(0, _IV_BITS - (x.numerator.bit_length() - x.denominator.bit_length()) // n)
+        scaled = x * 2 ** (n * bits)
+        m = -(-scaled.numerator // scaled.denominator) if up else scaled.numerator // scaled.denominator
+        ends.append(Fraction(_iroot(m, n) + up, 2 ** bits))
+    return _iv_round(ends[0], ends[1])
+
+
+def _iv_power(base: _Iv, exponent: _Iv) -> _Iv:
+    """base ** exponent for an exact rational exponent (sympy's real principal value)."""
+    y = exponent.exact()
+    if y is None or y.denominator > 12 or abs(y.numerator) > 10_000:  # a root as \\sqrt[n]'s
+        raise _Doubt("exponent")
+    if y.denominator > 1:
+        if base.lo == base.hi == 0 and y > 0:
+            return _Iv(Fraction(0), Fraction(0))
+        base = _iv_root(base, y.denominator)  # refuses a negative base
+    e = abs(y.numerator)
+    bits = max(x.numerator.bit_length() + x.denominator.bit_length() for x in (base.lo, base.hi))
+    if bits * e > _IV_MAX_BITS:
+        raise _Doubt("power too large")
+    lo, hi = base.lo ** e, base.hi ** e
+    if base.lo < 0 < base.hi and e % 2 == 0:
+        lo, hi = Fraction(0), max(lo, hi)
+    elif base.hi <= 0 and e % 2 == 0:
+        lo, hi = hi, lo
+    out = _iv_round(lo, hi)
+    return _iv_inverse(out) if y.numerator < 0 else out
+
+
+_STARTS_ATOM = {"num", "\\pi", "\\frac", "\\dfrac", "\\tfrac", "\\sqrt", "("}
+
+
+def _closed_read(latex: str, mirror: bool) -> _Iv:
+    r"""The interval of a closed-form answer, or :class:`_Doubt`.
+
+    ``mirror``: juxtaposed numbers follow latex2sympy's mixed-number rule (an Integer
+    before a positive Rational adds: ``2(3)`` is 5, as sympy reads it); else only the
+    written mixed number ``2\frac{1}{2}`` adds and other juxtapositions multiply.
+    """
+    s = latex.replace("\\left(", "(").replace("\\right)", ")")
+    if _IV_DOUBT_RE.search(s):
+        raise _Doubt("rewritten by latex2sympy's normaliser")
+    tokens: list[tuple[str, str]] = []
+    pos = 0
+    while pos < len(s):
+        m = _IV_TOKEN_RE.match(s, pos)
+        if m is None:
+            if s[pos:].strip():
+                raise _Doubt(f"unread text at {pos}")
+            break
+        kind = m.lastgroup or ""
+        tokens.append(("num", m.group(kind)) if kind == "num" else (m.group(kind), m.group(kind)))
+        pos = m.end()
+    at = 0
+
+    def peek() -> str:
+        return tokens[at][0] if at < len(tokens) else ""
+
+    def take(expected: str | None = None) -> tuple[str, str]:
+        nonlocal at
+        if at >= len(tokens) or (expected is not None and tokens[at][0] != expected):
+            raise _Doubt(f"expected {expected}")
+        at += 1
+        return tokens[at - 1]
+
+    def expr() -> _Iv:  # a + b - c, left to right
+        value = mp()
+        while peek() in ("+", "-"):
+            op = take()[0]
+            right = mp()
+            if op == "-":
+                right = _Iv(-right.hi, -right.lo)
+            value = _iv_round(value.lo + right.lo, value.hi + right.hi)
+        return value
+
+    def mp() -> _Iv:  # a * b \cdot c \times d
+        value = unary()
+        while peek() in ("*", "\\cdot", "\\times"):
+            take()
+            value = _iv_mul(value, unary())
+        return value
+
+    def unary() -> _Iv:  # -x: a sympy Number stays one, anything else becomes -1 * x
+        if peek() in ("+", "-"):
+            op = take()[0]
+            value = unary()
+            if op == "-":
+                value = _Iv(-value.hi, -value.lo, value.kind)
+            return _Iv(value.lo, value.hi, value.kind)
+        items = [postfix()]
+        while peek() in _STARTS_ATOM:
+            items.append(postfix())
+        value = items[-1]
+        for k in range(len(items) - 2, -1, -1):  # latex2sympy folds a product from the right
+            left = items[k]
+            mixed = left.kind == "int" and value.kind in ("int", "rat") and value.lo > 0
+            if mixed and (mirror or (left.literal == "int" and value.literal == "frac")):
+                whole = left.lo + value.lo if left.lo >= 0 else left.lo - value.lo
+                value = _iv_exact(whole)
+            else:
+                value = _iv_mul(left, value)
+        return value
+
+    def postfix() -> _Iv:
+        value = atom()
+        if peek() == "^":  # one power: 2^3^2 is (2^3)^2 to latex2sympy, so not read
+            take()
+            if peek() == "{":
+                take()
+                exponent = expr()
+                take("}")
+            elif peek() == "num" and len(tokens[at][1]) == 1:
+                exponent = _iv_exact(Fraction(take()[1]))
+            else:
+                raise _Doubt("exponent")
+            value = _iv_power(value, exponent)
+            value = _Iv(value.lo, value.hi)  # a Pow, not a Number
+        return value
+
+    def braced() -> _Iv:
+        take("{")
+        value = expr()
+        take("}")
+        return value
+
+    def atom() -> _Iv:
+        token, text = take()
+        if token == "num":  # a decimal is a sympy Float: no Integer, no Rational
+            value = Fraction(text)
+            return _iv_exact(value, "int") if "." not in text else _Iv(value, value)
+        if token == "\\pi":
+            return _Iv(*_PI)
+        if token == "(":
+            value = expr()
+            take(")")
+            return _Iv(value.lo, value.hi, value.kind)
+        if token in ("\\frac", "\\dfrac", "\\tfrac"):
+            top, bottom = braced(), braced()
+            value = _iv_mul(top, _iv_inverse(bottom))
+            if top.kind == bottom.kind == "int":  # sympy.Rational(top, bottom)
+                literal = "frac" if top.literal == bottom.literal == "int" else None
+                return _iv_exact(top.lo / bottom.lo, literal)
+            return value
+        if token == "\\sqrt":
+            n = 2
+            if peek() == "[":
+                take()
+                index = take("num")[1]
+                take("]")
+                if not index.isdigit() or not 2 <= int(index) <= 12:  # Newton's steps: n of them
+                    raise _Doubt("root index")
+                n = int(index)
+            value = _iv_root(braced(), n)
+            return _Iv(value.lo, value.hi)
+        raise _Doubt(f"unexpected {token}")
+
+    value = expr()
+    if at != len(tokens):
+        raise _Doubt("trailing tokens")
+    return value
+
+
+@functools.lru_cache(maxsize=16384)
+def _closed_form(item: str, mirror: bool) -> _Iv | None:
+    """A prepared answer (``"L:<latex>"``, ``"Q:<fraction>"``) as an interval, or None."""
+    kind, _, body = item.partition(":")
+    if kind == "Q":
+        return _iv_exact(Fraction(body))
+    try:
+        return _closed_read(body, mirror)
+    except (_Doubt, ValueError, ZeroDivisionError, RecursionError):
+        return None
+
+
+def _closed_apart(gold: str, pred: str) -> bool:
+    """Whether two prepared answers are closed forms with clearly different values, as
+    latex2sympy reads them or as written."""
+    for mirror in (True, False):
+        a, b = _closed_form(gold, mirror), _closed_form(pred, mirror)
+        if a is not None and b is not None:
+            gap = max(a.lo - b.hi, b.lo - a.hi)
+            if gap > CLOSED_APART * max(1, abs(a.lo), abs(a.hi), abs(b.lo), abs(b.hi)):
+                return True
+    return False
+
+
+class _OverBudget(Exception):
+    """This thread's symbolic budget is spent: the comparison is not made, nor cached."""
+
+
+@dataclasses.dataclass
+class SymbolicBudget:
+    """The CPU seconds of uncached sympy work a :func:`symbolic_budget` block allows,
+    the seconds ``spent`` so far, and the comparisons ``skipped`` (judged unequal) after."""
+
+    seconds: float
+    spent: float = 0.0
+    skipped: int = 0
+    refusing: bool = False  # set per answer: spent when check_answer began
+
+
+_BUDGET = threading.local()  # .current: this thread's SymbolicBudget, or None
+
+
+@contextlib.contextmanager
+def symbolic_budget(seconds: float | None) -> Iterator[SymbolicBudget | None]:
+    r"""Bound this thread's uncached sympy work (parses, comparisons) in the block.
+
+    Once ``seconds`` of CPU time are spent, an answer that :func:`check_answer` would
+    compare through sympy is not compared: it judges "unequal" (never equal), is not
+    cached, and counts in ``skipped``. An answer begun before runs to its end under the
+    usual limits, so every verdict given is the exact one and the block overshoots by
+    at most one answer. Cached verdicts and closed forms whose values clearly differ
+    cost nothing and are unaffected. None means no budget, the default everywhere:
+    data and evaluation never set one. GRPO's rewards set one per call (``rewards.py``).
+
+    >>> with symbolic_budget(0.0) as budget:  # equal, but only sympy can tell
+    ...     check_answer("math", "\\sqrt{7}", "\\frac{7}{\\sqrt{7}}")
+    False
+    >>> budget.skipped, check_answer("math", "\\sqrt{7}", "\\frac{7}{\\sqrt{7}}")
+    (1, True)
+    """
+    if seconds is not None and not (isinstance(seconds, numbers.Real) and not isinstance(seconds, bool)
+                                    and 0 <= seconds < math.inf):
+        raise ValueError(f"symbolic_budget: seconds={seconds!r} must be None or a number >= 0")
+    budget = None if seconds is None else SymbolicBudget(float(seconds))
+    outer = getattr(_BUDGET, "current", None)
+    _BUDGET.current = budget
+    try:
+        yield budget
+    finally:
+        _BUDGET.current = outer
+
+
+def _timed(fn: Callable[[], Any], seconds: float) -> Any:
+    """``_limited(fn, seconds)``, its CPU time charged to this thread's budget if one is set."""
+    budget = getattr(_BUDGET, "current", None)
+    if budget is None:
+        return _limited(fn, seconds)
+    start = time.thread_time()
+    try:
+        return _limited(fn, seconds)
+    finally:
+        budget.spent += time.thread_time() - start
+
+
 _SYMPY: dict[str, Any] = {}
 _WARM_UP = (
     ("\\frac{\\sqrt{3}}{2}", "x^2+1"), ("(1,2)", "\\{1,-2\\}"),
@@ -757,6 +1107,45 @@ def _symbolic_tools() -> dict[str, Any]:
     return _SYMPY
 
 
+# Values given to an answer's variables to tell two expressions apart: positive, not
+# integers, unrelated (a real symbol takes them; one that must be an integer does not).
+_POINTS = (("0.5773", "1.3247", "0.9159", "1.6180"), ("1.2589", "0.7071", "1.4427", "0.3679"))
+POINT_CHECK_SECONDS = 0.05  # CPU seconds for the point check; past it, math-verify decides
+
+
+def _points_apart(g: Any, p: Any, sympy: Any) -> bool:
+    """Whether two sympy expressions take clearly different values at one of _POINTS.
+
+    math-verify calls two expressions equal when their difference simplifies to 0 (an
+    identity over the reals, so equal at every point) or is numerically below ~1e-9;
+    a gap above CLOSED_APART at a point its variables may take disproves both. Only
+    plain expressions are checked: sets, tuples, relations, matrices, a bare symbol
+    (math-verify compares those by name), percentages (9% may equal 9) and anything that
+    binds a variable (an integral's x is not the answer's x) are not.
+    """
+    exprs = (g, p)
+    if not all(isinstance(e, sympy.Expr) and not isinstance(e, (sympy.Symbol, sympy.MatrixExpr))
+               and not e.has(sympy.UnevaluatedExpr, sympy.Integral, sympy.Sum, sympy.Product,
+                             sympy.Derivative, sympy.Limit, sympy.Subs) for e in exprs):
+        return False
+    names = sorted({s.name for e in exprs for s in e.free_symbols})
+    symbols = [s for e in exprs for s in e.free_symbols]
+    if len(names) > len(_POINTS[0]):
+        return False
+    for point in _POINTS[:2 if names else 1]:
+        values = {s: sympy.Rational(point[names.index(s.name)]) for s in symbols}
+        if any(getattr(values[s], f"is_{key}", None) is not wanted
+               for s in symbols for key, wanted in s.assumptions0.items()):
+            return False  # a point this variable may not take
+        a, b = (e.xreplace(values).evalf(30) for e in exprs)
+        if not all(v.is_number and v.is_finite for v in (a, b)):
+            continue
+        gap, scale = abs(a - b), max(1, abs(a), abs(b))
+        if bool(gap > sympy.Rational(CLOSED_APART) * scale):
+            return True
+    return False
+
+
 @functools.lru_cache(maxsize=4096)
 def _sympy_of(item: str) -> Any:
     """A prepared answer as a sympy object: ``"L:<latex>"`` or ``"Q:<fraction>"``; None if
@@ -766,23 +1155,48 @@ def _sympy_of(item: str) -> Any:
     if kind == "Q":
         return tools["sympy"].Rational(body)
     try:
-        return _limited(lambda: tools["parse"](body), SYMBOLIC_SECONDS)
+        return _timed(lambda: tools["parse"](body), SYMBOLIC_SECONDS)
     except (Exception, _OutOfTime):
         return None
 
 
 @functools.lru_cache(maxsize=8192)
 def _symbolic_equal(gold: str, pred: str) -> bool:
-    """math-verify's verdict on two prepared answers, within the time limit (cached)."""
+    """math-verify's verdict on two prepared answers, within the time limit (cached).
+
+    Two closed forms whose values clearly differ are rejected before sympy (see
+    :func:`_closed_apart`): the verdict math-verify would give, without its cost.
+    """
+    if _closed_apart(gold, pred):
+        return False
+    budget = getattr(_BUDGET, "current", None)
+    if budget is not None and budget.refusing:
+        raise _OverBudget  # not made, so not cached
     g, p = _sympy_of(gold), _sympy_of(pred)
     if g is None or p is None:
         return False
     tools = _symbolic_tools()
     try:
-        return bool(_limited(lambda: tools["verify"](g, p, float_rounding=9, numeric_precision=15,
-                                                     strict=True, timeout_seconds=None),
-                             SYMBOLIC_SECONDS))
+        if _timed(lambda: _points_apart(g, p, tools["sympy"]), POINT_CHECK_SECONDS):
+            return False
     except (Exception, _OutOfTime):
+        pass  # no proof they differ: math-verify decides
+    try:
+        return bool(_timed(lambda: tools["verify"](g, p, float_rounding=9, numeric_precision=15,
+                                                   strict=True, timeout_seconds=None),
+                           SYMBOLIC_SECONDS))
+    except (Exception, _OutOfTime):
+        return False
+
+
+def _symbolic(gold: str, pred: str) -> bool:
+    """:func:`_symbolic_equal`, or False (counted) when this thread's budget is spent."""
+    try:
+        return _symbolic_equal(gold, pred)
+    except _OverBudget:
+        budget = getattr(_BUDGET, "current", None)
+        if budget is not None:
+            budget.skipped += 1
         return False
 
 
@@ -914,6 +1328,9 @@ def check_answer(domain: Any, predicted: Any, gold: Any) -> bool:
     >>> check_answer("math", "41 or 42", "42"), check_answer("math", "42", float("nan"))
     (False, False)
     """
+    budget = getattr(_BUDGET, "current", None)
+    if budget is not None:  # judged in full, or (budget spent) not through sympy at all
+        budget.refusing = budget.spent >= budget.seconds
     try:
         return _check(domain, predicted, gold)
     except Exception:
@@ -948,7 +1365,7 @@ def _check(domain: Any, predicted: Any, gold: Any) -> bool:
         value = _value_side(p.latex)
         if value is None or not _is_closed(value) or _KEY_ONLY_RE.search(value):
             return False
-        return any(_symbolic_equal(f"Q:{v}", f"L:{value}") for v in _candidates((g.value, g.percent)))
+        return any(_symbolic(f"Q:{v}", f"L:{value}") for v in _candidates((g.value, g.percent)))
     if g.kind == "text" or p.kind == "text":
         return p.words == g.words != ""
     # gold is math; the prediction a number or math
@@ -958,7 +1375,7 @@ def _check(domain: Any, predicted: Any, gold: Any) -> bool:
         return False
     if p.kind == "number":
         return not _KEY_ONLY_RE.search(g.latex) and any(
-            _symbolic_equal(f"L:{g.latex}", f"Q:{v}") for v in _candidates((p.value, p.percent)))
+            _symbolic(f"L:{g.latex}", f"Q:{v}") for v in _candidates((p.value, p.percent)))
     if p.latex is None:
         return False
     gold_latex, pred_latex = g.latex, p.latex
@@ -976,7 +1393,7 @@ def _check(domain: Any, predicted: Any, gold: Any) -> bool:
         return True
     if _KEY_ONLY_RE.search(gold_latex) or _KEY_ONLY_RE.search(pred_latex):
         return False  # 204_5, 12:00: sympy would misread them
-    return _symbolic_equal(f"L:{gold_latex}", f"L:{pred_latex}")
+    return _symbolic(f"L:{gold_latex}", f"L:{pred_latex}")
 
 
 def _same_items(domain: Any, gold_items: list[str], pred_items: list[str]) -> bool:

@@ -30,24 +30,34 @@ numeric_backup  [0.0, 0.0, 0.0, 1.5]
 Tag parsing is linear in the completion's length and answers longer than
 ``answers.MAX_PARSE_CHARS`` are never read as numbers, so a 100 KB degenerate
 completion scores in milliseconds; symbolic answers reach sympy only under a size cap
-and a time limit. No reward raises on a model output; the one error is a programming
-error, a missing ``answer`` column.
+and a time limit, and each reward call's sympy work stops at ``SYMBOLIC_BUDGET_SECONDS``
+(answers left unjudged score 0 and count in ``SYMBOLIC_SKIPS``). No reward raises on a
+model output; the one error is a programming error, a missing ``answer`` column.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import math
 import numbers
 import re
 from typing import Any, Callable, Sequence
 
-from reasonkit.answers import check_answer, closeness, final_answer, is_hedged, normalize_text
+from reasonkit.answers import (
+    check_answer,
+    closeness,
+    final_answer,
+    is_hedged,
+    normalize_text,
+    symbolic_budget,
+)
 from reasonkit.template import TAGS, Extraction, extract_answer, has_exact_format, reasoning_of
 
 __all__ = [
     "reasoning_quality", "format_exact", "format_approx", "answer_correct", "answer_close",
-    "numeric_backup", "multi_domain", "weighted", "MATH_REWARDS",
+    "numeric_backup", "multi_domain", "weighted", "MATH_REWARDS", "SYMBOLIC_BUDGET_SECONDS",
+    "SYMBOLIC_SKIPS",
 ]
 
 FORMAT_EXACT_SCORE = 3.0
@@ -61,6 +71,18 @@ NUMERIC_BACKUP_SCORE = 1.5
 # multi_domain weights: format, accuracy, reasoning quality, bonus (sum to 1).
 MULTI_WEIGHTS = (0.4, 0.4, 0.1, 0.1)
 REASONING_WORDS = (3, 512)   # a "reasonable" reasoning length, in words
+# CPU seconds of uncached sympy work (parsing and comparing symbolic answers) one reward call
+# may spend (answers.symbolic_budget); after it, an answer that only sympy could judge scores
+# as wrong: never a false credit, but a right answer written in a new symbolic form can miss
+# its reward (answers judged are judged exactly; the one in flight when the budget runs out
+# is finished). Sized for the tiny preset: a step of 64 new expressions with a variable
+# costs ~75 ms of CPU (2.3% of its 3.3 s GRPO step; ~2.6 s without the budget), and two
+# answer rewards both at their budget stay under 5%. Repeated answers are cached and closed
+# forms of a clearly different value are rejected without sympy, so a realistic step never
+# reaches it. A larger model's longer step affords more (set this module constant before
+# training). Evaluation (evaluate.py) has no budget and stays exact.
+SYMBOLIC_BUDGET_SECONDS = 0.05
+SYMBOLIC_SKIPS: collections.Counter = collections.Counter()  # reward name -> answers scored unjudged
 
 _log = logging.getLogger(__name__)
 _STRICT = False  # tests set True so that a bug raises instead of scoring 0.0
@@ -335,17 +357,26 @@ def _column(kwargs: dict, key: str, completions: Sequence[Any], reward: str | No
 
 def _score(reward: Callable, completions: Sequence[Any], score: Callable[..., float],
            *columns: list) -> list[float]:
-    """Apply ``score(text, *row)`` to every completion; a bug scores 0.0 instead of raising."""
+    """Apply ``score(text, *row)`` to every completion; a bug scores 0.0 instead of raising.
+
+    The call's sympy work is bounded by ``SYMBOLIC_BUDGET_SECONDS``.
+    """
     out = []
-    for i, completion in enumerate(_as_list(completions)):
-        try:
-            value = float(score(_as_text(completion), *(column[i] for column in columns)))
-        except Exception:
-            if _STRICT:
-                raise
-            _warn_once(reward.__name__, "raised on a completion; scored 0.0", exc_info=True)
-            value = 0.0
-        out.append(value if math.isfinite(value) else 0.0)
+    with symbolic_budget(SYMBOLIC_BUDGET_SECONDS) as budget:
+        for i, completion in enumerate(_as_list(completions)):
+            try:
+                value = float(score(_as_text(completion), *(column[i] for column in columns)))
+            except Exception:
+                if _STRICT:
+                    raise
+                _warn_once(reward.__name__, "raised on a completion; scored 0.0", exc_info=True)
+                value = 0.0
+            out.append(value if math.isfinite(value) else 0.0)
+    if budget is not None and budget.skipped:
+        SYMBOLIC_SKIPS[reward.__name__] += budget.skipped
+        _warn_once("symbolic budget", f"{reward.__name__} spent its {SYMBOLIC_BUDGET_SECONDS:g} s of "
+                   f"sympy time on one call; {budget.skipped} comparisons after it were not made and "
+                   "scored as wrong (never credited). rewards.SYMBOLIC_SKIPS counts them; warned once")
     return out
 
 

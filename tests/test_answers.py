@@ -116,6 +116,11 @@ CASES = [
     ("math", "x \\in [-2, 7]", "[-2,7]", True),
     ("math", "204", "204_5", False),              # a base-5 number is no 204
     ("math", "1:00", "12:00", False),
+    # latex2sympy adds an Integer to a Rational written after it (a mixed number): right for
+    # 2\frac{1}{2}, a misreading elsewhere, never credited
+    ("math", "2(3)", "5", False), ("math", "(2)(3)", "5", False), ("math", "2 3", "5", False),
+    ("math", "\\pi 2(3)", "5\\pi", False), ("math", "2(1+\\sqrt{2})", "2+2\\sqrt{2}", True),
+    ("math", "\\sqrt{2}\\,2\\frac{1}{2}", "\\frac{5\\sqrt{2}}{2}", True),
     ("math", "\\text{(C)}", "(C)", True),
     ("math", "\\text{Evelyn}", "Evelyn", True),
     # the text domains
@@ -180,9 +185,11 @@ def test_an_expression_is_credited_only_for_its_value(g, k, op, swap):
        swap=st.booleans())
 def test_an_expression_with_a_symbol_is_never_a_number(g, x, op, swap):
     """``g op x`` has a free symbol (or is pi, sqrt 2, e...): it never equals the gold g,
-    whatever g is, identities aside (``g * 1`` is not of this form)."""
+    whatever g is, identities aside (``g * 1`` is not of this form), except that zero
+    times a constant is zero (``0 * \\pi``, ``0 / \\sqrt{2}``, ``0^\\pi`` are 0, and right)."""
     spelled = f"{x} {op} {g}" if swap else f"{g} {op} {x}"
-    assert not check_answer("math", spelled, str(g)), spelled
+    zero = g == 0 and x in ("\\pi", "\\sqrt{2}") and (op in ("*", "") or (op in ("/", "^") and not swap))
+    assert check_answer("math", spelled, str(g)) is zero, spelled
 
 
 # --- canonical keys -------------------------------------------------------------------
@@ -385,3 +392,156 @@ def test_the_corpus_is_data():
         row = json.loads(line)
         assert isinstance(row["gold"], str) and isinstance(row["pred"], str)
         assert isinstance(row["expected"], bool) and row["mode"] in ("answer", "free_text")
+
+
+# --- cheap rejection before sympy, and the symbolic budget ----------------------------
+
+# (latex, value latex2sympy gives it): its mixed-number rule included (an Integer before a
+# positive Rational adds), so the interval reader rejects nothing math-verify would accept.
+CLOSED = [
+    ("2\\sqrt{3}", None), ("\\frac{\\sqrt{3}}{2}", None), ("-2^2", Fraction(-4)),
+    ("2\\frac{1}{2}", Fraction(5, 2)), ("2(3)", Fraction(5)), ("(2)(3)", Fraction(5)),
+    ("2 3", Fraction(5)), ("2(3+1)", Fraction(8)), ("(1+2)(3+4)", Fraction(21)),
+    ("\\frac{4}{2}\\frac{1}{2}", Fraction(5, 2)), ("\\sqrt[3]{8}", Fraction(2)),
+    ("2^{-1}", Fraction(1, 2)), ("4^{\\frac{1}{2}}", Fraction(2)), ("\\left(1+2\\right)^2", Fraction(9)),
+    ("0.1\\pi", None), ("2 \\times -3", Fraction(-6)), ("\\sqrt{2}^{2}", None),
+]
+NOT_READ = ["x", "1/2", "\\sqrt{-4}", "2^34", "2^3^2", "\\frac{1}{2}3", "\\frac12", "3!", "\\log 2", "1,2",
+            "\\sqrt[3]{-8}", "\\frac{1}{0}", "e"]
+
+
+@pytest.mark.parametrize("latex, value", CLOSED)
+def test_closed_forms_are_read_as_latex2sympy_reads_them(latex, value):
+    tools = answers._symbolic_tools()
+    iv = answers._closed_form(f"L:{latex}", True)
+    exact = Fraction(str(tools["sympy"].N(tools["parse"](latex), 80)))
+    slack = Fraction(1, 10**15 if "." in latex else 10**60)  # sympy's Float of 0.1 is binary
+    assert iv is not None and iv.lo - slack <= exact <= iv.hi + slack
+    assert iv.hi - iv.lo < Fraction(1, 10**40)
+    if value is not None:
+        assert iv.lo == iv.hi == value
+
+
+@pytest.mark.parametrize("latex, written", [
+    ("2(3)", 6), ("(2)(3)", 6), ("2 3", 6), ("\\frac{4}{2}\\frac{1}{2}", 1), ("2(3+1)", 8),
+    ("2\\frac{1}{2}", Fraction(5, 2)), ("-2\\frac{1}{2}", Fraction(-5, 2)), ("(1+2)(3+4)", 21)])
+def test_closed_forms_as_written_multiply_what_they_juxtapose(latex, written):
+    """The second reading, as written: only a written mixed number adds."""
+    iv = answers._closed_form(f"L:{latex}", False)
+    assert iv is not None and iv.lo == iv.hi == written
+
+
+@pytest.mark.parametrize("latex", NOT_READ)
+def test_closed_forms_in_doubt_are_left_to_sympy(latex):
+    assert answers._closed_form(f"L:{latex}", True) is None
+
+
+_ATOMS = st.one_of(st.integers(0, 30).map(str), st.just("\\pi"),
+                   st.tuples(st.integers(0, 9), st.integers(0, 99)).map(lambda t: f"{t[0]}.{t[1]}"))
+
+
+def _compound(inner):
+    return st.one_of(
+        inner.map(lambda a: f"({a})"), inner.map(lambda a: f"\\sqrt{{{a}}}"), inner.map(lambda a: f"-{a}"),
+        st.tuples(inner, inner).map(lambda t: f"\\frac{{{t[0]}}}{{{t[1]}}}"),
+        st.tuples(st.integers(2, 4), inner).map(lambda t: f"\\sqrt[{t[0]}]{{{t[1]}}}"),
+        st.tuples(inner, st.sampled_from(["+", "-", "\\cdot", "\\times", "*", "", " "]), inner)
+        .map(lambda t: f"{t[0]}{t[1]}{t[2]}" if t[1] in ("", " ") else f"{t[0]} {t[1]} {t[2]}"),
+        st.tuples(inner, st.sampled_from(["2", "{-1}", "{\\frac{1}{2}}", "{0}", "{3}"])).map("^".join),
+    )
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@settings(max_examples=60, deadline=None)
+@given(latex=st.recursive(_ATOMS, _compound, max_leaves=6))
+def test_the_interval_holds_latex2sympy_s_value(latex):
+    """Whatever the reader accepts, latex2sympy's value lies in its interval (mixed numbers,
+    juxtaposition, unary minus and powers included)."""
+    iv = answers._closed_form(f"L:{latex}", True)
+    if iv is None:
+        return
+    tools = answers._symbolic_tools()
+    sympy = tools["sympy"]
+    try:
+        value = sympy.N(tools["parse"](latex), 60)
+    except Exception:  # noqa: BLE001 - latex2sympy refuses it: math-verify says unequal too
+        return
+    if not value.is_number or value.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo):
+        return
+    real, imag = value.as_real_imag()
+    slack = Fraction(1, 10**12) * max(1, abs(iv.lo), abs(iv.hi))  # a decimal is a 15-digit sympy Float
+    assert abs(imag) < 1e-30 and iv.lo - slack <= Fraction(str(real)) <= iv.hi + slack, (latex, real)
+
+
+# (gold, predicted, verdict): with or without the interval reader and the point check,
+# the verdict is math-verify's own on the same prepared answers.
+SYMBOLIC_PAIRS = [
+    ("\\frac{\\sqrt{3}}{2}", "\\frac{1}{2}\\sqrt{3}", True),
+    ("\\frac{\\sqrt{3}}{2}", "\\sqrt{507} + \\frac{2}{9}", False),
+    ("\\frac{1}{\\sqrt{2}}", "\\frac{\\sqrt{2}}{2}", True), ("2\\sqrt{2}", "\\sqrt{8}", True),
+    ("2\\sqrt{2}", "\\sqrt{8.001}", False), ("\\pi^2", "9.8696044", False),
+    ("3\\pi", "\\frac{6\\pi}{2}", True),
+    ("(x+1)^2", "x^2+2x+1", True), ("(x+1)^2", "x^2+2x", False), ("\\sin^2 x + \\cos^2 x", "1", True),
+    ("x+1", "\\frac{x^2-1}{x-1}", True), ("x", "\\sqrt{x^2}", False), ("\\frac{x}{2}", "0.5x", True),
+    ("2x", "2y", False),
+]
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.parametrize("gold, pred, verdict", SYMBOLIC_PAIRS)
+def test_cheap_rejection_keeps_math_verify_s_verdicts(gold, pred, verdict):
+    tools = answers._symbolic_tools()
+    items = [f"Q:{a.value}" if a.kind == "number" else f"L:{a.latex}" for a in map(read_answer, (gold, pred))]
+    plain = tools["verify"](*map(answers._sympy_of, items), float_rounding=9, numeric_precision=15,
+                            strict=True, timeout_seconds=None)
+    assert answers._symbolic_equal.__wrapped__(*items) is bool(plain) is verdict  # uncached
+    assert check_answer("math", pred, gold) is verdict
+    if answers._closed_apart(*items) or answers._points_apart(*map(answers._sympy_of, items), tools["sympy"]):
+        assert not verdict  # a cheap rejection is only ever of an unequal pair
+
+
+def test_closed_forms_are_apart_only_by_a_clear_margin():
+    assert answers._closed_apart("L:\\sqrt{2}", "Q:1414/1000")
+    assert not answers._closed_apart("L:\\sqrt{2}", "Q:1414213562/1000000000")  # within 1e-6: sympy decides
+    assert not answers._closed_apart("L:10^{12}\\pi", "L:10^{12}\\pi + 1")      # relative to the size
+    assert answers._closed_apart("L:\\frac{\\sqrt{3}}{2}", "L:\\sqrt{507} + \\frac{2}{9}")
+    assert not answers._closed_apart("L:x", "L:2")                               # not closed: not judged
+
+
+def test_a_symbolic_budget_never_credits_and_never_caches_a_skipped_answer():
+    answers._symbolic_tools()
+    pred, gold = "\\frac{3\\sqrt{6}}{6}", "\\frac{3}{\\sqrt{6}}"  # equal, and only sympy can say so
+    with answers.symbolic_budget(0.0) as budget:
+        assert not check_answer("math", pred, gold)
+        assert not check_answer("math", "\\sqrt{911} + 1", gold)  # clearly apart: no sympy, no skip
+    assert budget.skipped == 1 and budget.spent == 0.0
+    assert check_answer("math", pred, gold)  # not cached: judged in full outside the budget
+    with answers.symbolic_budget(0.0) as budget:
+        assert check_answer("math", pred, gold)  # a cached verdict costs nothing
+    assert budget.skipped == 0
+
+
+def test_a_symbolic_budget_finishes_the_answer_it_began():
+    answers._symbolic_tools()
+    with answers.symbolic_budget(1e-9) as budget:  # spent by the first comparison
+        gold = "y_1 = x^2 - 2x + 6, y_2 = 3x^2+12x+12"
+        assert check_answer("math", "y_1 = (x-1)^2 + 5, y_2 = 3(x+2)^2", gold)  # two comparisons, both made
+        assert not check_answer("math", "(x+7)^2", "x^2 + 14x + 49")
+    assert budget.spent > 1e-9 and budget.skipped == 1
+    with pytest.raises(ValueError, match=r"symbolic_budget: seconds=-1 must be None or a number >= 0"):
+        with answers.symbolic_budget(-1):
+            pass
+
+
+def test_the_point_check_rejects_only_plain_expressions_that_differ():
+    tools = answers._symbolic_tools()
+    parse, sympy = tools["parse"], tools["sympy"]
+    assert answers._points_apart(parse("(x+1)^2"), parse("x^2+2x"), sympy)
+    assert answers._points_apart(parse("\\log(2)"), parse("0.693"), sympy)
+    assert not answers._points_apart(parse("(x+1)^2"), parse("x^2+2x+1"), sympy)
+    assert not answers._points_apart(parse("x"), parse("\\sqrt{x^2}"), sympy)   # equal at every point tried
+    assert not answers._points_apart(parse("\\{1, 2\\}"), parse("\\{1, 3\\}"), sympy)  # sets: math-verify's
+    # math-verify's own equalities of unequal values: a symbol named as the letters of a
+    # product (abc is a*b*c), and a percent that equals its number (9% and 9)
+    assert not answers._points_apart(parse("\\text{abc}"), parse("abc"), sympy)
+    assert not answers._points_apart(parse("9\\%"), parse("9"), sympy)

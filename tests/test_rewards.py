@@ -4,7 +4,9 @@ Tag parsing has its own tests (test_template.py), answer checking too (test_answ
 here they meet in the rewards, with hostile inputs.
 """
 
+import gc
 import inspect
+import logging
 import math
 import time
 
@@ -267,6 +269,53 @@ def test_degenerate_completions_are_fast():
             call(kind)
             worst = max(worst, time.thread_time() - start)
     assert worst < 0.25
+
+
+# --- the cost of symbolic answers --------------------------------------------------------
+
+TINY_STEP_S = 3.3     # the tiny preset's GRPO step on 2 cores (README: 200 steps in 655 s)
+REWARD_SHARE = 0.05   # issue 29: all rewards together at most 5% of it
+
+
+def _step_cpu(completions, gold):
+    """CPU seconds of this thread for the math rewards on one step, and their scores."""
+    kwargs = {"answer": np.array([gold] * len(completions)), "domain": np.array(["math"] * len(completions))}
+    gc.collect()  # a full collection of sympy's caches (~0.1 s) is the process's cost, not the step's
+    start = time.thread_time()
+    scores = {fn.__name__: fn(["prompt"] * len(completions), completions, **kwargs) for fn in R.MATH_REWARDS}
+    return time.thread_time() - start, scores
+
+
+@pytest.mark.parametrize("gold, right", [("\\frac{\\sqrt{3}}{2}", "\\frac{1}{2}\\sqrt{3}"),
+                                         ("7", "\\sqrt{49}")])
+def test_a_step_of_new_closed_forms_is_within_the_bound(gold, right):
+    """64 completions, each a closed form no cache has seen: the wrong ones are told apart
+    without sympy, the right one is confirmed by it."""
+    answers._symbolic_tools()  # sympy loads once per process, outside the bound
+    answers.gold_problem(gold)  # the data filters have parsed every gold
+    completions = [RS + A(f"\\sqrt{{{8191 + k}}} + \\frac{{{k + 1}}}{{{k % 11 + 2}}}") for k in range(63)]
+    cpu, scores = _step_cpu(completions + [RS + A(right)], gold)
+    assert scores["answer_correct"] == [0.0] * 63 + [3.0]
+    assert cpu < REWARD_SHARE * TINY_STEP_S
+
+
+def test_the_symbolic_budget_bounds_a_step_of_new_expressions(caplog):
+    """Expressions with a variable need sympy: after SYMBOLIC_BUDGET_SECONDS a call judges
+    no more of them (no credit, counted, warned once); alone, each gets its exact verdict."""
+    answers._symbolic_tools()
+    gold = "x^2 + 2x + 1"
+    answers.gold_problem(gold)
+    new = [RS + A(f"x^2 + {4099 + k}x - \\frac{{{k + 1}}}{{3}}") for k in range(62)]
+    completions = new + [RS + A("(x+1)^2"), RS + A("1 + x^2 + 2x")]
+    skipped = R.SYMBOLIC_SKIPS["answer_correct"]
+    R._WARNED.discard("symbolic budget")
+    with caplog.at_level(logging.WARNING, logger="reasonkit.rewards"):
+        cpu, scores = _step_cpu(completions, gold)
+    assert scores["answer_correct"] == [0.0] * 64  # the last two are right, but past the budget
+    assert R.SYMBOLIC_SKIPS["answer_correct"] > skipped and "symbolic budget" in caplog.text
+    assert cpu < REWARD_SHARE * TINY_STEP_S
+    # alone, each gets its exact verdict (two in one call may not: the first may spend it all)
+    assert [R.answer_correct(None, [c], answer=[gold])[0] for c in completions[-2:]] == [3.0, 3.0]
 
 
 # --- weighted --------------------------------------------------------------------------
