@@ -314,6 +314,29 @@ def mesh_of(tree_or_model: Any) -> jax.sharding.Mesh | None:
     return meshes.pop() if meshes else None
 
 
+def host_copy(tree_or_model: Any) -> Any:
+    """A copy of a model (or pytree) whose arrays are numpy and whole, on every process.
+
+    On several processes each holds only its shards of an array: every process must call
+    this (each array is gathered, one at a time, from the processes that hold it). For
+    exports, and whatever else reads whole arrays on the host. The original is untouched.
+    """
+    from flax import nnx
+    from jax.experimental import multihost_utils
+
+    def whole(x: Any) -> Any:
+        if not isinstance(x, jax.Array):
+            return x
+        if x.is_fully_addressable:
+            return np.asarray(x)
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+    if isinstance(tree_or_model, nnx.Module):
+        graph, state = nnx.split(tree_or_model)
+        return nnx.merge(graph, jax.tree.map(whole, state))
+    return jax.tree.map(whole, tree_or_model)
+
+
 # --- multi-host --------------------------------------------------------------------------
 
 def _is_multi_process(env: Any) -> bool:

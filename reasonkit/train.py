@@ -737,11 +737,16 @@ def export(result: StageResult, preset: Preset, run: RunDir, *,
     only (Kaggle keeps 20 GB of output); pass another stage's result to export that one.
     """
     name = f"reasonkit run {run.name!r}, stage {result.stage}"
-    out = {"adapter": models.export_adapter(result.policy, preset.model, preset.lora,
-                                            run.stage(result.stage) / "adapter", result.model_dir, name=name)}
-    if merged:
-        out["merged"] = models.export_merged(result.policy, preset.model, preset.lora,
-                                             run.stage(result.stage) / "merged", result.model_dir, name=name)
+    out = {"adapter": run.stage(result.stage) / "adapter"} | (
+        {"merged": run.stage(result.stage) / "merged"} if merged else {})
+    # Several processes: each holds shards of the model; all gather it whole, process 0 writes.
+    policy = mesh_lib.host_copy(result.policy) if jax.process_count() > 1 else result.policy
+    if is_writer():
+        models.export_adapter(policy, preset.model, preset.lora, out["adapter"], result.model_dir, name=name)
+        if merged:
+            models.export_merged(policy, preset.model, preset.lora, out["merged"], result.model_dir,
+                                 name=name)
+    sync(f"{run.name}/{result.stage} exported")
     return out
 
 

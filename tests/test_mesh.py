@@ -12,6 +12,7 @@ import sys
 import textwrap
 
 import jax
+import numpy as np
 import pytest
 
 from reasonkit import mesh as rkmesh
@@ -143,6 +144,19 @@ def test_init_distributed_single_host_is_noop():
     assert rkmesh._is_multi_process({"JAX_NUM_PROCESSES": "2"})
     assert not rkmesh._is_multi_process({"JAX_NUM_PROCESSES": "1", "SLURM_NTASKS": "x"})
     assert rkmesh.init_distributed() is False  # this test machine is one host
+
+
+def test_host_copy_is_numpy_and_leaves_the_original_alone():
+    import jax.numpy as jnp
+    from flax import nnx
+
+    lin = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    copy = rkmesh.host_copy(lin)
+    assert isinstance(copy.kernel.get_value(), np.ndarray)
+    assert isinstance(lin.kernel.get_value(), jax.Array)
+    np.testing.assert_array_equal(copy.kernel.get_value(), lin.kernel.get_value())
+    tree = rkmesh.host_copy({"w": jnp.arange(3.0), "none": None, "n": 2})
+    assert isinstance(tree["w"], np.ndarray) and tree["none"] is None and tree["n"] == 2
 
 
 def test_init_distributed_passes_what_it_is_given(monkeypatch):

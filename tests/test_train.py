@@ -602,8 +602,10 @@ def _multihost_worker(root: str, name: str, out: str, restore: str = "") -> None
 
     sharding_utils.shard_input = recording
     sys.addaudithook(audit)
-    result = train.train_sft(get_preset("tiny", **TWO_STEPS), run)
+    preset = get_preset("tiny", **TWO_STEPS)
+    result = train.train_sft(preset, run)
     lora = _adapters(result.policy)
+    train.export(result, preset, run)
     if restore:  # a checkpoint written by two processes, read by one on another mesh
         other = RunDir.create(restore, root=root)
         for _ in range(MULTI_TIMEOUT_S):
@@ -696,9 +698,17 @@ def test_sft_on_two_processes_equals_one_process_on_four_devices(tmp_path):
     assert run.is_finished("sft") and train.latest_step(run, "sft") == 2
     for k in lora:
         np.testing.assert_array_equal(one[k.replace("lora/", "lora/two/")], two0[k], err_msg=k)
+    # The exports (gathered from both processes' shards) hold the same weights too.
+    from safetensors.numpy import load_file
+
+    for f in ("adapter/adapter_model.safetensors", "merged/model.safetensors"):
+        a, b = (load_file(runs[name].stage("sft") / f) for name in ("one", "two"))
+        assert a.keys() == b.keys()
+        assert max(float(np.abs(a[k] - b[k]).max()) for k in a) <= MULTI_TOL, f
     # Process 0 wrote the run's files; process 1 none (its checkpoint shards aside).
     written = set(info["out-two/p0.json"]["writes"])
-    assert {"sft/settings.json", "sft/finished.json", "sft/metrics.jsonl"} <= written
+    assert {"sft/settings.json", "sft/finished.json", "sft/metrics.jsonl",
+            "sft/adapter/adapter_model.safetensors", "sft/merged/model.safetensors"} <= written
     assert info["out-two/p1.json"]["writes"] == []
     assert train.read_metrics(run, "sft")["train/loss"][0] == [1, 2]
 
