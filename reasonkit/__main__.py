@@ -74,8 +74,8 @@ def export_grpo(preset: Preset, run: RunDir, result: train.StageResult | None) -
 
 def run_series(preset_name: str | None = None, run_name: str | None = None) -> int:
     """02 -> 06 in this process, resuming where an earlier call stopped; the exit status."""
+    mesh.init_distributed()  # a no-op on one host; on several, first: process 0 alone writes the runs
     session = runs.start_session()
-    mesh.init_distributed()  # a no-op on one host
     preset = get_preset(preset_name)
     run = RunDir.create(run_name or os.environ.get("REASONKIT_RUN") or preset.name, root=session.root)
     print(f"preset {preset.name!r}: {preset.description}\nrun {run.path}")

@@ -30,7 +30,7 @@ import numpy as np
 from reasonkit import answers, data, models, template, train
 from reasonkit import mesh as mesh_lib
 from reasonkit.config import EvalConfig, ModelConfig, Preset
-from reasonkit.runs import RunDir
+from reasonkit.runs import RunDir, is_writer
 
 STAGE_ORDER = ("base", "sft", "dpo", "grpo")
 NUMERIC = answers.NUMERIC_DOMAINS
@@ -421,9 +421,10 @@ def save_run(run: RunDir, preset: Preset, results: dict[str, Any], seconds: dict
     Evaluation is derived from the checkpoints, not trained: this replaces what is there.
     """
     out = run.stage("eval")
-    write_results(results, out, settings=dataclasses.asdict(preset.eval))
-    for name, fig in (figures or {}).items():
-        fig.savefig(out / f"{name}.png", dpi=120)
+    if is_writer():  # several processes: process 0 writes what they all evaluated
+        write_results(results, out, settings=dataclasses.asdict(preset.eval))
+        for name, fig in (figures or {}).items():
+            fig.savefig(out / f"{name}.png", dpi=120)
     run.mark_finished("eval", stages=ordered(results), preset=preset.name,
                       seconds={s: round(t, 1) for s, t in seconds.items()})
     return out

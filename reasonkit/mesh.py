@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Iterable, NamedTuple, Sequence
 
 import jax
 import numpy as np
@@ -314,6 +314,29 @@ def mesh_of(tree_or_model: Any) -> jax.sharding.Mesh | None:
     return meshes.pop() if meshes else None
 
 
+def host_copy(tree_or_model: Any) -> Any:
+    """A copy of a model (or pytree) whose arrays are numpy and whole, on every process.
+
+    On several processes each holds only its shards of an array: every process must call
+    this (each array is gathered, one at a time, from the processes that hold it). For
+    exports, and whatever else reads whole arrays on the host. The original is untouched.
+    """
+    from flax import nnx
+    from jax.experimental import multihost_utils
+
+    def whole(x: Any) -> Any:
+        if not isinstance(x, jax.Array):
+            return x
+        if x.is_fully_addressable:
+            return np.asarray(x)
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+    if isinstance(tree_or_model, nnx.Module):
+        graph, state = nnx.split(tree_or_model)
+        return nnx.merge(graph, jax.tree.map(whole, state))
+    return jax.tree.map(whole, tree_or_model)
+
+
 # --- multi-host --------------------------------------------------------------------------
 
 def _is_multi_process(env: Any) -> bool:
@@ -336,30 +359,111 @@ def _is_multi_process(env: Any) -> bool:
 
 
 _DISTRIBUTED = False
+_ENV_INTS = {"num_processes": "JAX_NUM_PROCESSES", "process_id": "JAX_PROCESS_ID"}
 
 
-def init_distributed(env: Any = None) -> bool:
-    """Call ``jax.distributed.initialize()`` on a multi-host pod; a no-op on one host.
+def _env_int(env: Any, name: str) -> int | None:
+    text = str(env.get(name, "") or "").strip()
+    if not text:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{name}={text!r}: must be an integer") from None
+
+
+def init_distributed(env: Any = None, *, coordinator_address: str | None = None,
+                     num_processes: int | None = None, process_id: int | None = None) -> bool:
+    """Join the other processes of a multi-host run (``jax.distributed.initialize``); a no-op on one host.
 
     Must run before anything touches ``jax.devices()``. Returns whether it initialised
     (``False`` on a single host, e.g. Kaggle v3-8 / v5e-8 or Colab). Never raises on a
     single host; on a pod a failure is re-raised with a hint.
 
-    >>> init_distributed({})
-    False
+    On a multi-host TPU slice (v5e-16, v4-32) call it with no arguments on every host:
+    JAX reads the slice's topology itself. Elsewhere give the coordinator (process 0's
+    ``host:port``), the number of processes and this process's index, as arguments or
+    as ``$JAX_COORDINATOR_ADDRESS``, ``$JAX_NUM_PROCESSES`` and ``$JAX_PROCESS_ID``
+    (arguments win). One process (``num_processes=1``) has nothing to join.
+
+    >>> init_distributed({}), init_distributed({"JAX_NUM_PROCESSES": "1"})
+    (False, False)
     """
     global _DISTRIBUTED
     if _DISTRIBUTED:
         return True
-    if not _is_multi_process(os.environ if env is None else env):
+    env = os.environ if env is None else env
+    kwargs = {"coordinator_address": coordinator_address or env.get("JAX_COORDINATOR_ADDRESS") or None,
+              "num_processes": num_processes, "process_id": process_id}
+    for key, name in _ENV_INTS.items():
+        if kwargs[key] is None:
+            kwargs[key] = _env_int(env, name)
+    if kwargs["num_processes"] == 1:
         return False
-    try:
-        jax.distributed.initialize()
+    if not _is_multi_process(env) and all(v is None for v in kwargs.values()):
+        return False
+    try:  # what is not given JAX finds itself (TPU slices, Slurm, Open MPI)
+        jax.distributed.initialize(**{k: v for k, v in kwargs.items() if v is not None})
     except RuntimeError as err:
         if "only be called once" in str(err):  # the user initialised it already
             _DISTRIBUTED = True
             return True
         raise RuntimeError(f"{err}: call reasonkit.mesh.init_distributed() first thing, "
                            "before any jax.devices() / array creation") from err
+    except ValueError as err:  # e.g. a coordinator without the number of processes
+        given = ", ".join(f"{k}={v!r}" for k, v in kwargs.items() if v is not None) or "nothing"
+        raise ValueError(
+            f"{err} (given {given}): outside a TPU slice / Slurm / Open MPI pass coordinator_address, "
+            "num_processes and process_id, or set JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and "
+            "JAX_PROCESS_ID, the same address and count on every process") from err
     _DISTRIBUTED = True
     return True
+
+
+# --- batches on a mesh over several processes ----------------------------------------------
+
+def global_batch(batch: Any, mesh: jax.sharding.Mesh,
+                 data_axes: Sequence[str] = ("fsdp",)) -> Any:
+    """A host batch that every process holds whole -> global arrays, rows split over ``data_axes``.
+
+    Tunix places a numpy batch with ``jax.make_array_from_process_local_data``, which
+    takes each process's numpy array as *its own slice*: on 2 processes a batch of 4 rows
+    that every process built would become a global batch of 8 (each row twice). Every
+    process here builds the same deterministic batch stream, so the batch is placed as
+    one global array instead, and each device gets its rows of it::
+
+        batch rows   0 1 2 3           mesh fsdp=4 over 2 processes
+        device       0 1 2 3           process 0 holds devices 0, 1; process 1 holds 2, 3
+
+    The sharding is Tunix's (``shard_input`` with ``data_sharding_axis=data_axes``: dimension
+    ``i`` over ``data_axes[i]``) where the sizes divide, else replicated; jax arrays are
+    left alone, and so is what is not a numeric array (GRPO's prompt text).
+
+    >>> m = make_mesh((1, 1))
+    >>> out = global_batch({"ids": np.arange(6).reshape(2, 3)}, m)
+    >>> out["ids"].sharding.spec, np.asarray(out["ids"]).tolist()
+    (P('fsdp',), [[0, 1, 2], [3, 4, 5]])
+    """
+    P = jax.sharding.PartitionSpec
+    spec = P(*data_axes)
+
+    def place(x: Any) -> Any:
+        if isinstance(x, jax.Array) or not isinstance(x, (np.ndarray, np.generic)) \
+                or x.dtype.kind not in "biuf":
+            return x
+        split = x.ndim >= len(spec) and all(
+            n % math.prod(mesh.shape[a] for a in _entry_axes(entry)) == 0
+            for n, entry in zip(x.shape[:len(spec)], spec, strict=True))
+        sharding = jax.sharding.NamedSharding(mesh, spec if split else P())
+        return jax.make_array_from_process_local_data(sharding, x, x.shape)
+
+    return jax.tree.map(place, batch)
+
+
+def global_batches(stream: Iterable[Any], mesh: jax.sharding.Mesh,
+                   data_axes: Sequence[str] = ("fsdp",)) -> Iterable[Any]:
+    """``stream`` with each batch placed by :func:`global_batch` when ``mesh`` spans several
+    processes; on one process the stream itself, untouched (Tunix places numpy batches then)."""
+    if not mesh.is_multi_process:
+        return stream
+    return (global_batch(b, mesh, data_axes) for b in stream)

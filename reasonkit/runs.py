@@ -43,6 +43,8 @@ import time
 import warnings
 from typing import IO, Any, Callable, Mapping
 
+import numpy as np
+
 from reasonkit import data
 from reasonkit.config import Preset, preset_name
 
@@ -65,6 +67,75 @@ def default_root() -> pathlib.Path:
     if KAGGLE_WORKING.is_dir():
         return KAGGLE_WORKING / "runs"
     return pathlib.Path("runs")
+
+
+# --- several processes ---------------------------------------------------------------------
+#
+# On a multi-host slice every host runs the same program as one of JAX's processes (see
+# reasonkit.mesh.init_distributed) and they share the runs root. Orbax checkpoints are
+# written by all of them together (each its shards); every other file of a run by process 0
+# alone, and every process reads them.
+
+
+def _running_jax() -> Any:
+    """The jax module once JAX is running (distributed, or its backends up), else None.
+
+    Asking JAX for its processes earlier would start its backends, and
+    ``jax.distributed.initialize`` must come before that.
+    """
+    jax = sys.modules.get("jax")
+    if jax is None:
+        return None
+    if jax.distributed.is_initialized():
+        return jax
+    try:
+        from jax._src import xla_bridge  # no public way to ask without starting them
+
+        return jax if xla_bridge.backends_are_initialized() else None
+    except (ImportError, AttributeError):
+        return None
+
+
+def process_index() -> int:
+    """This process's index among JAX's processes: 0 on one host, and before JAX has started."""
+    jax = _running_jax()
+    return jax.process_index() if jax is not None else 0
+
+
+def is_writer() -> bool:
+    """Does this process write the run's files (settings, metrics, markers, data, plots)?
+
+    Process 0 does; the others only read them, and write only their shards of checkpoints.
+    """
+    return process_index() == 0
+
+
+def sync(name: str) -> None:
+    """Wait until every process gets here (after process 0 wrote what the others read next).
+
+    A no-op on one process. Every process must call it, in the same order.
+    """
+    jax = _running_jax()
+    if jax is None or jax.process_count() == 1:
+        return
+    from jax.experimental import multihost_utils
+
+    multihost_utils.sync_global_devices(f"reasonkit: {name}")
+
+
+def from_writer(flag: bool) -> bool:
+    """Process 0's ``flag``, on every process; ``flag`` itself on one process.
+
+    For decisions all processes must take together, such as stopping before a deadline
+    (each host's clock and deadline may differ; one more step on one host alone would
+    wait forever for the others). Every process must call it, in the same order.
+    """
+    jax = _running_jax()
+    if jax is None or jax.process_count() == 1:
+        return flag
+    from jax.experimental import multihost_utils
+
+    return bool(multihost_utils.broadcast_one_to_all(np.bool_(flag)))
 
 
 # --- the session ---------------------------------------------------------------------------
@@ -157,7 +228,7 @@ def session_deadline(root: str | os.PathLike | None = None, *, env: Mapping[str,
         start = float(session) if kaggle and now - session < 12 * 3600 else now
     deadline = start + hours * 3600
     why = (f"REASONKIT_DEADLINE_HOURS={text}" if text else f"Kaggle's default, {KAGGLE_HOURS} h")
-    if stored.get("session") != session or stored.get("deadline") != deadline:
+    if is_writer() and (stored.get("session") != session or stored.get("deadline") != deadline):
         root.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(SESSION_FILE + ".tmp")
         tmp.write_text(json.dumps({"session": session, "start": start, "hours": hours,
@@ -212,7 +283,7 @@ def restore_runs(root: str | os.PathLike | None = None,
     """
     root = pathlib.Path(root) if root is not None else default_root()
     inputs = pathlib.Path(inputs)
-    if not inputs.is_dir():
+    if not inputs.is_dir() or not is_writer():
         return []
     found: dict[str, pathlib.Path] = {}
     caches = []
@@ -277,7 +348,11 @@ class Session:
 
 def start_session(root: str | os.PathLike | None = None, *, inputs: str | os.PathLike = KAGGLE_INPUT,
                   env: Mapping[str, str] | None = None) -> Session:
-    """Before anything else in a session: Drive, restored runs, compilation cache, deadline."""
+    """Before anything else in a session: Drive, restored runs, compilation cache, deadline.
+
+    On several hosts, after :func:`reasonkit.mesh.init_distributed` (process 0 restores and
+    writes the session's files, the others wait for it).
+    """
     root = pathlib.Path(root) if root is not None else default_root()
     mount_drive(root)
     root.mkdir(parents=True, exist_ok=True)
@@ -286,7 +361,9 @@ def start_session(root: str | os.PathLike | None = None, *, inputs: str | os.Pat
         print(f"restored {line}")
     cache = use_compilation_cache(root)
     print(f"runs in {root.absolute()}; compiled programs kept in {cache}")
-    return Session(root, session_deadline(root, env=env), restored, cache)
+    deadline = session_deadline(root, env=env)
+    sync("session started")  # several processes: process 0 has restored the runs
+    return Session(root, deadline, restored, cache)
 
 
 def open_jsonl(path: str | os.PathLike) -> IO[str]:
@@ -344,15 +421,22 @@ class RunDir:
     def write_json(self, stage: str, name: str, obj: Any) -> pathlib.Path:
         """Write ``<stage>/<name>`` atomically (a kernel that dies mid-write leaves the old file)."""
         path = self.stage(stage) / name
+        if not is_writer():
+            return path
         tmp = path.with_name(name + ".tmp")
         tmp.write_text(json.dumps(obj, indent=2, default=str))
         tmp.replace(path)
         return path
 
     def mark_finished(self, stage: str, **info: Any) -> None:
-        """Record that ``stage`` completed (with whatever summary the caller gives)."""
+        """Record that ``stage`` completed (with whatever summary the caller gives).
+
+        Every process calls it, and it returns once the marker is written: no process goes
+        on to a later stage (which requires this one) before the marker is there.
+        """
         self.write_json(stage, "finished.json",
                         {"finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"), **info})
+        sync(f"{self.name}/{stage} finished")
 
     def require(self, stage: str) -> pathlib.Path:
         """The stage's directory, or a clear error saying which notebook to run first."""
@@ -364,7 +448,9 @@ class RunDir:
         return self.stage(stage)
 
     def append_metrics(self, stage: str, row: dict[str, Any]) -> None:
-        """Append one JSON line to ``<stage>/metrics.jsonl``."""
+        """Append one JSON line to ``<stage>/metrics.jsonl`` (process 0; others write nothing)."""
+        if not is_writer():
+            return
         with open_jsonl(self.stage(stage) / "metrics.jsonl") as f:
             f.write(json.dumps(row, default=float) + "\n")
 
@@ -390,7 +476,8 @@ class RunDir:
 
 def save_data(run: RunDir, preset: Preset, splits: data.Splits, report: data.DataReport) -> None:
     """Write the splits to ``<run>/data`` (replacing what is there) and mark the stage finished."""
-    data.write_splits(splits, report, run.stage("data"), overwrite=True)
+    if is_writer():
+        data.write_splits(splits, report, run.stage("data"), overwrite=True)
     run.mark_finished("data", preset=preset.name, **splits.sizes())
 
 

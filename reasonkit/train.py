@@ -33,7 +33,7 @@ from reasonkit import collate, compiles, data, masks, models, rewards, template
 from reasonkit import mesh as mesh_lib
 from reasonkit.config import Preset, TrainConfig
 from reasonkit.hardware import format_duration
-from reasonkit.runs import NOTEBOOK_OF, RunDir, open_jsonl
+from reasonkit.runs import NOTEBOOK_OF, RunDir, from_writer, is_writer, open_jsonl, sync
 
 PREVIOUS = {"sft": (), "dpo": ("sft",), "grpo": ("dpo", "sft")}
 
@@ -146,8 +146,10 @@ def until(stream: Iterable[Any], deadline: float | None, margin_s: float = 120.0
             steady.append(gap)
             if total is not None and len(steady) == warmup and i < total:
                 print(eta(name, sum(steady) / len(steady), i, total, deadline, now))
-        if deadline is not None and now + 2 * slowest + margin_s > deadline:
-            print(f"time budget: stopping cleanly, {deadline - now:.0f}s before the deadline")
+        # Several processes stop together, when process 0 says so.
+        if from_writer(deadline is not None and now + 2 * slowest + margin_s > deadline):
+            print("time budget: stopping cleanly" + (f", {deadline - now:.0f}s before the deadline"
+                                                     if deadline is not None else ""))
             return
         yield item
 
@@ -469,7 +471,9 @@ def _begin(run: RunDir, stage: str, overwrite: bool) -> None:
                           "they are trained again too (retrain=True)", stacklevel=3)
         for name in ("checkpoints", "metrics.jsonl", "tensorboard", "finished.json", SETTINGS_FILE):
             path = run.stage(stage) / name
-            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+            if is_writer():  # several processes: process 0 clears, the others wait for it
+                shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+        sync(f"{run.name}/{stage} cleared")
 
 
 def stage_settings(preset: Preset, run: RunDir, stage: str, started: str | None) -> dict[str, Any]:
@@ -564,6 +568,7 @@ def train_sft(preset: Preset, run: RunDir, *, deadline: float | None = None,
     with mesh:
         _, policy, tok, model_dir = load_policy(preset, run, None, mesh, seed=cfg.seed)
         train, collator = sft_batches(sft_examples(splits.sft, tok), preset, tok)
+        train = mesh_lib.global_batches(train, mesh)  # several processes: one global batch
         held_out = collate.batches(sft_examples(splits.eval, tok), cfg.batch_size, collate.SFTCollator(
             layout=collate.StaticLayout(max_length=cfg.max_target_length), pad_id=tok.pad_id(),
             bos_id=tok.bos_id()))
@@ -576,7 +581,7 @@ def train_sft(preset: Preset, run: RunDir, *, deadline: float | None = None,
                 detached_after(trainer.metrics_logger):
             trainer.train(counter.watch(until(train, deadline, total=cfg.max_steps, name="SFT",
                                               skip=trainer.train_steps), skip=trainer.train_steps),
-                          list(take(held_out, 2)))
+                          list(mesh_lib.global_batches(take(held_out, 2), mesh)))
         steps = trainer.train_steps
     stats = {"collate": collator.stats.to_dict(),
              "compiles": log_compiles(run, "sft", counter, steps)}
@@ -600,6 +605,7 @@ def train_dpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
         reference = frozen_reference(base, preset, run, started, mesh, cfg.seed) \
             if cfg.algorithm == "dpo" else None  # ORPO has no reference model
         train, collator = dpo_batches(dpo_examples(splits.dpo, tok), preset, tok)
+        train = mesh_lib.global_batches(train, mesh)
         trainer = tunix.DPOTrainer(
             model=policy, ref_model=reference, optimizer=make_optimizer(cfg),
             training_config=DPOTrainingConfig(
@@ -731,11 +737,16 @@ def export(result: StageResult, preset: Preset, run: RunDir, *,
     only (Kaggle keeps 20 GB of output); pass another stage's result to export that one.
     """
     name = f"reasonkit run {run.name!r}, stage {result.stage}"
-    out = {"adapter": models.export_adapter(result.policy, preset.model, preset.lora,
-                                            run.stage(result.stage) / "adapter", result.model_dir, name=name)}
-    if merged:
-        out["merged"] = models.export_merged(result.policy, preset.model, preset.lora,
-                                             run.stage(result.stage) / "merged", result.model_dir, name=name)
+    out = {"adapter": run.stage(result.stage) / "adapter"} | (
+        {"merged": run.stage(result.stage) / "merged"} if merged else {})
+    # Several processes: each holds shards of the model; all gather it whole, process 0 writes.
+    policy = mesh_lib.host_copy(result.policy) if jax.process_count() > 1 else result.policy
+    if is_writer():
+        models.export_adapter(policy, preset.model, preset.lora, out["adapter"], result.model_dir, name=name)
+        if merged:
+            models.export_merged(policy, preset.model, preset.lora, out["merged"], result.model_dir,
+                                 name=name)
+    sync(f"{run.name}/{result.stage} exported")
     return out
 
 

@@ -12,6 +12,7 @@ import sys
 import textwrap
 
 import jax
+import numpy as np
 import pytest
 
 from reasonkit import mesh as rkmesh
@@ -145,6 +146,48 @@ def test_init_distributed_single_host_is_noop():
     assert rkmesh.init_distributed() is False  # this test machine is one host
 
 
+def test_host_copy_is_numpy_and_leaves_the_original_alone():
+    import jax.numpy as jnp
+    from flax import nnx
+
+    lin = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    copy = rkmesh.host_copy(lin)
+    assert isinstance(copy.kernel.get_value(), np.ndarray)
+    assert isinstance(lin.kernel.get_value(), jax.Array)
+    np.testing.assert_array_equal(copy.kernel.get_value(), lin.kernel.get_value())
+    tree = rkmesh.host_copy({"w": jnp.arange(3.0), "none": None, "n": 2})
+    assert isinstance(tree["w"], np.ndarray) and tree["none"] is None and tree["n"] == 2
+
+
+def test_init_distributed_passes_what_it_is_given(monkeypatch):
+    calls = []
+    monkeypatch.setattr(jax.distributed, "initialize", lambda **kwargs: calls.append(kwargs))
+
+    def init(*args, **kwargs):
+        monkeypatch.setattr(rkmesh, "_DISTRIBUTED", False)
+        return rkmesh.init_distributed(*args, **kwargs)
+
+    env = {"JAX_COORDINATOR_ADDRESS": "localhost:1234", "JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "1"}
+    assert init(env) is True
+    assert calls[-1] == {"coordinator_address": "localhost:1234", "num_processes": 2, "process_id": 1}
+    assert init(env, process_id=0) and calls[-1]["process_id"] == 0  # arguments win
+    assert init({}, coordinator_address="10.0.0.1:8476", num_processes=4, process_id=3)
+    assert calls[-1] == {"coordinator_address": "10.0.0.1:8476", "num_processes": 4, "process_id": 3}
+    # a TPU slice: JAX finds the coordinator, the count and this host's index itself
+    assert init({"TPU_WORKER_HOSTNAMES": "h0,h1,h2,h3"}) and calls[-1] == {}
+    n = len(calls)
+    assert init(env, num_processes=1) is False and len(calls) == n  # one process: nothing to join
+    with pytest.raises(ValueError, match="JAX_PROCESS_ID='one': must be an integer"):
+        init({**env, "JAX_PROCESS_ID": "one"})
+
+    def no_count(**kwargs):
+        raise ValueError("Number of processes must be defined.")
+
+    monkeypatch.setattr(jax.distributed, "initialize", no_count)
+    with pytest.raises(ValueError, match=r"defined\. \(given coordinator_address='h:1'\).*JAX_NUM_PROCESSES"):
+        init({"JAX_COORDINATOR_ADDRESS": "h:1"})
+
+
 # --- eight fake CPU devices, in a subprocess ----------------------------------------------
 
 _EIGHT_DEVICES = textwrap.dedent("""
@@ -191,6 +234,14 @@ _EIGHT_DEVICES = textwrap.dedent("""
     out["linear_tp"] = [spec(k), list(k.addressable_shards[0].data.shape),
                         bool(np.array_equal(np.asarray(k), before)),
                         rkmesh.mesh_of(lin) == tp]
+
+    # a batch every process holds whole, as one global array: rows over fsdp where they divide
+    batch = {"ids": np.arange(24).reshape(8, 3), "odd": np.arange(6), "text": np.array(["a"] * 8)}
+    placed = rkmesh.global_batch(batch, fsdp)
+    stream = iter([batch])
+    out["global_batch"] = [spec(placed["ids"]), list(placed["ids"].addressable_shards[0].data.shape),
+                           bool(np.array_equal(placed["ids"], batch["ids"])), spec(placed["odd"]),
+                           placed["text"] is batch["text"], rkmesh.global_batches(stream, fsdp) is stream]
 
     # a pytree keeps each array's spec
     tree = jax.device_put({"a": jnp.arange(32.0).reshape(8, 4)},
@@ -271,6 +322,11 @@ def test_reshard_linear(eight):
     spec, shard, same, on_tp = eight["linear_tp"]
     assert spec == ["fsdp", "tp"] and shard == [8, 2]
     assert same and on_tp
+
+
+def test_global_batch_splits_rows_over_fsdp_and_one_process_keeps_its_stream(eight):
+    # [spec, shard shape, same values, spec of 6 rows on 8 devices, text untouched, stream untouched]
+    assert eight["global_batch"] == [["fsdp"], [1, 3], True, [], True, True]
 
 
 def test_reshard_pytree_keeps_spec(eight):

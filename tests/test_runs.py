@@ -235,3 +235,20 @@ def test_build_data_writes_once_then_reads_back(tmp_path):
     assert again == splits  # finished: read back, not rebuilt
     rebuilt, _ = runs.build_data(run, preset.replace(**{"data.seed": 1}), words, rebuild=True)
     assert rebuilt != splits and runs.build_data(run, preset, words)[0] == rebuilt
+
+
+def test_only_process_0_writes_the_run_files(tmp_path, monkeypatch):
+    run = RunDir.create("multi", root=tmp_path)
+    assert runs.process_index() == 0 and runs.is_writer()  # one process (this one)
+    assert runs.from_writer(True) is True and runs.sync("nothing to wait for") is None
+    monkeypatch.setattr(runs, "process_index", lambda: 1)  # as process 1 of a multi-host run
+    assert not runs.is_writer()
+    run.write_json("sft", "settings.json", {"lr": 1})
+    run.append_metrics("sft", {"event": "train/loss", "step": 1, "value": 2.0})
+    run.mark_finished("sft", steps=1)
+    runs.session_deadline(tmp_path, env={"REASONKIT_DEADLINE_HOURS": "1"}, session=1, now=0.0,
+                          kaggle=False, quiet=True)
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+    monkeypatch.setattr(runs, "process_index", lambda: 0)
+    run.mark_finished("sft", steps=1)
+    assert run.finished_info("sft")["steps"] == 1

@@ -2,8 +2,13 @@
 
 import dataclasses
 import json
+import os
+import pathlib
 import re
 import shutil
+import socket
+import subprocess
+import sys
 import time
 import warnings
 
@@ -514,3 +519,199 @@ def test_an_empty_split_and_a_missing_checkpoint_say_what_to_do(tmp_path, preset
     with pytest.raises(FileNotFoundError, match=r"no checkpoint of stage 'sft' .*run notebooks/03_sft "
                                                 r"for run 'nockpt'"):
         train.load_policy(preset, run, "sft", None)
+
+
+# --- several JAX processes -----------------------------------------------------------------
+#
+# What a multi-host slice (v5e-16, v4-32) runs, on this machine: two JAX processes with 2
+# simulated CPU devices each, joined by a localhost coordinator (gloo collectives), train
+# SFT on one global 4-device mesh into one run directory. Each process runs the same file
+# as a script (the __main__ block below), as does a single process on 4 devices.
+
+TWO_STEPS = {**SMALL, "sft.max_steps": 2, "sft.checkpoint_every": 2,
+             "sft.warmup_ratio": 0.0}  # no warm-up: both steps learn
+# The two runs add the same float32 numbers in another order (the gradient's all-reduce runs
+# over gloo between the processes, inside XLA in one process): the losses agree to the last
+# bit, the gradient norms to ~1e-6. Adam divides each gradient entry by its own size, so an
+# entry whose gradient is near Adam's eps (1e-8; lora_a's is tiny at step 2, being
+# proportional to lora_b, one step old) turns that into an absolute difference of up to
+# about lr x (rounding difference / eps). Measured: 1.6e-5 at most, in 10% of the entries
+# (lr 3e-3). A wrong batch or a lost gradient shard moves entries by a whole update (~lr):
+# lr / 30 tells the two apart.
+MULTI_TOL = 1e-4
+MULTI_TIMEOUT_S = 600
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def _gathered(x) -> np.ndarray:
+    """The whole of a (global) array, on every process."""
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+
+def _adapters(model, prefix: str = "") -> dict[str, np.ndarray]:
+    """``models.lora_params``, for arrays spread over several processes too."""
+    from flax import nnx
+
+    return {prefix + ".".join(map(str, k)): _gathered(v.get_value())
+            for k, v in nnx.to_flat_state(nnx.state(model, nnx.LoRAParam))}
+
+
+def _multihost_worker(root: str, name: str, out: str, restore: str = "") -> None:
+    """One JAX process: SFT's 2 steps into ``<root>/<name>``; what it saw and wrote into ``out``.
+
+    With ``restore``: then, once that run's SFT finished, its adapters restored onto this model.
+    """
+    from tunix.sft import sharding_utils
+
+    from reasonkit import mesh
+
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    mesh.init_distributed()  # $JAX_COORDINATOR_ADDRESS, $JAX_NUM_PROCESSES, $JAX_PROCESS_ID; alone: no-op
+    run = RunDir.create(name, root=root)
+    # Every file this process writes in the run, Orbax's checkpoints aside (written together).
+    writes, prefix = [], str(run.path.resolve()) + os.sep
+
+    def audit(event, args):
+        if event == "open" and isinstance(args[2], int) and args[2] & (os.O_WRONLY | os.O_RDWR):
+            paths = args[:1]
+        elif event in ("os.rename", "os.replace"):
+            paths = args[1:2]
+        elif event in ("os.remove", "os.truncate", "shutil.rmtree"):
+            paths = args[:1]
+        else:
+            return
+        for path in paths:
+            if isinstance(path, (str, bytes, os.PathLike)):
+                path = os.path.abspath(os.fsdecode(path))
+                if path.startswith(prefix) and "/checkpoints" not in path[len(prefix) - 1:]:
+                    writes.append(path[len(prefix):])
+
+    fed, shard_input = [], sharding_utils.shard_input
+
+    def recording(batch, axes):  # what each train / eval step gets, as one global array
+        placed = shard_input(batch, axes)
+        fed.append(_gathered(placed["input_tokens"]))
+        return placed
+
+    sharding_utils.shard_input = recording
+    sys.addaudithook(audit)
+    preset = get_preset("tiny", **TWO_STEPS)
+    result = train.train_sft(preset, run)
+    lora = _adapters(result.policy)
+    train.export(result, preset, run)
+    if restore:  # a checkpoint written by two processes, read by one on another mesh
+        other = RunDir.create(restore, root=root)
+        for _ in range(MULTI_TIMEOUT_S):
+            if other.is_finished("sft"):
+                break
+            time.sleep(1)
+        train.restore_lora(result.policy, other, "sft")
+        lora.update(_adapters(result.policy, f"{restore}/"))
+    me = f"p{jax.process_index()}"
+    np.savez(pathlib.Path(out) / f"{me}.npz", **{f"lora/{k}": v for k, v in lora.items()},
+             **{f"fed/{i}": x for i, x in enumerate(fed)})
+    (pathlib.Path(out) / f"{me}.json").write_text(json.dumps({
+        "processes": jax.process_count(), "devices": jax.device_count(),
+        "mesh": dict(mesh.mesh_of(result.policy).shape), "steps": result.steps, "writes": writes}))
+
+
+def _start_workers(tmp_path, port):
+    """The single process on 4 devices and the two processes of 2, all at once (2 cores).
+
+    The single process then restores the two processes' checkpoint onto its own mesh.
+    """
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("JAX_") and k not in ("XLA_FLAGS", "REASONKIT_OVERRIDES")}
+    env["PYTHONPATH"] = os.pathsep.join([str(pathlib.Path(__file__).resolve().parents[1]),
+                                         env.get("PYTHONPATH", "")])
+    env["JAX_PLATFORMS"] = "cpu"
+    procs = {}
+    for name, devices, process in (("one", 4, None), ("two", 2, 0), ("two", 2, 1)):
+        out = tmp_path / f"out-{name}"
+        out.mkdir(exist_ok=True)
+        extra = {"XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
+        if process is not None:
+            extra.update(JAX_COORDINATOR_ADDRESS=f"localhost:{port}", JAX_NUM_PROCESSES="2",
+                         JAX_PROCESS_ID=str(process))
+        log = tmp_path / f"{name}-{process}.log"
+        with open(log, "w") as f:
+            procs[log] = subprocess.Popen(
+                [sys.executable, __file__, "--multihost-worker", str(tmp_path / "runs"), name, str(out),
+                 "two" if process is None else ""],
+                env={**env, **extra}, stdout=f, stderr=subprocess.STDOUT)
+    return procs
+
+
+def _wait_all(procs, timeout_s):
+    """Wait for every process; on the first failure or the timeout, kill the rest."""
+    deadline = time.monotonic() + timeout_s
+    try:
+        while any(p.poll() is None for p in procs.values()):
+            failed = [log for log, p in procs.items() if p.poll() not in (None, 0)]
+            if failed or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+    bad = {log: p.returncode for log, p in procs.items() if p.returncode != 0}
+    assert not bad, "\n\n".join(f"{log.name}: exit {code} (-9: killed after the first failure or "
+                                 f"{timeout_s} s)\n{log.read_text()[-3000:]}" for log, code in bad.items())
+
+
+def test_sft_on_two_processes_equals_one_process_on_four_devices(tmp_path):
+    p = get_preset("tiny", **TWO_STEPS)
+    runs = {name: make_run(tmp_path / "runs", name, p) for name in ("one", "two")}
+    _wait_all(_start_workers(tmp_path, _free_port()), MULTI_TIMEOUT_S)
+
+    info = {f: json.loads((tmp_path / f).read_text())
+            for f in ("out-one/p0.json", "out-two/p0.json", "out-two/p1.json")}
+    one, two0, two1 = (dict(np.load(tmp_path / f.replace(".json", ".npz"))) for f in info)
+    assert [(i["processes"], i["devices"], i["mesh"], i["steps"]) for i in info.values()] == \
+        [(1, 4, {"fsdp": 4, "tp": 1}, 2)] + [(2, 4, {"fsdp": 4, "tp": 1}, 2)] * 2
+    # Every step on two processes saw the batch one process saw: 4 rows, not each twice.
+    fed = sorted(k for k in one if k.startswith("fed/"))
+    assert fed == sorted(k for k in two0 if k.startswith("fed/")) and len(fed) >= 2
+    for k in fed:
+        assert one[k].shape[0] == p.sft.batch_size
+        np.testing.assert_array_equal(two0[k], one[k], err_msg=k)
+    # The same adapters, up to the order of the gradient's sums; and they moved (b starts at 0).
+    lora = sorted(k for k in two0 if k.startswith("lora/"))
+    assert lora == sorted(k for k in one if k.startswith("lora/") and not k.startswith("lora/two/"))
+    diff = max(float(np.abs(two0[k] - one[k]).max()) for k in lora)
+    moved = max(float(np.abs(one[k]).max()) for k in lora if k.endswith("_b"))
+    print(f"two processes vs one: max |diff| {diff:.3g}; largest lora_b entry {moved:.3g}")
+    assert diff <= MULTI_TOL and moved > 10 * MULTI_TOL
+    assert all(np.array_equal(two0[k], two1[k]) for k in lora)
+    # The checkpoint both processes wrote restores (in the single process, on its mesh) to
+    # exactly those adapters.
+    run = runs["two"]
+    assert run.is_finished("sft") and train.latest_step(run, "sft") == 2
+    for k in lora:
+        np.testing.assert_array_equal(one[k.replace("lora/", "lora/two/")], two0[k], err_msg=k)
+    # The exports (gathered from both processes' shards) hold the same weights too.
+    from safetensors.numpy import load_file
+
+    for f in ("adapter/adapter_model.safetensors", "merged/model.safetensors"):
+        a, b = (load_file(runs[name].stage("sft") / f) for name in ("one", "two"))
+        assert a.keys() == b.keys()
+        assert max(float(np.abs(a[k] - b[k]).max()) for k in a) <= MULTI_TOL, f
+    # Process 0 wrote the run's files; process 1 none (its checkpoint shards aside).
+    written = set(info["out-two/p0.json"]["writes"])
+    assert {"sft/settings.json", "sft/finished.json", "sft/metrics.jsonl",
+            "sft/adapter/adapter_model.safetensors", "sft/merged/model.safetensors"} <= written
+    assert info["out-two/p1.json"]["writes"] == []
+    assert train.read_metrics(run, "sft")["train/loss"][0] == [1, 2]
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--multihost-worker"]:
+    _multihost_worker(*sys.argv[2:6])
