@@ -36,6 +36,9 @@ from reasonkit.config import MeshConfig, Preset
 
 AXIS_NAMES = ("fsdp", "tp")
 STAGES = ("sft", "dpo", "grpo", "eval")
+# The axes a batch's rows are split over: Tunix's ``TrainingConfig.data_sharding_axis`` and
+# its models' activation constraints (``act_btd = ("fsdp", None, "tp")``) both say fsdp.
+DATA_AXES = ("fsdp",)
 
 
 # --- shapes ------------------------------------------------------------------------------
@@ -204,6 +207,49 @@ def recommended_layouts(preset: Preset, n_devices: int) -> dict[str, Layout]:
     layouts["eval"] = Layout(shape, "GRPO's layout: evaluation is generation too, and the "
                                     "model is already sharded that way")
     return {stage: layouts[stage] for stage in STAGES}
+
+
+# --- batches -----------------------------------------------------------------------------
+
+def data_ways(mesh: jax.sharding.Mesh | None) -> int:
+    """How many ways ``mesh`` splits a batch's rows (the product of its ``DATA_AXES``)."""
+    if mesh is None:
+        return 1
+    return math.prod(int(mesh.shape.get(a, 1)) for a in DATA_AXES)
+
+
+def check_batch(batch: int, mesh: jax.sharding.Mesh | None, what: str, *, repeat: int = 1,
+                how: str = "") -> None:
+    """Refuse a batch whose ``batch x repeat`` rows do not split evenly over the data axes.
+
+    Tunix's ``shard_input`` replicates such a batch on every device without a word (and
+    its models' activation constraints fail on a TPU), so a stage checks before it trains.
+    ``repeat`` counts the rows each example becomes (DPO: chosen + rejected, GRPO: its
+    generations).
+
+    >>> check_batch(6, make_mesh((1, 1)), "sft.batch_size")  # one device: anything goes
+    >>> import types
+    >>> check_batch(6, types.SimpleNamespace(shape={"fsdp": 4, "tp": 1}), "sft.batch_size")
+    Traceback (most recent call last):
+    ...
+    ValueError: sft.batch_size=6 does not split over the data axes of the mesh {'fsdp': 4,
+    'tp': 1} (fsdp = 4 ways): Tunix would replicate the whole batch on every device. The
+    nearest sizes that split: 4 or 8 (multiples of 4), or a mesh whose fsdp divides 6.
+    """
+    ways = data_ways(mesh)
+    rows = batch * repeat
+    if rows % ways == 0:
+        return
+    step = ways // math.gcd(ways, repeat)  # batch sizes that work are its multiples
+    below = batch // step * step
+    nearest = " or ".join(str(n) for n in (below, below + step) if n > 0)
+    axes = " x ".join(f"{a} = {int(mesh.shape.get(a, 1))}" for a in DATA_AXES)
+    rows_text = f" ({how} = {rows} rows)" if how else ""
+    raise ValueError(
+        f"{what}={batch}{rows_text} does not split over the data axes of the mesh "
+        f"{dict(mesh.shape)} ({axes} ways): Tunix would replicate the whole batch on every "
+        f"device. The nearest sizes that split: {nearest} (multiples of {step}), or a mesh "
+        f"whose fsdp divides {rows}.")
 
 
 # --- resharding --------------------------------------------------------------------------

@@ -25,6 +25,7 @@ import numpy as np
 import sentencepiece as spm
 from flax import nnx
 
+from reasonkit import mesh as mesh_lib
 from reasonkit import template
 from reasonkit.config import LoraConfig, ModelConfig
 
@@ -620,9 +621,29 @@ def load_base(cfg: ModelConfig, mesh: jax.sharding.Mesh | None = None):
 # --- LoRA ------------------------------------------------------------------------------
 
 
+def lora_trace_input(model: nnx.Module, mesh: jax.sharding.Mesh | None = None) -> dict[str, Any]:
+    """The dummy call qwix runs to find the projections: Tunix's, with a batch the mesh splits.
+
+    Tunix's ``get_model_input()`` has 2 rows; under its activation constraints (on a TPU)
+    a batch must split over the data axes, and 2 rows do not split 4 or 8 ways. The values
+    do not matter, only the shapes.
+    """
+    rows = mesh_lib.data_ways(mesh)
+    return {k: jnp.ones((rows, *v.shape[1:]), v.dtype) if hasattr(v, "shape") else v
+            for k, v in model.get_model_input().items()}
+
+
+def _is_traced(model: nnx.Module) -> bool:
+    return any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(nnx.state(model)))
+
+
 def apply_lora(model: nnx.Module, lora: LoraConfig, mesh: jax.sharding.Mesh | None = None,
                seed: int = 0) -> nnx.Module:
-    """Add qwix LoRA (or QLoRA: NF4 base) adapters to the preset's target projections."""
+    """Add qwix LoRA (or QLoRA: NF4 base) adapters to the preset's target projections.
+
+    Works on any mesh (:func:`lora_trace_input`), and on an abstract model under
+    ``nnx.eval_shape`` (the adapters are then left for the caller to place).
+    """
     import qwix
 
     kwargs: dict[str, Any] = {"module_path": lora.module_path, "rank": lora.rank, "alpha": lora.alpha}
@@ -630,17 +651,15 @@ def apply_lora(model: nnx.Module, lora: LoraConfig, mesh: jax.sharding.Mesh | No
         kwargs.update(weight_qtype="nf4", tile_size=lora.tile_size)
     provider = qwix.LoraProvider(**kwargs)
     lora_model = qwix.apply_lora_to_model(model, provider, rngs=nnx.Rngs(seed),
-                                          **model.get_model_input())
+                                          **lora_trace_input(model, mesh))
     if not any(isinstance(v, nnx.LoRAParam) for _, v in nnx.iter_graph(lora_model)):
         raise ValueError(f"LoraConfig.module_path={lora.module_path!r} matched no module")
-    if mesh is not None:
+    if mesh is not None and not _is_traced(lora_model):
         # Shard the new adapters only. The base arrays must stay the very objects the base
         # model holds: Tunix shares the frozen backbone between a LoRA actor and its
         # reference by identity, and would silently copy it otherwise. (Tunix's own
         # reshard also skips arrays already on the mesh even when they are replicated.)
-        from reasonkit.mesh import reshard
-
-        nnx.update(lora_model, reshard(nnx.state(lora_model, nnx.LoRAParam), mesh))
+        nnx.update(lora_model, mesh_lib.reshard(nnx.state(lora_model, nnx.LoRAParam), mesh))
     return lora_model
 
 

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import gc
 import hashlib
+import importlib
 import itertools
 import json
 import os
@@ -26,12 +28,14 @@ import warnings
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
+from flax import nnx
 
-from reasonkit import collate, compiles, data, masks, models, rewards, template
+from reasonkit import collate, compiles, data, logprobs, masks, models, rewards, template
 from reasonkit import mesh as mesh_lib
-from reasonkit.config import Preset, TrainConfig
+from reasonkit.config import ModelConfig, Preset, TrainConfig
 from reasonkit.hardware import format_duration
 from reasonkit.runs import NOTEBOOK_OF, RunDir, from_writer, is_writer, open_jsonl, sync
 
@@ -222,12 +226,25 @@ def grpo_records(records: Sequence[dict]) -> list[dict[str, Any]]:
              "domain": r["domain"]} for r in records]
 
 
-def sft_batches(examples, preset: Preset, tok, *, seed: int | None = None):
-    """Exactly ``max_steps`` fixed-shape SFT batches (a deterministic stream) and the collator."""
+def sft_collator(preset: Preset, tok) -> collate.SFTCollator:
     cfg = preset.sft
     layout = collate.PackedLayout(max_length=cfg.max_target_length) if cfg.packing \
         else collate.StaticLayout(max_length=cfg.max_target_length)
-    collator = collate.SFTCollator(layout=layout, pad_id=tok.pad_id(), bos_id=tok.bos_id())
+    return collate.SFTCollator(layout=layout, pad_id=tok.pad_id(), bos_id=tok.bos_id())
+
+
+def dpo_collator(preset: Preset, tok) -> collate.DPOCollator:
+    cfg = preset.dpo
+    return collate.DPOCollator(
+        prompt_layout=collate.layout_for(cfg.max_prompt_length, cfg.buckets),
+        response_layout=collate.layout_for(cfg.max_response_length, cfg.buckets),
+        pad_id=tok.pad_id())
+
+
+def sft_batches(examples, preset: Preset, tok, *, seed: int | None = None):
+    """Exactly ``max_steps`` fixed-shape SFT batches (a deterministic stream) and the collator."""
+    cfg = preset.sft
+    collator = sft_collator(preset, tok)
     stream = collate.batches(epochs(examples, cfg.seed if seed is None else seed, "sft"),
                              cfg.batch_size, collator)
     return take(stream, cfg.max_steps), collator
@@ -235,10 +252,7 @@ def sft_batches(examples, preset: Preset, tok, *, seed: int | None = None):
 
 def dpo_batches(examples, preset: Preset, tok, *, seed: int | None = None):
     cfg = preset.dpo
-    collator = collate.DPOCollator(
-        prompt_layout=collate.layout_for(cfg.max_prompt_length, cfg.buckets),
-        response_layout=collate.layout_for(cfg.max_response_length, cfg.buckets),
-        pad_id=tok.pad_id())
+    collator = dpo_collator(preset, tok)
     stream = epochs(examples, cfg.seed if seed is None else seed, "dpo")
     if cfg.buckets > 1:  # rows of similar length together: most batches fit a small bucket
         stream = collate.length_sorted(stream, 8 * cfg.batch_size,
@@ -333,7 +347,8 @@ def load_policy(preset: Preset, run: RunDir | None, stage: str | None, mesh, *, 
     return base, policy, tok, model_dir
 
 
-def frozen_reference(base, preset: Preset, run: RunDir, started: str | None, mesh, seed: int = 0):
+def frozen_reference(base, preset: Preset, run: RunDir | None, started: str | None, mesh,
+                     seed: int = 0):
     """The policy a stage starts from, frozen: the reference for DPO's ratios and GRPO's KL.
 
     Not the raw base: after SFT the base is far from the policy (a KL of ~3 nats on the
@@ -342,9 +357,99 @@ def frozen_reference(base, preset: Preset, run: RunDir, started: str | None, mes
     it is never given to an optimizer.
     """
     reference = models.apply_lora(base, preset.lora, mesh=mesh, seed=seed)
-    if started is not None:
+    if started is not None and run is not None:
         restore_lora(reference, run, started)
     return reference
+
+
+# --- models without a checkpoint: abstract or random at the real shapes -------------------
+
+WEIGHTS = ("checkpoint", "random", "abstract")
+# A stand-in tokenizer for models built without a checkpoint: compiling a step only needs
+# its special ids (pad 0, eos 1, bos 2, as Gemma's), never its vocabulary.
+SHAPE_TOKENIZER = models.TINY_ASSET / "tokenizer.model"
+
+
+def _leaf_specs(state) -> list:
+    is_spec = lambda x: isinstance(x, jax.sharding.PartitionSpec) or x is None  # noqa: E731
+    return jax.tree.leaves(nnx.get_partition_spec(state), is_leaf=is_spec)
+
+
+def placed_abstractly(model, mesh, dtype: str | None = None):
+    """``model`` (abstract or not) as ShapeDtypeStructs placed as its sharding metadata says.
+
+    Axes that do not divide a dimension are dropped, as :func:`reasonkit.mesh.reshard`
+    does; ``dtype`` recasts floating-point leaves (Tunix's Gemma 2 initialises in float32
+    whatever the checkpoint's dtype).
+    """
+    graph, state = nnx.split(model)
+    leaves, treedef = jax.tree.flatten(state)
+    cast = None if dtype is None else jnp.dtype(dtype)
+    out = []
+    for x, spec in zip(leaves, _leaf_specs(state), strict=True):
+        spec = mesh_lib.fit_spec(spec or jax.sharding.PartitionSpec(), x.shape, mesh)
+        dt = cast if cast is not None and jnp.issubdtype(x.dtype, jnp.floating) else x.dtype
+        out.append(jax.ShapeDtypeStruct(x.shape, dt, sharding=jax.sharding.NamedSharding(mesh, spec)))
+    return nnx.merge(graph, jax.tree.unflatten(treedef, out))
+
+
+def materialised(model, what, seed: int = 0, scale: float = 0.0):
+    """``model`` with the abstract leaves of the ``what`` filter made real arrays, in place.
+
+    Each is ``scale * normal`` (zeros by default), created where its sharding puts it:
+    no device ever holds more than its shard.
+    """
+    graph, chosen, rest = nnx.split(model, what, ...)
+    leaves, treedef = jax.tree.flatten(chosen)
+
+    def make(i, x):
+        def fn():
+            if scale and jnp.issubdtype(x.dtype, jnp.floating):
+                return (scale * jax.random.normal(jax.random.key(seed * 100_003 + i), x.shape,
+                                                  jnp.float32)).astype(x.dtype)
+            return jnp.zeros(x.shape, x.dtype)
+        return jax.jit(fn, out_shardings=x.sharding)()
+
+    real = [make(i, x) if isinstance(x, jax.ShapeDtypeStruct) else x for i, x in enumerate(leaves)]
+    return nnx.merge(graph, jax.tree.unflatten(treedef, real), rest)
+
+
+def abstract_base(cfg: ModelConfig, mesh):
+    """The base model at ``cfg``'s real shapes, as ShapeDtypeStructs placed on ``mesh``."""
+    build = lambda: models.model_class(cfg)(models.tunix_config(cfg), rngs=nnx.Rngs(params=0))  # noqa: E731
+    return placed_abstractly(nnx.eval_shape(build), mesh, cfg.dtype)
+
+
+def build_models(preset: Preset, mesh, weights: str, *, run: RunDir | None = None,
+                 started: str | None = None, seed: int = 0, reference: bool = False):
+    """``(base, policy, reference or None, tokenizer, model_dir)`` on ``mesh``.
+
+    ``weights`` is ``"checkpoint"`` (the preset's model source, adapters restored from
+    ``started``), ``"random"`` (random weights at the real config, each device creating
+    only its shard) or ``"abstract"`` (ShapeDtypeStructs: enough to lower and compile a
+    step; the adapters are real zeros, since an optimizer must be built on them).
+    Without a checkpoint the tokenizer is :data:`SHAPE_TOKENIZER` and ``model_dir`` None.
+    """
+    if weights not in WEIGHTS:
+        raise ValueError(f"weights={weights!r}: must be one of {', '.join(WEIGHTS)}")
+    lora = preset.lora
+    if weights == "checkpoint":
+        base, policy, tok, model_dir = load_policy(preset, run, started, mesh, seed=seed)
+        ref = frozen_reference(base, preset, run, started, mesh, seed) if reference else None
+        return base, policy, ref, tok, model_dir
+    tok = models.load_tokenizer(SHAPE_TOKENIZER)
+    base = abstract_base(preset.model, mesh)
+    if weights == "random":
+        base = materialised(base, nnx.Param, seed=seed, scale=0.02)
+        policy = models.apply_lora(base, lora, mesh=mesh, seed=seed)
+        ref = models.apply_lora(base, lora, mesh=mesh, seed=seed) if reference else None
+        return base, policy, ref, tok, None
+
+    def with_lora(model):
+        lora_model = nnx.eval_shape(lambda m: models.apply_lora(m, lora, mesh=mesh, seed=seed), model)
+        return materialised(placed_abstractly(lora_model, mesh), nnx.LoRAParam)
+
+    return base, with_lora(base), with_lora(base) if reference else None, tok, None
 
 
 def gen_model_input_fn(pad_id: int) -> Callable[[Any], dict[str, Any]]:
@@ -409,6 +514,263 @@ def free() -> None:
     """Release device buffers of trainers and models the caller has already deleted."""
     gc.collect()
     jax.clear_caches()
+
+
+# --- the stage builder -------------------------------------------------------------------
+
+TRAIN_STAGES = ("sft", "dpo", "grpo")
+
+# Tunix computes DPO's and GRPO's log-probabilities from full-vocabulary float32 logits
+# (reasonkit.logprobs says why that does not fit a Gemma step). These are the functions its
+# trainers look up at call time, and reasonkit's chunked equivalents; chunked_log_probs()
+# swaps them in around the calls our stages make into Tunix, and nowhere else.
+_CHUNKED = (("tunix.sft.dpo.dpo_trainer", "compute_logps", logprobs.dpo_compute_logps),
+            ("tunix.rl.common", "compute_per_token_logps", logprobs.grpo_compute_per_token_logps),
+            ("tunix.rl.algo_core", "compute_entropy_from_logits", logprobs.entropy_of_entropy))
+
+
+@contextlib.contextmanager
+def chunked_log_probs() -> Iterator[None]:
+    """While active, Tunix's DPO / GRPO compute log-probabilities with :mod:`reasonkit.logprobs`.
+
+    The one place reasonkit patches Tunix's log-probabilities (same arguments, same
+    numbers, no ``[B, S, V]`` float32 logits). GRPO's "logits" come back as the
+    per-token entropy they are only used for, with the matching entropy function.
+    """
+    saved = []
+    try:
+        for module, name, ours in _CHUNKED:
+            mod = importlib.import_module(module)
+            saved.append((mod, name, getattr(mod, name)))
+            setattr(mod, name, ours)
+        yield
+    finally:
+        for mod, name, theirs in reversed(saved):
+            setattr(mod, name, theirs)
+
+
+def _chunked(fn: Callable) -> Callable:
+    """``fn`` run inside :func:`chunked_log_probs` (a loss: while it is traced)."""
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        with chunked_log_probs():
+            return fn(*args, **kwargs)
+    return wrapped
+
+
+def _abstract(shape, dtype, mesh, data_sharded: bool = True) -> jax.ShapeDtypeStruct:
+    """A batch array as Tunix's ``shard_input`` places it: rows over the data axes."""
+    spec = jax.sharding.PartitionSpec(mesh_lib.DATA_AXES if len(mesh_lib.DATA_AXES) > 1
+                                      else mesh_lib.DATA_AXES[0])
+    if not data_sharded or not shape or shape[0] % mesh_lib.data_ways(mesh):
+        spec = jax.sharding.PartitionSpec()
+    return jax.ShapeDtypeStruct(tuple(shape), jnp.dtype(dtype),
+                                sharding=jax.sharding.NamedSharding(mesh, spec))
+
+
+def _placed(tree, mesh):
+    """Every array of a batch (numpy or abstract) as :func:`_abstract` places it."""
+    return jax.tree.map(lambda x: _abstract(np.shape(x), x.dtype, mesh), tree)
+
+
+@dataclasses.dataclass
+class Stage:
+    """One training stage built and not run: the real Tunix objects, as training uses them.
+
+    ``trainer`` is the ``PeftTrainer`` (SFT), ``DPOTrainer`` (DPO) or the RL cluster's
+    actor trainer (GRPO, with ``cluster`` and ``learner``). :meth:`example_batch` is what
+    the jitted step receives (after Tunix's own preparation and sharding), as
+    ShapeDtypeStructs, and :meth:`lower` lowers that step for it, as training would
+    compile it: ``stage.lower().compile().memory_analysis()`` is what each device needs.
+    """
+
+    name: str
+    preset: Preset
+    mesh: Any
+    weights: str
+    base: Any
+    policy: Any
+    reference: Any
+    tokenizer: Any
+    model_dir: pathlib.Path | None
+    trainer: Any
+    started_from: str | None = None
+    cluster: Any = None
+    learner: Any = None
+
+    @property
+    def config(self) -> TrainConfig:
+        return getattr(self.preset, self.name)
+
+    def example_batch(self) -> Any:
+        """The step's input at the stage's full shapes, as ShapeDtypeStructs on the mesh."""
+        cfg, tok = self.config, self.tokenizer
+        if self.name == "sft":  # one example per row, filling it
+            rows = [([5], [6] * (cfg.max_target_length - 2))] * cfg.batch_size
+            return _placed(sft_collator(self.preset, tok)(rows), self.mesh)
+        if self.name == "dpo":
+            rows = [([5] * cfg.max_prompt_length, [6] * cfg.max_response_length,
+                     [7] * cfg.max_response_length)] * cfg.batch_size
+            batch = dpo_collator(self.preset, tok)(rows)
+            has_ref, self.trainer._ref_model_exists = self.trainer._ref_model_exists, False
+            try:  # Tunix's own preparation, traced; the reference's log-probs filled in below
+                with self.mesh:
+                    example = jax.eval_shape(self.trainer._prepare_inputs, batch)
+            finally:
+                self.trainer._ref_model_exists = has_ref
+            if has_ref:
+                logps = jax.ShapeDtypeStruct((cfg.batch_size,), jnp.float32)
+                example = example.replace(ref_chosen_logps=logps, ref_rejected_logps=logps)
+            return _placed(example, self.mesh)
+        from tunix.rl.common import TrainExample
+
+        n, p, c = (cfg.batch_size * cfg.num_generations, cfg.max_prompt_length,
+                   cfg.max_generation_length)
+        per_token = jax.ShapeDtypeStruct((n, c), jnp.float32)
+        return _placed(TrainExample(
+            prompt_ids=jax.ShapeDtypeStruct((n, p), jnp.int32),
+            prompt_mask=jax.ShapeDtypeStruct((n, p), jnp.bool_),
+            completion_ids=jax.ShapeDtypeStruct((n, c), jnp.int32),
+            completion_mask=jax.ShapeDtypeStruct((n, c), jnp.bool_),
+            advantages=jax.ShapeDtypeStruct((n,), jnp.float32),
+            ref_per_token_logps=per_token if self.learner.algo_config.beta != 0.0 else None,
+            old_per_token_logps=per_token if cfg.num_iterations > 1 else None), self.mesh)
+
+    def lower(self):
+        """The trainer's jitted train step, lowered for :meth:`example_batch`."""
+        with self.mesh:
+            step, _ = self.trainer.jit_train_and_eval_step(cache_nnx_graph=False)
+            try:
+                return step.func.lower(*step.args, self.example_batch())
+            finally:
+                self.trainer.clear_jit_cache()  # training jits its own (cached-graph) step
+
+
+def _io(run: RunDir | None, stage: str, cfg: TrainConfig) -> dict[str, Any]:
+    """Checkpoint and metrics options of a stage's run directory; none without a run."""
+    if run is None:
+        return {}
+    return dict(checkpoint_root_directory=str(checkpoint_dir(run, stage)),
+                checkpointing_options=_checkpointing(cfg),
+                metrics_logging_options=metrics_options(run, stage))
+
+
+def build_stage(preset: Preset, stage: str, run: RunDir | None = None, *,
+                weights: str = "checkpoint", started: str | None = None,
+                reward_fns: Sequence[Callable] | None = None, mesh=None) -> Stage:
+    """Build ``stage`` without training it: preset -> mesh -> model -> LoRA -> Tunix trainer.
+
+    The one way every stage is built: ``train_sft`` / ``train_dpo`` / ``train_grpo`` train
+    what this returns, and the real-shape checks (:mod:`reasonkit.shapes`), notebooks and
+    benchmarks look inside it. ``weights`` picks real (``"checkpoint"``), random or
+    abstract weights (:func:`build_models`); ``started`` is the stage whose adapters to
+    start from (and to freeze as the reference); ``run`` gives checkpoints and metrics
+    (none without it). A batch that does not split over the mesh's data axes is refused
+    here, before anything is built.
+    """
+    import tunix
+
+    if stage not in TRAIN_STAGES:
+        raise ValueError(f"stage={stage!r}: must be one of {', '.join(TRAIN_STAGES)}")
+    cfg = getattr(preset, stage)
+    mesh = mesh if mesh is not None else mesh_lib.stage_mesh(preset, stage)
+    repeat, how = {"sft": (1, ""), "dpo": (2, "chosen + rejected"),
+                   "grpo": (getattr(cfg, "num_generations", 1),
+                            "x grpo.num_generations")}[stage]
+    mesh_lib.check_batch(cfg.batch_size, mesh, f"{stage}.batch_size", repeat=repeat,
+                         how=how and f"{cfg.batch_size} {how}")
+    with_ref = stage == "grpo" or (stage == "dpo" and cfg.algorithm == "dpo")  # ORPO: none
+    with mesh:
+        base, policy, reference, tok, model_dir = build_models(
+            preset, mesh, weights, run=run, started=started, seed=cfg.seed, reference=with_ref)
+        built = Stage(stage, preset, mesh, weights, base, policy, reference, tok, model_dir,
+                      None, started)
+        if stage == "sft":
+            built.trainer = tunix.PeftTrainer(policy, make_optimizer(cfg), tunix.TrainingConfig(
+                eval_every_n_steps=cfg.checkpoint_every, max_steps=cfg.max_steps,
+                pbar_description="SFT", **_io(run, stage, cfg)))
+            built.trainer.with_gen_model_input_fn(gen_model_input_fn(tok.pad_id()))
+            built.trainer.with_loss_fn(logprobs.sft_loss)  # Tunix's loss, chunked
+        elif stage == "dpo":
+            built.trainer = _dpo_trainer(preset, run, policy, reference)
+        else:
+            built.cluster, built.learner = _grpo_learner(preset, run, policy, reference, tok,
+                                                         mesh, reward_fns)
+            built.trainer = built.cluster.actor_trainer
+    return built
+
+
+def _dpo_trainer(preset: Preset, run: RunDir | None, policy, reference):
+    import tunix
+    from tunix.sft.dpo.dpo_trainer import DPOTrainingConfig, dpo_loss_fn
+
+    cfg = preset.dpo
+    trainer = tunix.DPOTrainer(
+        model=policy, ref_model=reference, optimizer=make_optimizer(cfg),
+        training_config=DPOTrainingConfig(
+            algorithm=cfg.algorithm, beta=cfg.beta, lambda_orpo=cfg.lambda_orpo,
+            eval_every_n_steps=cfg.max_steps + 1, max_steps=cfg.max_steps,
+            max_prompt_length=cfg.max_prompt_length, max_response_length=cfg.max_response_length,
+            pbar_description=cfg.algorithm.upper(), **_io(run, "dpo", cfg)))
+    # Tunix's loss and preparation (the reference's forward), with chunked log-probs
+    trainer.with_loss_fn(_chunked(dpo_loss_fn), has_aux=True)
+    trainer._prepare_inputs = _chunked(trainer._prepare_inputs)
+    return trainer
+
+
+@contextlib.contextmanager
+def _abstract_models_stay_put() -> Iterator[None]:
+    """RLCluster copies the actor's state to host memory as it starts (``device_put``);
+    an abstract model (ShapeDtypeStructs) has nothing to copy, so it is returned as is."""
+    from tunix.rl import utils as rl_utils
+
+    put = rl_utils.put_params_on_memory_kind
+
+    def put_unless_abstract(params, memory_kind):
+        if any(isinstance(x, jax.ShapeDtypeStruct) for x in jax.tree.leaves(params)):
+            return params
+        return put(params, memory_kind)
+
+    rl_utils.put_params_on_memory_kind = put_unless_abstract
+    try:
+        yield
+    finally:
+        rl_utils.put_params_on_memory_kind = put
+
+
+def _grpo_learner(preset: Preset, run: RunDir | None, policy, reference, tok, mesh,
+                  reward_fns: Sequence[Callable] | None):
+    from tunix.rl import rl_cluster as rl
+    from tunix.rl.rollout import base_rollout
+
+    cfg = preset.grpo
+    training = rl.RLTrainingConfig(
+        actor_optimizer=make_optimizer(cfg), eval_every_n_steps=cfg.max_steps + 1,
+        max_steps=cfg.max_steps, mini_batch_size=cfg.batch_size,
+        train_micro_batch_size=cfg.batch_size, **_io(run, "grpo", cfg))
+    rollout = base_rollout.RolloutConfig(
+        max_tokens_to_generate=cfg.max_generation_length, max_prompt_length=cfg.max_prompt_length,
+        kv_cache_size=cfg.max_prompt_length + cfg.max_generation_length,
+        temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
+        eos_tokens=models.stop_token_ids(tok))
+    with _abstract_models_stay_put():
+        cluster = rl.RLCluster(actor=policy, reference=reference, tokenizer=tok,
+                               cluster_config=rl.ClusterConfig(
+                                   role_to_mesh={rl.Role.ACTOR: mesh, rl.Role.REFERENCE: mesh,
+                                                 rl.Role.ROLLOUT: mesh},
+                                   rollout_engine="vanilla", offload_to_cpu=False,
+                                   training_config=training, rollout_config=rollout))
+    reseed_rollouts(cluster, cfg.seed)
+    learner_cls, algo = grpo_algorithm(preset)
+    learner = learner_cls(rl_cluster=cluster, reward_fns=list(reward_fns or reward_functions(preset)),
+                          algo_config=algo)
+    # the learner's policy loss and the reference's forward, with chunked log-probs
+    actor = cluster.actor_trainer
+    actor.with_loss_fn(_chunked(actor.loss_fn), has_aux=True)
+    worker, rollout = cluster.inference_worker, cluster.rollout
+    worker.get_ref_per_token_logps = _chunked(worker.get_ref_per_token_logps)
+    rollout.get_per_token_logps = _chunked(rollout.get_per_token_logps)  # num_iterations > 1
+    return cluster, learner
 
 
 # --- stages ----------------------------------------------------------------------------
@@ -558,65 +920,42 @@ def _finish(run: RunDir, stage: str, cfg: TrainConfig, steps: int, t0: float, st
 def train_sft(preset: Preset, run: RunDir, *, deadline: float | None = None,
               overwrite: bool = False) -> StageResult:
     """Supervised fine-tuning with completion-only loss, resuming from the last checkpoint."""
-    import tunix
-
     _begin(run, "sft", overwrite)
     t0, cfg = time.time(), preset.sft
     splits, _ = data.read_splits(run.require("data"))
     _record_settings(run, "sft", stage_settings(preset, run, "sft", None))
-    mesh = mesh_lib.stage_mesh(preset, "sft")
-    with mesh:
-        _, policy, tok, model_dir = load_policy(preset, run, None, mesh, seed=cfg.seed)
+    stage = build_stage(preset, "sft", run)
+    trainer, tok = stage.trainer, stage.tokenizer
+    with stage.mesh:
         train, collator = sft_batches(sft_examples(splits.sft, tok), preset, tok)
-        train = mesh_lib.global_batches(train, mesh)  # several processes: one global batch
+        train = mesh_lib.global_batches(train, stage.mesh)  # several processes: one global batch
         held_out = collate.batches(sft_examples(splits.eval, tok), cfg.batch_size, collate.SFTCollator(
             layout=collate.StaticLayout(max_length=cfg.max_target_length), pad_id=tok.pad_id(),
             bos_id=tok.bos_id()))
-        trainer = tunix.PeftTrainer(policy, make_optimizer(cfg), tunix.TrainingConfig(
-            eval_every_n_steps=cfg.checkpoint_every, max_steps=cfg.max_steps,
-            checkpoint_root_directory=str(checkpoint_dir(run, "sft")),
-            checkpointing_options=_checkpointing(cfg), metrics_logging_options=metrics_options(run, "sft"),
-            pbar_description="SFT")).with_gen_model_input_fn(gen_model_input_fn(tok.pad_id()))
         with compiles.CompileCounter() as counter, saves_land_on_interrupt(trainer.checkpoint_manager), \
                 detached_after(trainer.metrics_logger):
             trainer.train(counter.watch(until(train, deadline, total=cfg.max_steps, name="SFT",
                                               skip=trainer.train_steps), skip=trainer.train_steps),
-                          list(mesh_lib.global_batches(take(held_out, 2), mesh)))
+                          list(mesh_lib.global_batches(take(held_out, 2), stage.mesh)))
         steps = trainer.train_steps
     stats = {"collate": collator.stats.to_dict(),
              "compiles": log_compiles(run, "sft", counter, steps)}
-    return _finish(run, "sft", cfg, steps, t0, None, stats, policy, tok, model_dir)
+    return _finish(run, "sft", cfg, steps, t0, None, stats, stage.policy, tok, stage.model_dir)
 
 
 def train_dpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
               overwrite: bool = False) -> StageResult:
     """DPO (or ORPO) from the SFT adapters; the reference is the SFT policy, frozen (no ORPO)."""
-    import tunix
-    from tunix.sft.dpo.dpo_trainer import DPOTrainingConfig
-
     _begin(run, "dpo", overwrite)
     t0, cfg = time.time(), preset.dpo
     splits, _ = data.read_splits(run.require("data"))
     started = start_from(run, "dpo")
     _record_settings(run, "dpo", stage_settings(preset, run, "dpo", started))
-    mesh = mesh_lib.stage_mesh(preset, "dpo")
-    with mesh:
-        base, policy, tok, model_dir = load_policy(preset, run, started, mesh, seed=cfg.seed)
-        reference = frozen_reference(base, preset, run, started, mesh, cfg.seed) \
-            if cfg.algorithm == "dpo" else None  # ORPO has no reference model
+    stage = build_stage(preset, "dpo", run, started=started)
+    trainer, tok = stage.trainer, stage.tokenizer
+    with stage.mesh:
         train, collator = dpo_batches(dpo_examples(splits.dpo, tok), preset, tok)
-        train = mesh_lib.global_batches(train, mesh)
-        trainer = tunix.DPOTrainer(
-            model=policy, ref_model=reference, optimizer=make_optimizer(cfg),
-            training_config=DPOTrainingConfig(
-                algorithm=cfg.algorithm, beta=cfg.beta, lambda_orpo=cfg.lambda_orpo,
-                eval_every_n_steps=cfg.max_steps + 1, max_steps=cfg.max_steps,
-                max_prompt_length=cfg.max_prompt_length,
-                max_response_length=cfg.max_response_length,
-                checkpoint_root_directory=str(checkpoint_dir(run, "dpo")),
-                checkpointing_options=_checkpointing(cfg),
-                metrics_logging_options=metrics_options(run, "dpo"),
-                pbar_description=cfg.algorithm.upper()))
+        train = mesh_lib.global_batches(train, stage.mesh)
         with compiles.CompileCounter() as counter, saves_land_on_interrupt(trainer.checkpoint_manager), \
                 detached_after(trainer.metrics_logger):
             trainer.train(counter.watch(until(train, deadline, total=cfg.max_steps, name=cfg.algorithm,
@@ -624,7 +963,7 @@ def train_dpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
         steps = trainer.train_steps
     stats = {"collate": collator.stats.to_dict(),
              "compiles": log_compiles(run, "dpo", counter, steps)}
-    return _finish(run, "dpo", cfg, steps, t0, started, stats, policy, tok, model_dir)
+    return _finish(run, "dpo", cfg, steps, t0, started, stats, stage.policy, tok, stage.model_dir)
 
 
 def reward_functions(preset: Preset) -> list[Callable]:
@@ -673,42 +1012,15 @@ def reseed_rollouts(cluster, seed: int) -> None:
 def train_grpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
                overwrite: bool = False, reward_fns: Sequence[Callable] | None = None) -> StageResult:
     """GRPO from the DPO (or SFT) adapters, KL-regularised towards where it started."""
-    import tunix
-    from tunix.rl import rl_cluster as rl
-    from tunix.rl.rollout import base_rollout
-
     _begin(run, "grpo", overwrite)
     t0, cfg = time.time(), preset.grpo
     splits, _ = data.read_splits(run.require("data"))
     started = start_from(run, "grpo")
     _record_settings(run, "grpo", stage_settings(preset, run, "grpo", started))
-    mesh = mesh_lib.stage_mesh(preset, "grpo")
-    with mesh:
-        base, policy, tok, model_dir = load_policy(preset, run, started, mesh, seed=cfg.seed)
-        reference = frozen_reference(base, preset, run, started, mesh, cfg.seed)
+    stage = build_stage(preset, "grpo", run, started=started, reward_fns=reward_fns)
+    cluster, learner, actor, tok = stage.cluster, stage.learner, stage.trainer, stage.tokenizer
+    with stage.mesh:
         train, collator = grpo_batches(grpo_records(splits.grpo), preset, tok)
-        training = rl.RLTrainingConfig(
-            actor_optimizer=make_optimizer(cfg), eval_every_n_steps=cfg.max_steps + 1,
-            max_steps=cfg.max_steps, mini_batch_size=cfg.batch_size,
-            train_micro_batch_size=cfg.batch_size,
-            checkpoint_root_directory=str(checkpoint_dir(run, "grpo")),
-            checkpointing_options=_checkpointing(cfg), metrics_logging_options=metrics_options(run, "grpo"))
-        rollout = base_rollout.RolloutConfig(
-            max_tokens_to_generate=cfg.max_generation_length, max_prompt_length=cfg.max_prompt_length,
-            kv_cache_size=cfg.max_prompt_length + cfg.max_generation_length,
-            temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
-            eos_tokens=models.stop_token_ids(tok))
-        cluster = rl.RLCluster(actor=policy, reference=reference, tokenizer=tok,
-                               cluster_config=rl.ClusterConfig(
-                                   role_to_mesh={rl.Role.ACTOR: mesh, rl.Role.REFERENCE: mesh,
-                                                 rl.Role.ROLLOUT: mesh},
-                                   rollout_engine="vanilla", offload_to_cpu=False,
-                                   training_config=training, rollout_config=rollout))
-        reseed_rollouts(cluster, cfg.seed)
-        learner_cls, algo = grpo_algorithm(preset)
-        learner = learner_cls(rl_cluster=cluster, reward_fns=list(reward_fns or reward_functions(preset)),
-                              algo_config=algo)
-        actor = cluster.actor_trainer
         with compiles.CompileCounter() as counter, saves_land_on_interrupt(actor.checkpoint_manager), \
                 detached_after(cluster._rl_metrics_logger):
             stream = counter.watch(until(train, deadline, total=cfg.max_steps, name="GRPO",
@@ -720,10 +1032,9 @@ def train_grpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
                 learner.train(itertools.chain([first], stream))
         steps = actor.train_steps
         policy = actor.model
-    del tunix
     stats = {"collate": collator.stats.to_dict(),
              "compiles": log_compiles(run, "grpo", counter, steps)}
-    return _finish(run, "grpo", cfg, steps, t0, started, stats, policy, tok, model_dir)
+    return _finish(run, "grpo", cfg, steps, t0, started, stats, policy, tok, stage.model_dir)
 
 
 def export(result: StageResult, preset: Preset, run: RunDir, *,

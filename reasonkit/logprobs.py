@@ -1,0 +1,226 @@
+"""Token log-probabilities and the SFT loss without full-vocabulary float32 logits.
+
+Tunix computes every loss from ``model(...)``'s logits ``[B, S, V]``: its SFT loss
+builds ``one_hot(target, V)`` and a ``log_softmax`` over them, and its DPO / GRPO
+log-probabilities upcast the whole tensor to float32 (GRPO also takes a softmax for
+the entropy it logs). With Gemma's 262144-piece vocabulary one float32 copy of the
+logits of 4 rows of 1024 tokens is 4 GiB, and a training step holds about ten such
+buffers (the forward, the upcast, the softmax and their gradients).
+
+Here the model runs without its vocabulary projection (the final hidden states,
+``[B, S, D]``), and the projection, log-softmax and target pick happen a chunk of
+positions at a time inside ``jax.lax.map``, rematerialised in the backward pass: one
+chunk's float32 logits live at a time. Only the positions that are scored are
+projected (GRPO: the completion, not the prompt). The numbers are Tunix's: the same
+logits (``hidden @ embedding.T`` in the model's dtype, Gemma 2's final soft-cap, the
+sampling temperature), then log-softmax in float32 (tests/test_logprobs.py compares
+them with Tunix's own on the tiny model).
+
+On a mesh each device projects every row of a chunk onto its slice of the vocabulary,
+so a chunk of ``C`` positions holds ``rows x C x V / devices`` float32 logits per
+device; :func:`chunk_positions` picks ``C`` so that is about ``CHUNK_BYTES``:
+
+>>> chunk_positions(rows=32, vocab=262144 // 8, length=1023)  # 32 x 64 x 32768 x 4 B = 256 MiB
+64
+>>> chunk_positions(rows=16, vocab=512, length=159)  # the tiny model on one device: one chunk
+159
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jax.interpreters import pxla
+
+CHUNK_BYTES = 256 * 2**20  # float32 logits of one chunk, per device
+
+
+def chunk_positions(rows: int, vocab: int, length: int, chunk_bytes: int = CHUNK_BYTES) -> int:
+    """Positions per chunk: about ``chunk_bytes`` of float32 logits, a power of two (or all).
+
+    ``rows x vocab`` is what one device computes per position: all rows of the batch over
+    its share of the vocabulary (:func:`token_log_probs` splits the vocabulary).
+    """
+    fit = max(1, chunk_bytes // (4 * max(1, rows) * vocab))
+    if fit >= length:
+        return length
+    return 2 ** int(math.log2(fit))
+
+
+def _vocab_axes(vocab: int) -> tuple[tuple[str, ...], int]:
+    """The mesh axes in scope to split the vocabulary over (all of them), and how many ways."""
+    mesh = pxla.thread_resources.env.physical_mesh
+    if mesh.empty or mesh.size == 1 or vocab % mesh.size:
+        return (), 1
+    return tuple(mesh.axis_names), mesh.size
+
+
+def _constrain(x, *spec):
+    mesh = pxla.thread_resources.env.physical_mesh
+    return jax.lax.with_sharding_constraint(
+        x, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*spec)))
+
+
+def hidden_states(model: nnx.Module, tokens: jax.Array, positions: jax.Array,
+                  attention_mask: jax.Array | None, **kwargs: Any) -> jax.Array:
+    """The final-norm outputs ``[B, S, D]``: the model's forward without the vocabulary projection.
+
+    Tunix's Gemma models sow them when asked (``output_hidden_states=True``); the logits
+    the call also returns are never used, so XLA drops their computation. LoRA applies as
+    in any call (qwix intercepts the model's ``__call__``).
+    """
+    model(tokens, positions, None, attention_mask, output_hidden_states=True, **kwargs)
+    sown = nnx.pop(model, nnx.Intermediate)
+    (hidden,) = jax.tree.leaves(sown)
+    return hidden
+
+
+def output_embedding(model: nnx.Module) -> jax.Array:
+    """The ``[V, D]`` matrix the model's logits are ``hidden @ E.T`` of (Gemma ties it to the input)."""
+    return model.embedder.input_embedding.value
+
+
+def final_softcap(model: nnx.Module) -> float | None:
+    """Gemma 2's ``tanh`` cap on the logits (30.0); None for Gemma 3."""
+    return getattr(model, "final_logits_softcap", None)
+
+
+def _logits(hidden, embedding, softcap, temperature):
+    logits = jnp.einsum("bcd,vd->bcv", hidden, embedding).astype(jnp.float32)  # [B, C, V]
+    if softcap is not None:
+        logits = jnp.tanh(logits / softcap) * softcap
+    if temperature not in (0.0, 1.0):
+        logits = logits / temperature
+    return logits
+
+
+def token_log_probs(hidden: jax.Array, embedding: jax.Array, targets: jax.Array, *,
+                    softcap: float | None = None, temperature: float = 1.0,
+                    entropy: bool = False, chunk: int | None = None):
+    """``log p(targets)`` ``[B, T]`` (float32) from hidden states ``[B, T, D]``, chunk by chunk.
+
+    ``hidden[:, t]`` predicts ``targets[:, t]``. With ``entropy=True`` also returns the
+    entropy of each position's distribution ``[B, T]``.
+
+    On a mesh the vocabulary is split over every device (vocabulary-parallel, as in
+    Megatron's cross-entropy): each device projects all rows of a chunk onto its slice
+    of the embedding and the log-softmax sums across slices, so no device gathers the
+    whole ``[V, D]`` matrix (Tunix's decode would, a float32 copy of it on XLA:CPU).
+    """
+    b, t, d = hidden.shape
+    vocab = embedding.shape[0]
+    axes, ways = _vocab_axes(vocab)
+    if axes:
+        embedding = _constrain(embedding, axes, None)  # [V / ways, D] on each device
+    if chunk is None:
+        chunk = chunk_positions(b, vocab // ways, t)
+    n = -(-t // chunk)
+    pad = n * chunk - t
+    h = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0))).reshape(b, n, chunk, d).swapaxes(0, 1)
+    y = jnp.pad(targets, ((0, 0), (0, pad))).reshape(b, n, chunk).swapaxes(0, 1)  # [n, B, C]
+
+    @jax.checkpoint  # the backward recomputes a chunk's logits instead of keeping them all
+    def one(args):
+        h_c, y_c = args  # [B, C, D], [B, C]
+        if axes:
+            h_c = _constrain(h_c, None)  # every row on every device (a [B, C, D] gather)
+        logits = _logits(h_c, embedding, softcap, temperature)  # [B, C, V] float32
+        if axes:
+            logits = _constrain(logits, None, None, axes)
+        lse = jax.nn.logsumexp(logits, axis=-1)  # [B, C]
+        # the target's logit without a gather across vocabulary slices
+        ids = jax.lax.broadcasted_iota(jnp.int32, logits.shape, 2)
+        picked = jnp.sum(jnp.where(ids == y_c[..., None], logits, 0.0), axis=-1)
+        if not entropy:
+            return picked - lse, None
+        p = jax.nn.softmax(logits, axis=-1)
+        return picked - lse, lse - jnp.sum(p * logits, axis=-1)
+
+    logp, ent = jax.lax.map(one, (h, y))  # [n, B, C]
+    logp = logp.swapaxes(0, 1).reshape(b, n * chunk)[:, :t]
+    if not entropy:
+        return logp
+    return logp, ent.swapaxes(0, 1).reshape(b, n * chunk)[:, :t]
+
+
+def model_log_probs(model: nnx.Module, tokens: jax.Array, positions: jax.Array,
+                    attention_mask: jax.Array | None, keep: int, *, temperature: float = 1.0,
+                    entropy: bool = False, **kwargs: Any):
+    """Log-probabilities of the last ``keep`` tokens ``[B, keep]``, as Tunix slices them.
+
+    Position ``t`` is predicted from ``t - 1``: the hidden states of positions
+    ``[S - keep - 1, S - 1)`` are projected, nothing before them.
+    """
+    hidden = hidden_states(model, tokens, positions, attention_mask, **kwargs)
+    s = tokens.shape[1]
+    return token_log_probs(hidden[:, s - keep - 1:s - 1], output_embedding(model),
+                           tokens[:, s - keep:], softcap=final_softcap(model),
+                           temperature=temperature, entropy=entropy)
+
+
+def sft_loss(model: nnx.Module, input_tokens: jax.Array, input_mask: jax.Array,
+             positions: jax.Array, attention_mask: jax.Array, images: Any = None) -> jax.Array:
+    """Tunix's default PEFT loss (mean NLL of the tokens ``input_mask[:, 1:]`` marks), chunked.
+
+    Same signature and value as ``tunix.sft.peft_trainer._default_loss_fn``, computed in
+    float32 and without its ``one_hot(target, V)``.
+    """
+    kwargs = {} if images is None else {"images": images}
+    hidden = hidden_states(model, input_tokens, positions, attention_mask, **kwargs)
+    logp = token_log_probs(hidden[:, :-1], output_embedding(model), input_tokens[:, 1:],
+                           softcap=final_softcap(model))  # [B, S - 1]
+    mask = input_mask[:, 1:].astype(jnp.float32)
+    return -jnp.sum(logp * mask) / (jnp.sum(mask) + 1e-8)
+
+
+# --- Tunix's signatures -------------------------------------------------------------------
+# Drop-in replacements for the functions Tunix's DPO and GRPO call (same arguments, same
+# results); reasonkit.train puts them in place while its stages run.
+
+
+@nnx.jit(static_argnums=(4,))
+def dpo_compute_logps(model, input_ids, positions, attention_mask, logits_to_keep,
+                      completion_mask, images=None):
+    """``tunix.sft.dpo.dpo_trainer.compute_logps``: summed (chosen, rejected) log-probs."""
+    kwargs = {} if images is None else {"images": images}
+    logp = model_log_probs(model, input_ids, positions, attention_mask, logits_to_keep, **kwargs)
+    logp = (logp * completion_mask).sum(axis=-1)
+    half = logp.shape[0] // 2
+    return logp[:half], logp[half:]
+
+
+@functools.partial(jax.jit, static_argnames=("pad_id", "eos_id", "stop_gradient",
+                                             "return_logits", "temperature"))
+def grpo_compute_per_token_logps(graphdef, state, prompt_tokens, completion_tokens, pad_id: int,
+                                 eos_id: int, images=None, stop_gradient: bool = True,
+                                 return_logits: bool = False, segment_ids=None,
+                                 segment_positions=None, temperature: float = 1.0):
+    """``tunix.rl.common.compute_per_token_logps`` for unpacked batches, chunked.
+
+    With ``return_logits=True`` Tunix returns the completion logits, which its GRPO loss
+    uses only for the entropy it logs; this returns that entropy ``[B, T]`` in their
+    place (:func:`entropy_of_entropy` is the matching ``compute_entropy_from_logits``).
+    """
+    from tunix.rl import common
+
+    if segment_ids is not None or segment_positions is not None:
+        raise NotImplementedError("packed GRPO batches (segment_ids) are not supported here")
+    model = nnx.merge(graphdef, state)
+    tokens, positions, attention_mask, _ = common.process_ids(
+        prompt_tokens, completion_tokens, pad_id, eos_id)
+    kwargs = {} if images is None else {"images": images}
+    out = model_log_probs(model, tokens, positions, attention_mask, completion_tokens.shape[1],
+                          temperature=temperature, entropy=return_logits, **kwargs)
+    if stop_gradient:
+        out = jax.lax.stop_gradient(out)
+    return out
+
+
+def entropy_of_entropy(entropy: jax.Array) -> jax.Array:
+    """``compute_entropy_from_logits`` for what :func:`grpo_compute_per_token_logps` returns."""
+    return entropy

@@ -1,0 +1,113 @@
+"""The chunked loss and log-probabilities equal Tunix's own, values and gradients."""
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from reasonkit import logprobs, masks, models
+from reasonkit.config import LoraConfig, ModelConfig
+
+G3 = ModelConfig(family="gemma3", source="unused", num_layers=2, vocab_size=512, embed_dim=32,
+                 hidden_dim=64, num_heads=2, head_dim=16, num_kv_heads=1, sliding_window=16,
+                 dtype="float32")
+G2 = dataclasses.replace(G3, family="gemma2", num_heads=4, num_kv_heads=2)
+TOKENS = jnp.array([[2, 17, 40, 5, 99, 7, 0, 0, 0, 0], [2, 300, 12, 8, 9, 11, 13, 21, 6, 1]])
+
+
+@functools.cache
+def lora_model(cfg):
+    """A small LoRA model whose adapters are not zero, so they change the logits (built once:
+    qwix's eager first call is most of the cost)."""
+    model = models.apply_lora(models.new_model(cfg, seed=0), LoraConfig(rank=4, alpha=8.0))
+    for i, (_, v) in enumerate(nnx.to_flat_state(nnx.state(model, nnx.LoRAParam))):
+        v.value = 0.1 * jax.random.normal(jax.random.key(i), v.value.shape)
+    return model
+
+
+def sft_inputs():
+    valid = TOKENS != 0
+    loss_mask = valid.at[:, :3].set(False)  # completion-only
+    return dict(input_tokens=TOKENS, input_mask=loss_mask,
+                positions=masks.positions_from_mask(valid), attention_mask=masks.causal_mask(valid))
+
+
+def lora_grad(loss, model, *args, **kwargs):
+    """Loss and its gradient in the adapters, jitted (eagerly, each op would compile alone)."""
+    step = nnx.jit(lambda m, *a, **k: nnx.value_and_grad(
+        loss, argnums=nnx.DiffState(0, nnx.LoRAParam))(m, *a, **k))
+    value, grads = step(model, *args, **kwargs)
+    return value, jax.tree.leaves(grads)
+
+
+@pytest.mark.parametrize("cfg", [G3, G2], ids=["gemma3", "gemma2-softcap"])
+def test_sft_loss_equals_tunix_default(cfg):
+    from tunix.sft.peft_trainer import _default_loss_fn
+
+    model = lora_model(cfg)
+    want, want_g = lora_grad(_default_loss_fn, model, **sft_inputs())
+    got, got_g = lora_grad(logprobs.sft_loss, model, **sft_inputs())
+    assert float(got) == pytest.approx(float(want), rel=1e-5)
+    for a, b in zip(got_g, want_g, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    assert not any(isinstance(v, nnx.Intermediate) for _, v in nnx.iter_graph(model))
+
+
+def test_chunks_give_the_same_log_probs():
+    model = lora_model(G3)
+    valid = TOKENS != 0
+    hidden = logprobs.hidden_states(model, TOKENS, masks.positions_from_mask(valid),
+                                    masks.causal_mask(valid))
+    emb = logprobs.output_embedding(model)
+    whole = logprobs.token_log_probs(hidden[:, :-1], emb, TOKENS[:, 1:], chunk=9)
+    for chunk in (1, 4, 5):  # 9 positions: padded to a multiple of the chunk
+        np.testing.assert_allclose(
+            logprobs.token_log_probs(hidden[:, :-1], emb, TOKENS[:, 1:], chunk=chunk), whole,
+            rtol=1e-6, atol=1e-6)
+    logits, _ = model(TOKENS, masks.positions_from_mask(valid), None, masks.causal_mask(valid))
+    ref = jax.nn.log_softmax(logits[:, :-1], axis=-1)
+    np.testing.assert_allclose(whole, jnp.take_along_axis(ref, TOKENS[:, 1:, None], -1)[..., 0],
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("cfg", [G3, G2], ids=["gemma3", "gemma2-softcap"])
+def test_dpo_log_probs_equal_tunix(cfg):
+    from tunix.sft.dpo import dpo_trainer
+
+    model = lora_model(cfg)
+    valid = TOKENS != 0
+    args = (TOKENS, masks.positions_from_mask(valid), masks.causal_mask(valid), 5,
+            valid[:, -5:].astype(jnp.float32))
+    want = dpo_trainer.compute_logps(model, *args)
+    got = logprobs.dpo_compute_logps(model, *args)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+
+    def loss(fn):
+        return lambda m: (lambda c, r: (c - 2 * r).sum())(*fn(m, *args))  # logits_to_keep static
+
+    _, want_g = lora_grad(loss(dpo_trainer.compute_logps), model)
+    _, got_g = lora_grad(loss(logprobs.dpo_compute_logps), model)
+    for a, b in zip(got_g, want_g, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("cfg", [G3, G2], ids=["gemma3", "gemma2-softcap"])
+def test_grpo_log_probs_and_entropy_equal_tunix(cfg):
+    from tunix.rl import algo_core, common
+
+    model = lora_model(cfg)
+    prompt, completion = TOKENS[:, :6], TOKENS[:, 6:]
+    kw = dict(pad_id=0, eos_id=1, stop_gradient=False, return_logits=True, temperature=0.9)
+    graphdef, state = nnx.split(model)
+    want, logits = common.compute_per_token_logps(graphdef, state, prompt, completion, **kw)
+    got, entropy = logprobs.grpo_compute_per_token_logps(graphdef, state, prompt, completion, **kw)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(logprobs.entropy_of_entropy(entropy),
+                               algo_core.compute_entropy_from_logits(logits), rtol=1e-4, atol=1e-5)
+    only = logprobs.grpo_compute_per_token_logps(graphdef, state, prompt, completion,
+                                                 **{**kw, "return_logits": False})
+    np.testing.assert_allclose(only, want, rtol=1e-5, atol=1e-6)
