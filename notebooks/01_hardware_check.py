@@ -133,6 +133,21 @@ if preset.hardware != "cpu":
     display(Markdown(hardware.format_budget_table(hardware.budget_table(preset, target))))
 
 # %% [markdown]
+# ## What the compiler says
+# The budget is arithmetic. The compiler can count: build the SFT step exactly as
+# training will (abstract weights, so nothing is downloaded), compile it for this
+# machine and read back the bytes each device needs (arguments + outputs + temporaries,
+# less the donated inputs). On a TPU that is the real figure. On a CPU it is XLA:CPU's,
+# an upper bound (it computes bfloat16 matmuls in float32); `python -m reasonkit.shapes
+# gemma3-1b sft` checks a TPU preset on simulated CPU devices.
+
+# %%
+from reasonkit import shapes
+
+for stage in ["sft"]:  # also "dpo", "grpo", "rollout", "eval": a minute or two each on a TPU
+    print(shapes.describe(shapes.check(preset, stage, hw=hw)))
+
+# %% [markdown]
 # When a stage does not fit, the budget says what to change, each suggestion priced by
 # re-running the same arithmetic on the changed preset:
 

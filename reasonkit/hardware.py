@@ -457,6 +457,14 @@ class Budget:
     def fits(self) -> bool:
         return self.total <= FIT_FRACTION * self.capacity
 
+    def phase_total(self, phase: str) -> int:
+        """The estimate for one phase: ``total`` for the peak phase, else the other's."""
+        if phase == self.phase or not self.off_peak:
+            return self.total
+        peak_items = sum(v for k, v in self.items.items()
+                         if not k.startswith(("base params", "LoRA")))
+        return self.total - peak_items + sum(self.off_peak.values())
+
     def advice(self) -> list[Advice]:
         """Concrete changes, smallest estimated total first; ``[]`` when it fits.
 
