@@ -253,7 +253,12 @@ print("checkpoint steps:", sorted(p.name for p in train.checkpoint_dir(run, "sft
 # - Train longer or with another learning rate: `get_preset(name, **{"sft.max_steps":
 #   300, "sft.learning_rate": 1e-3})`, then `RETRAIN = True` (or another run name with
 #   `REASONKIT_RUN=...` to keep both and compare them in `06_evaluation`).
-# - Watch the curves live: `tensorboard --logdir runs/<run>/sft/tensorboard`.
+# - Watch the curves live while SFT trains: add a cell above `train_or_load` with
+#   `logdir = str(run.stage("sft") / "tensorboard")`, `%load_ext tensorboard` and
+#   `%tensorboard --logdir $logdir`. The magic shows TensorBoard inside the notebook on
+#   Colab, Kaggle or Jupyter (a shell `tensorboard --logdir` there starts a server the
+#   notebook cannot show); it needs the `tensorboard` package (`%pip install
+#   tensorboard` where the image lacks it). More in `docs/kaggle.md`.
 # - Try a session deadline: `REASONKIT_DEADLINE_HOURS=0.05` (3 minutes from the session's
 #   start), run, then unset it (or raise it) and run again to see the stage resume from
 #   its checkpoint.

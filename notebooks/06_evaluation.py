@@ -181,9 +181,9 @@ plt.show()
 # (the held-out accuracy's rule). **lenient**: the last `\boxed{}` or number anywhere in
 # the completion is right, tags or not, as lm-evaluation-harness's "flexible-extract"
 # reads GSM8K: a base model that never saw the tags scores only here. A prompt over
-# `eval.max_prompt_length` is not generated and counts as wrong ("too long"). The README
-# ("GSM8K: what to expect") lists published numbers and how they were measured: they
-# are a range to expect, not a like-for-like comparison. `eval.gsm8k_test` picks the
+# `eval.max_prompt_length` is not generated and counts as wrong ("too long").
+# `docs/gsm8k.md` lists published numbers and how they were measured: they are a range
+# to expect, not a like-for-like comparison. `eval.gsm8k_test` picks the
 # source (`"hf"` on the Gemma presets); the tiny preset skips it.
 
 # %%
@@ -375,8 +375,8 @@ print(sorted(p.name for p in out.iterdir()))
 #   compare the stage tables, and whether format pass still drops after the preference stage.
 # - **Tell a change from noise (tiny preset).** One run on these prompts cannot: a seed
 #   moves accuracy by a point or two. `python benchmarks/seeds.py` trains the three stages
-#   for seven seeds and scores them on 1036 and 5787 held-out prompts (README: "What the
-#   tiny preset shows"); `--seeds 0 1 2` for fewer.
+#   for seven seeds and scores them on 1036 and 5787 held-out prompts (`docs/results.md`);
+#   `--seeds 0 1 2` for fewer.
 # - **Use the model.** `05_grpo` merges the GRPO adapters into the base and saves them to
 #   `runs/<run>/grpo/merged` (Hugging Face safetensors + tokenizer): load that directory
 #   with `models.load_model(run.stage("grpo") / "merged", preset.model)`, or with
