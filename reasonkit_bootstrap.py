@@ -48,7 +48,7 @@ import sys
 import tempfile
 from typing import Callable, Mapping, Sequence
 
-# The stack every number in the README was measured with (requirements.txt pins the same
+# The stack every number in the README and docs/ was measured with (requirements.txt pins the same
 # versions; tests/test_bootstrap.py checks that they agree).
 TESTED: dict[str, str] = {
     "jax": "0.10.2", "jaxlib": "0.10.2", "flax": "0.12.8", "qwix": "0.1.8", "optax": "0.2.8",

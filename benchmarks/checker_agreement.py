@@ -49,7 +49,7 @@ import time
 HERE = pathlib.Path(__file__).resolve().parent
 CASES = HERE / "checker_cases.jsonl"
 REASONING = "<reasoning>Worked it out.</reasoning>\n"
-TINY_STEP_S = 3.3  # the tiny preset's GRPO step on 2 CPU cores (README: 200 steps in 655 s)
+TINY_STEP_S = 3.3  # the tiny preset's GRPO step on 2 CPU cores (the demo: 200 steps in 655 s)
 
 
 def load_cases(path: pathlib.Path = CASES) -> list[dict]:

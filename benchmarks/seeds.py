@@ -1,4 +1,4 @@
-"""Accuracy per stage across seeds on the tiny preset: the numbers behind README's seed tables.
+"""Accuracy per stage across seeds on the tiny preset: the numbers behind the seed tables of docs/results.md.
 
 Run from the repository root: ``python benchmarks/seeds.py`` (seeds 0 to 6, about 20
 minutes a seed on a 2-core CPU; ``--quick`` for a smoke run of a few minutes). For each

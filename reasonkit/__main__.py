@@ -125,7 +125,7 @@ def run_series(preset_name: str | None = None, run_name: str | None = None) -> i
                    "domains_format": evaluate.plot_domains(results, metric="format_rate")}
         evaluate.save_run(run, preset, results, seconds, figures)
     print((run.stage("eval") / "stage_table.md").read_text(), end="")
-    gsm8k = run.stage("eval") / "gsm8k_table.md"  # with eval.gsm8k_test set (README: GSM8K)
+    gsm8k = run.stage("eval") / "gsm8k_table.md"  # with eval.gsm8k_test set (docs/gsm8k.md)
     if gsm8k.is_file():
         print(gsm8k.read_text(), end="")
     print(f"done: {run.path}")

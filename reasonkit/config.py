@@ -511,7 +511,7 @@ def _gemma(name: str, hardware: str, model: ModelConfig, *, batch: int, grpo_mes
                         checkpoint_every=100, num_generations=4, max_prompt_length=256,
                         max_generation_length=512),
         eval=EvalConfig(batch_size=batch, max_prompt_length=256, max_generation_length=512,
-                        gsm8k_test="hf"),  # all 1319 problems: a number to compare (README)
+                        gsm8k_test="hf"),  # all 1319 problems: a number to compare (docs/gsm8k.md)
     )
 
 

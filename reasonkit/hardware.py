@@ -684,7 +684,7 @@ def format_budget_table(rows: list[dict[str, Any]]) -> str:
 # frozen bf16 base) on a TPU: 0.3, below the 0.4-0.5 of tuned large-model training, since
 # Tunix's Gemma materialises attention and the presets rematerialise. Sampling decodes one
 # token at a time and is bound by memory bandwidth, not FLOPs: 0.05. On a CPU the peak is
-# the measured matmul rate and the tiny preset's SFT step reaches 0.12 of it (README,
+# the measured matmul rate and the tiny preset's SFT step reaches 0.12 of it (docs/performance.md,
 # "Performance", row (d)); sampling is assumed to do the same there.
 UTILISATION: dict[str, dict[str, float]] = {
     "train": {"tpu": 0.3, "gpu": 0.3, "cpu": 0.12},

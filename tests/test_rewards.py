@@ -273,7 +273,7 @@ def test_degenerate_completions_are_fast():
 
 # --- the cost of symbolic answers --------------------------------------------------------
 
-TINY_STEP_S = 3.3     # the tiny preset's GRPO step on 2 cores (README: 200 steps in 655 s)
+TINY_STEP_S = 3.3     # the tiny preset's GRPO step on 2 cores (the demo: 200 steps in 655 s)
 REWARD_SHARE = 0.05   # issue 29: all rewards together at most 5% of it
 
 
