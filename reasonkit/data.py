@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import pathlib
 import random
 import re
@@ -56,6 +57,8 @@ if TYPE_CHECKING:
 
 FIELDS = ("id", "domain", "source", "prompt", "reasoning", "answer")
 PAIR_FIELDS = ("chosen", "rejected")
+# A lone surrogate: JSON's "\ud800" parses to one, and no UTF encoding can write it.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def validate_record(row: Any) -> str | None:
@@ -75,6 +78,8 @@ def validate_record(row: Any) -> str | None:
             return f"{name} not a string"
         if name != "reasoning" and not row[name].strip():
             return f"empty {name}"
+        if not row[name].isascii() and _SURROGATE.search(row[name]):
+            return f"lone surrogate in {name}"  # no encoder writes it: write_splits would fail
     if row["domain"] not in DOMAINS:
         return "unknown domain"
     if ("chosen" in row) != ("rejected" in row):
@@ -198,33 +203,105 @@ Row = tuple[str, Any, str | None]  # (where, parsed row or None, error or None)
 # What surrogateescape turns an undecodable byte into; valid UTF-8 never decodes to it.
 _UNDECODED = re.compile("[\udc80-\udcff]")
 
+# Byte-order marks, longest first (UTF-32-LE's begins with UTF-16-LE's). A file that starts
+# with one is read in that encoding (the BOM is not part of the first line).
+_BOMS = ((b"\xff\xfe\x00\x00", "utf-32"), (b"\x00\x00\xfe\xff", "utf-32"),
+         (b"\xef\xbb\xbf", "utf-8-sig"), (b"\xff\xfe", "utf-16"), (b"\xfe\xff", "utf-16"))
+
+
+def _encoding(path: pathlib.Path) -> str:
+    """The file's encoding: the one its byte-order mark names, else UTF-8.
+
+    A UTF-16 / UTF-32 mark counts only when the text after it holds a brace, bracket or
+    newline in that encoding: a UTF-8 file whose first line is garbage that happens to
+    begin with ``ff fe`` loses that line, not the file.
+    """
+    with open(path, "rb") as f:
+        head = f.read(1 << 16)
+    name = next((name for bom, name in _BOMS if head.startswith(bom)), "utf-8")
+    if name in ("utf-16", "utf-32"):
+        text = head.decode(name, errors="replace")
+        if not any(c in text for c in "{[\n"):
+            return "utf-8"
+    return name
+
+
+def _parse_line(line: str) -> tuple[Any, str | None]:
+    """``(value, None)`` or ``(None, reason)``; any failure of the parser is a reason.
+
+    Python's json raises more than ``JSONDecodeError`` on valid-looking input: a
+    ``ValueError`` for an integer over 4300 digits, a ``RecursionError`` for arrays
+    nested a thousand deep. One such line must not end the read of the file.
+    """
+    try:
+        return json.loads(line), None
+    except json.JSONDecodeError as e:
+        return None, f"broken JSON ({e.msg})"
+    except RecursionError:
+        return None, "broken JSON (nested too deep)"
+    except Exception as e:  # noqa: BLE001 - ValueError (digit limit), MemoryError, ...
+        message = str(e) if len(str(e)) <= 100 else str(e)[:97] + "..."
+        return None, f"broken JSON ({type(e).__name__}: {message})"
+
 
 def _jsonl_rows(path: pathlib.Path) -> Iterator[Row]:
     """Each non-blank line of a JSONL file, parsed, with ``file:line``; errors are kept.
 
-    A leading byte-order mark (Windows editors write one) is skipped, and a line that is
-    not UTF-8 is kept as an error instead of ending the read of the whole file.
+    UTF-8, or UTF-16 / UTF-32 when the file starts with their byte-order mark (a UTF-8
+    one, which Windows editors write, is skipped). A line that does not decode, does not
+    parse (whatever the parser raises) or holds a lone surrogate is kept as an error
+    instead of ending the read of the whole file.
     """
-    with open(path, encoding="utf-8-sig", errors="surrogateescape") as f:
+    encoding = _encoding(path)
+    name = "UTF-8" if encoding == "utf-8-sig" else encoding.upper()
+    with open(path, encoding=encoding, errors="surrogateescape") as f:
         for number, line in enumerate(f, start=1):
+            where = f"{path}:{number}"
             if not line.strip():
                 continue
             bad = _UNDECODED.search(line)
             if bad:
-                yield (f"{path}:{number}", None,
-                       f"not UTF-8 (byte 0x{ord(bad.group()) - 0xDC00:02x} at column "
-                       f"{bad.start() + 1})")
+                yield (where, None, f"not {name} (byte 0x{ord(bad.group()) - 0xDC00:02x} at "
+                                    f"column {bad.start() + 1})")
                 continue
-            try:
-                yield f"{path}:{number}", json.loads(line), None
-            except json.JSONDecodeError as e:
-                yield f"{path}:{number}", None, f"broken JSON ({e.msg})"
+            value, error = _parse_line(line)
+            if error is None and "\\u" in line:  # only an escape can make a lone surrogate
+                error = _surrogate_in(value)
+                value = None if error else value
+            yield where, value, error
 
 
-def _existing(path: str | pathlib.Path) -> pathlib.Path:
+def _surrogate_in(value: Any) -> str | None:
+    """Why a parsed JSON value cannot be written back as UTF-8 (a lone surrogate), or None.
+
+    Such a string is valid JSON (``"\\ud800"``) but no encoder writes it: kept, it would
+    stop :func:`write_splits` half-way. Dropped at load, with where it was.
+    """
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            bad = _SURROGATE.search(v)
+            if bad:
+                return f"lone surrogate (\\u{ord(bad.group()):04x} in {v[:40]!r})"
+        elif isinstance(v, dict):
+            stack += list(v)
+            stack += list(v.values())
+        elif isinstance(v, list):
+            stack += v
+    return None
+
+
+def _existing(path: str | pathlib.Path, *, file: bool = False) -> pathlib.Path:
+    """``path``, which exists (and with ``file=True`` is not a directory), or a clear error."""
     path = pathlib.Path(path).expanduser()
     if not path.exists():
         raise FileNotFoundError(f"no such file or directory: {path}")
+    if file and path.is_dir():
+        inside = sorted(p.name for p in path.glob("*.jsonl"))[:3]
+        hint = f" (it holds {', '.join(inside)})" if inside else ""
+        raise IsADirectoryError(f"{path} is a directory, not a JSONL file{hint}: give the path "
+                                "of the file")
     return path
 
 
@@ -335,6 +412,10 @@ def record_from_row(row: Any, *, domain: str, source: str, rid: str) -> tuple[di
     if out is None:
         keys = ", ".join(sorted(map(str, row))) if isinstance(row, dict) else type(row).__name__
         return None, f"unknown layout (keys: {keys})" if isinstance(row, dict) else "not an object"
+    for k in PAIR_FIELDS:  # before the answer is looked for: chosen=1 is not "missing answer"
+        if k in out and not isinstance(out[k], str):
+            got = "null" if out[k] is None else type(out[k]).__name__
+            return None, f"{k} not a string (got {got})"
     if isinstance(out.get("id"), int) and not isinstance(out["id"], bool):
         out["id"] = str(out["id"])
     answer = out.get("answer")  # JSON and Arrow give numeric gold answers as numbers
@@ -366,7 +447,7 @@ def load_jsonl(path: str | pathlib.Path, *, domain: str = "general",
     ``file:line``; blank lines are skipped. An empty file raises ``ValueError``.
     """
     _check_domain(domain)
-    path = _existing(path)
+    path = _existing(path, file=True)
     source = source or path.stem
     report = SourceReport(f"jsonl:{path}")
     records = _collect(_jsonl_rows(path), lambda row, i: record_from_row(
@@ -384,7 +465,7 @@ def load_preferences(path: str | pathlib.Path, *, domain: str = "general",
     Pairs feed DPO only: they carry no checked gold answer for eval or GRPO.
     """
     _check_domain(domain)
-    path = _existing(path)
+    path = _existing(path, file=True)
     source = source or path.stem
     report = SourceReport(f"prefs:{path}")
 
@@ -449,17 +530,25 @@ def _local_data_files(path: pathlib.Path, split: str, config_name: str | None) -
     return files
 
 
+def _local_files(name_or_path: str, split: str, config_name: str | None) -> list[str] | None:
+    """The local data files ``name_or_path`` names, or None when it is a Hub name."""
+    local = pathlib.Path(name_or_path).expanduser()
+    looks_local = name_or_path.startswith((".", "/", "~")) or local.suffix in _HF_FORMATS
+    if local.exists() or looks_local:
+        return _local_data_files(_existing(local), split, config_name)
+    return None
+
+
 def _hf_rows(name_or_path: str, split: str, *, config_name: str | None = None,
              cache_dir: str | None = None) -> tuple[Any, str]:
     """A ``datasets.Dataset`` from the Hub, or from local files through the same loader."""
+    files = _local_files(name_or_path, split, config_name)
     try:
         import datasets
     except ImportError as e:
         raise ImportError("reading Hugging Face datasets needs `pip install datasets`") from e
     local = pathlib.Path(name_or_path).expanduser()
-    looks_local = name_or_path.startswith((".", "/", "~")) or local.suffix in _HF_FORMATS
-    if local.exists() or looks_local:
-        files = _local_data_files(_existing(local), split, config_name)
+    if files is not None:
         builder = _HF_FORMATS[pathlib.Path(files[0]).suffix]
         ds = datasets.load_dataset(builder, data_files=files, split="train", cache_dir=cache_dir)
         return ds, f"{local}[{split}]"
@@ -490,7 +579,7 @@ def load_gsm8k(split: str = "train", source: str = "tfds", path: str | None = No
     if source == "jsonl":
         if path is None:
             raise ValueError("load_gsm8k(source='jsonl') needs path= (a GSM8K .jsonl file)")
-        path = _existing(path)
+        path = _existing(path, file=True)
         rows: Iterable[Row] = _jsonl_rows(path)
     elif source == "tfds":
         rows = _tfds_rows("gsm8k", split, data_dir)
@@ -513,7 +602,9 @@ def load_hf(name_or_path: str, split: str = "train", *, columns: Mapping[str, st
 
     ``columns`` maps schema fields to the dataset's columns, e.g.
     ``{"prompt": "question", "answer": "answer", "reasoning": "rationale"}``; without it
-    each row's layout is detected as in :func:`record_from_row`.
+    each row's layout is detected as in :func:`record_from_row`. Local JSONL that the
+    datasets library cannot read (a broken line fails its whole file) is read line by
+    line as :func:`load_jsonl` does: the report counts each bad line and notes why.
     """
     _check_domain(domain)
     if columns:
@@ -521,16 +612,37 @@ def load_hf(name_or_path: str, split: str = "train", *, columns: Mapping[str, st
         if unknown:
             raise ValueError(f"load_hf columns: unknown schema field(s) {sorted(unknown)}; "
                              f"fields: {list(FIELDS + PAIR_FIELDS)}")
-    ds, where = _hf_rows(name_or_path, split, config_name=config_name, cache_dir=cache_dir)
-    if columns:
-        missing = [c for c in columns.values() if c not in ds.column_names]
-        if missing:
-            raise ValueError(f"{where}: no column(s) {missing}; columns: {ds.column_names}")
-        ds = ds.select_columns(list(dict.fromkeys(columns.values())))
     source = source or pathlib.Path(name_or_path).stem.split("/")[-1]
     report = SourceReport(f"hf:{name_or_path}")
-    rows = ((w, {k: r[c] for k, c in columns.items()} if columns else r, e)
-            for w, r, e in _iter_dataset(ds, where))
+    try:
+        ds, where = _hf_rows(name_or_path, split, config_name=config_name, cache_dir=cache_dir)
+    except Exception as e:
+        # The datasets library reads a JSONL file as a whole: one broken line (or a column
+        # whose type changes) fails it all. Local JSONL is read line by line instead, so
+        # every valid row is kept and each bad line counted with file:line.
+        files = _local_files(name_or_path, split, config_name)
+        if not files or not all(f.endswith(".jsonl") for f in files):
+            raise
+        report.notes.append(f"the datasets library could not read it ({type(e).__name__}: "
+                            f"{str(e)[:160]}); read line by line instead")
+        raw = [row for f in files for row in _jsonl_rows(pathlib.Path(f))]
+        if columns:
+            seen = {k for _, r, err in raw if err is None and isinstance(r, dict) for k in r}
+            missing = [c for c in columns.values() if c not in seen]
+            if missing:
+                raise ValueError(f"{name_or_path}: no column(s) {missing}; columns: "
+                                 f"{sorted(seen)}") from None
+        rows: Iterable[Row] = ((w, {k: r.get(c) for k, c in columns.items()}
+                                if columns and isinstance(r, dict) else r, err)
+                               for w, r, err in raw)
+    else:
+        if columns:
+            missing = [c for c in columns.values() if c not in ds.column_names]
+            if missing:
+                raise ValueError(f"{where}: no column(s) {missing}; columns: {ds.column_names}")
+            ds = ds.select_columns(list(dict.fromkeys(columns.values())))
+        rows = ((w, {k: r[c] for k, c in columns.items()} if columns else r, e)
+                for w, r, e in _iter_dataset(ds, where))
     records = _collect(rows, lambda row, i: record_from_row(
         row, domain=domain, source=source, rid=f"{source}-{split}-{i}"), report)
     return records, report
@@ -1027,10 +1139,16 @@ REPORT_FILE = "data_report.json"
 
 
 def write_jsonl(records: Iterable[dict], path: str | pathlib.Path) -> None:
-    """One JSON object a line, UTF-8."""
+    """One JSON object a line, UTF-8; a record that cannot be written is a clear error."""
     with open(path, "w", encoding="utf-8") as f:
-        for r in records:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+        for i, r in enumerate(records):
+            line = json.dumps(r, ensure_ascii=False) + "\n"
+            try:
+                f.write(line)
+            except UnicodeEncodeError as e:  # a lone surrogate; validate_record drops them
+                raise ValueError(f"{path}: record {i} ({_where(r)}) cannot be written as UTF-8: "
+                                 f"{line[e.start:e.end]!r} at column {e.start + 1} is a lone "
+                                 "surrogate") from None
 
 
 def read_jsonl(path: str | pathlib.Path) -> list[dict]:
@@ -1043,17 +1161,29 @@ def write_splits(splits: Splits, report: DataReport, out_dir: str | pathlib.Path
                  overwrite: bool = False) -> pathlib.Path:
     """eval.jsonl, sft.jsonl, dpo.jsonl, grpo.jsonl and data_report.json in ``out_dir``.
 
-    Refuses to replace earlier splits unless ``overwrite=True``.
+    Refuses to replace earlier splits unless ``overwrite=True``. Every file is written
+    in full beside its place first and moved there only when all are written, so a
+    failure leaves no partial split (and earlier splits as they were).
     """
     out = pathlib.Path(out_dir)
     if (out / REPORT_FILE).exists() and not overwrite:
         raise FileExistsError(f"{out} already holds splits ({REPORT_FILE}); pass "
                               "overwrite=True to replace them")
     out.mkdir(parents=True, exist_ok=True)
-    for name in STAGES:
-        write_jsonl(getattr(splits, name), out / f"{name}.jsonl")
-    (out / REPORT_FILE).write_text(json.dumps(report.to_dict(), indent=2, ensure_ascii=False),
-                                   encoding="utf-8")
+    names = [f"{name}.jsonl" for name in STAGES] + [REPORT_FILE]
+    temps = {name: out / f".{name}.partial" for name in names}
+    try:
+        for stage, name in zip(STAGES, names, strict=False):
+            write_jsonl(getattr(splits, stage), temps[name])
+        # backslashreplace: a file name that is not UTF-8 (or any lone surrogate in a note)
+        # is written as the JSON escape it reads back as, never a crash at the last file
+        temps[REPORT_FILE].write_text(json.dumps(report.to_dict(), indent=2, ensure_ascii=False),
+                                      encoding="utf-8", errors="backslashreplace")
+        for name in names:  # the report last: it marks the splits as complete
+            os.replace(temps[name], out / name)
+    finally:
+        for temp in temps.values():
+            temp.unlink(missing_ok=True)
     return out
 
 

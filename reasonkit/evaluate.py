@@ -17,13 +17,16 @@ Scoring one completion:
 
 from __future__ import annotations
 
+import bisect
 import collections
 import dataclasses
 import json
 import math
+import numbers
 import pathlib
 import time
-from typing import Any, Callable, Sequence
+from fractions import Fraction
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -135,43 +138,139 @@ def partial_credit(domain: str, predicted: str | None, gold: str) -> float:
     return len(pred & want) / len(pred | want) if pred | want else 0.0
 
 
+def _gold(record: Any, index: int | None = None) -> Any:
+    """A record's gold answer, or a clear error naming the record."""
+    if isinstance(record, Mapping) and "answer" in record:
+        return record["answer"]
+    where = f"record {index}" if index is not None else "the record"
+    if not isinstance(record, Mapping):
+        raise TypeError(f"{where} is {type(record).__name__}, not a record (a dict with 'answer')")
+    raise ValueError(f"{where} (id {record.get('id')!r}) has no gold 'answer'; its keys: "
+                     f"{sorted(map(str, record))}")
+
+
 def score(record: dict, completion: str, num_tokens: int | None = None) -> dict[str, Any]:
-    """Format, extracted answer, correctness and why extraction failed, for one completion."""
-    ext = extract(completion)
+    """Format, extracted answer, correctness and why extraction failed, for one completion.
+
+    None is a missing completion (no answer tag); bytes are decoded. Anything else that
+    is not text (a number, a list: a bug upstream, never a model's output) is counted
+    wrong with the reason ``"not_text"``.
+
+    >>> score({"domain": "math", "answer": "12"}, 12)["reason"]
+    'not_text'
+    """
+    gold = _gold(record)
     domain = record.get("domain", "general")
-    correct = ext.ok and answers.check_answer(domain, ext.answer, record["answer"])
+    if completion is None:
+        completion = ""
+    elif isinstance(completion, bytes):
+        completion = completion.decode("utf-8", "replace")
+    if not isinstance(completion, str):
+        return {"format_ok": False, "reason": "not_text", "answer": None, "correct": False,
+                "partial": 0.0, "length": num_tokens if num_tokens is not None else 0}
+    ext = extract(completion)
+    correct = ext.ok and answers.check_answer(domain, ext.answer, gold)
     return {"format_ok": template.has_exact_format(completion), "reason": ext.reason,
             "answer": ext.answer, "correct": bool(correct),
-            "partial": partial_credit(domain, ext.answer if ext.ok else None, record["answer"]),
-            "length": num_tokens if num_tokens is not None else len((completion or "").split())}
+            "partial": partial_credit(domain, ext.answer if ext.ok else None, gold),
+            "length": num_tokens if num_tokens is not None else len(completion.split())}
 
 
-def majority(found: Sequence[str | None], domain: str = "general") -> str | None:
-    """The most common extracted answer, ignoring failed extractions.
+def _vote_text(answer: Any, index: int) -> str | None:
+    """An extracted answer as text to vote with; None for no answer."""
+    if answer is None:
+        return None
+    if isinstance(answer, str):
+        return answer.strip() or None
+    if isinstance(answer, numbers.Real) and not isinstance(answer, bool):
+        if isinstance(answer, float) and not math.isfinite(answer):
+            return None  # NaN is no answer (the checker never matches it either)
+        return str(answer)
+    raise TypeError(f"majority: answer {index} is {type(answer).__name__} ({answer!r:.60}); "
+                    "expected the extracted answers: str, a number, or None for a failed one")
+
+
+def _terminates(x: Fraction) -> bool:
+    d = x.denominator
+    for p in (2, 5):
+        while d % p == 0:
+            d //= p
+    return d == 1
+
+
+def _approx(x: Fraction) -> float:
+    try:
+        return float(x)
+    except OverflowError:
+        return math.inf if x > 0 else -math.inf
+
+
+def majority(found: Sequence[Any], domain: str = "general") -> str | None:
+    """The most common extracted answer, ignoring failed extractions (None, blank).
 
     Answers that :func:`reasonkit.answers.check_answer` calls equal under ``domain`` vote
     together, so "12", "12.0" and "$12" are one answer; ties go to the answer seen
-    first. One pass groups by :func:`reasonkit.answers.canonical`, then the few groups
-    left merge where the checker still calls them equal ("50%" and "0.5").
+    first, which also speaks for its group. Numbers (an int or float is read as its
+    text) and text group in one pass by :func:`reasonkit.answers.canonical`'s key;
+    groups that the checker still calls equal under other keys ("50%" and "0.5", a
+    decimal and the repeating fraction it rounds, "2" and ``\\sqrt{4}``) merge through
+    indexes by value and by words, so 2000 distinct answers take milliseconds. Only
+    symbolic answers (no number or text key) are compared pairwise, with the other
+    symbolic and numeric groups.
 
     >>> majority(["12", " 12 ", "13", None])
     '12'
-    >>> majority(["13", "13", "12", "12.0", "$12"], "math")
+    >>> majority(["13", "13", "12", "12.0", "$12", 12], "math")
     '12'
+    >>> majority(["0.5", "50%", "\\\\frac{1}{2}", "1/3", "0.333333333333", "0.3333333333333"], "math")
+    '0.5'
     """
-    by_key: dict = {}  # canonical key -> members, in order of first appearance
-    for a in found:
-        if a and a.strip():
-            by_key.setdefault(answers.canonical(a, domain), []).append(a)
-    groups: list[tuple[str, list[str]]] = []  # (representative, members)
-    for members in by_key.values():
-        rep = members[0].strip()
-        for other, other_members in groups:
-            if answers.check_answer(domain, rep, other):
-                other_members.extend(members)
+    by_key: dict[Any, tuple[answers.Answer, list[str]]] = {}  # key -> (read, members), in order
+    for i, a in enumerate(found):
+        text = _vote_text(a, i)
+        if text is not None:
+            read = answers.read_answer(text, domain)  # read.key is answers.canonical(text, domain)
+            by_key.setdefault(read.key, (read, []))[1].append(text)
+    groups: list[tuple[str, list[str]]] = []  # (representative, members), in order
+    by_value: dict[Fraction, list[int]] = {}  # a number group's values (a percent: both) -> groups
+    by_words: dict[str, list[int]] = {}       # normalised words -> groups (text compares so)
+    repeating: list[tuple[float, int]] = []   # number groups no decimal writes exactly, sorted
+    symbolic: list[int] = []                  # math groups: no key says what equals them
+    numeric: list[int] = []                   # number groups, for the math ones to meet
+    for read, members in by_key.values():
+        rep = members[0]
+        values = (() if read.kind != "number" else
+                  (read.value, read.value / 100) if read.percent else (read.value,))
+        near: set[int] = set(by_words.get(read.words, ())) if read.words else set()
+        for v in values:
+            near.update(by_value.get(v, ()))
+            if _terminates(v) and repeating:  # 0.333333333333 reads as 1/3 (a float artefact)
+                x = _approx(v)
+                width = 2 * float(answers.FLOAT_ARTEFACT) * max(1.0, abs(x))
+                lo = bisect.bisect_left(repeating, (x - width, -1)) if math.isfinite(x) else 0
+                hi = (bisect.bisect_right(repeating, (x + width, len(groups)))
+                      if math.isfinite(x) else len(repeating))
+                near.update(j for _, j in repeating[lo:hi])
+        if read.kind in ("number", "math"):
+            near.update(symbolic)
+        if read.kind == "math":
+            near.update(numeric)
+        if read.kind == "invalid":  # an equation whose sides disagree equals nothing
+            near.clear()
+        for j in sorted(near):  # the first group the checker joins, as a pairwise scan would
+            if answers.check_answer(domain, rep, groups[j][0]):
+                groups[j][1].extend(members)
                 break
         else:
+            j = len(groups)
             groups.append((rep, list(members)))
+            if read.words:
+                by_words.setdefault(read.words, []).append(j)
+            for v in values:
+                by_value.setdefault(v, []).append(j)
+                if not _terminates(v):
+                    bisect.insort(repeating, (_approx(v), j))
+            (symbolic if read.kind == "math" else numeric if read.kind == "number" else []).append(j)
     if not groups:
         return None
     return max(groups, key=lambda g: len(g[1]))[0]  # max keeps the first of equal counts
@@ -186,8 +285,9 @@ def score_stage(records: Sequence[dict], greedy: Sequence[str], samples: Sequenc
                 count_tokens: Callable[[str], int] | None = None) -> list[dict[str, Any]]:
     """Per-record rows: the greedy completion scored, plus pass@k / maj@k over the samples."""
     rows = []
-    for rec, text, group in zip(records, greedy, samples, strict=True):
-        row = score(rec, text, count_tokens(text) if count_tokens else None)
+    for i, (rec, text, group) in enumerate(zip(records, greedy, samples, strict=True)):
+        _gold(rec, i)  # a record without a gold: an error naming it, before any scoring
+        row = score(rec, text, count_tokens(text) if count_tokens and isinstance(text, str) else None)
         found = [e.answer if e.ok else None for e in map(extract, group)]
         domain = rec.get("domain", "general")
         maj = majority(found, domain)

@@ -183,6 +183,7 @@ def answer_correct(prompts: Any, completions: Sequence[Any], **kwargs: Any) -> l
     ... ], answer=["1234"] * 4)
     [3.0, 3.0, 0.0, 0.0]
     """
+    completions = _as_list(completions)  # once: an iterator is read once
     golds = _column(kwargs, "answer", completions, "answer_correct")
     domains = _column(kwargs, "domain", completions, None)
 
@@ -211,6 +212,7 @@ def answer_close(prompts: Any, completions: Sequence[Any], *, tolerance: float =
             and 0 < tolerance < math.inf):
         raise ValueError(f"answer_close: tolerance={tolerance!r} must be a positive number")
     tolerance = float(tolerance)
+    completions = _as_list(completions)  # once: an iterator is read once
     golds = _column(kwargs, "answer", completions, "answer_close")
 
     def score(text: str, gold: Any) -> float:
@@ -240,6 +242,7 @@ def numeric_backup(prompts: Any, completions: Sequence[Any], **kwargs: Any) -> l
     ... ], answer=["42"] * 5)
     [1.5, 1.5, 0.0, 0.0, 0.0]
     """
+    completions = _as_list(completions)  # once: an iterator is read once
     golds = _column(kwargs, "answer", completions, "numeric_backup")
     domains = _column(kwargs, "domain", completions, None)
 
@@ -268,6 +271,7 @@ def multi_domain(prompts: Any, completions: Sequence[Any], **kwargs: Any) -> lis
     ... ], answer=["42", "42", "Paris", "Paris"], domain=["math", "math", "general", "general"])
     [1.0, 0.475, 0.875, 0.0]
     """
+    completions = _as_list(completions)  # once: an iterator is read once
     golds = _column(kwargs, "answer", completions, "multi_domain")
     domains = _column(kwargs, "domain", completions, None)
     w_format, w_accuracy, w_quality, w_bonus = MULTI_WEIGHTS
@@ -332,9 +336,13 @@ def _as_list(completions: Any) -> list:
     return list(completions)
 
 
-def _column(kwargs: dict, key: str, completions: Sequence[Any], reward: str | None) -> list:
-    """kwargs[key] as a list aligned with completions; ``reward`` set means required."""
-    n = len(_as_list(completions))
+def _column(kwargs: dict, key: str, completions: list, reward: str | None) -> list:
+    """kwargs[key] as a list aligned with completions; ``reward`` set means required.
+
+    ``completions`` is the list :func:`_as_list` made: an iterator read here would leave
+    nothing for :func:`_score` to score.
+    """
+    n = len(completions)
     values = kwargs.get(key)
     if values is None:
         if reward is not None:

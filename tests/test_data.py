@@ -122,6 +122,154 @@ def test_a_line_that_is_not_utf8_is_counted_not_fatal(tmp_path):
     assert report.drops.examples["not UTF-8"] == [f"{path}:2: not UTF-8 (byte 0xe9 at column 16)"]
 
 
+# Lines that parse in most tools but make Python's json raise something else than
+# JSONDecodeError: an integer over 4300 digits (ValueError), arrays nested past the
+# recursion limit (RecursionError).
+HOSTILE_LINES = {"big integer": '{"prompt": "big?", "answer": ' + "9" * 5000 + "}",
+                 "deep nesting": "[" * 100_000 + "]" * 100_000}
+
+
+def test_a_line_the_parser_cannot_take_is_counted_not_fatal(tmp_path):
+    good = [rec(0), rec(1)]
+    lines = [json.dumps(good[0]), *HOSTILE_LINES.values(), json.dumps(good[1])]
+    path = write_jsonl(tmp_path / "hostile.jsonl", lines)
+    records, report = data.load_jsonl(path)
+    assert records == good and (report.read, report.kept) == (4, 2)
+    assert report.drops.counts == {"broken JSON": 2}
+    big, deep = report.drops.examples["broken JSON"]
+    assert big.startswith(f"{path}:2: broken JSON (ValueError: Exceeds the limit (4300 digits)")
+    assert deep == f"{path}:3: broken JSON (nested too deep)"
+    _, report = data.load_preferences(path)
+    assert report.read == 4 and report.drops.counts["broken JSON"] == 2
+    gsm = write_jsonl(tmp_path / "gsm.jsonl", [GSM8K_ROWS[0], *HOSTILE_LINES.values(), GSM8K_ROWS[1]])
+    records, report = data.load_gsm8k("train", source="jsonl", path=gsm)
+    assert [r["answer"] for r in records] == ["72", "2000"]
+    assert report.drops.counts == {"broken JSON": 2}
+
+
+def test_a_lone_surrogate_is_dropped_at_load_and_never_half_written(tmp_path):
+    """"\ud800" is valid JSON but no encoder writes it: dropped with its place, and a
+    record that still carries one makes write_splits fail before any split file is replaced."""
+    path = write_jsonl(tmp_path / "s.jsonl", [rec(0), '{"prompt": "x\\ud800?", "answer": "1"}',
+                                               '{"prompt": "ok", "answer": "1", "k": ["\\udfff"]}',
+                                               '{"prompt": "\\ud83d\\ude00?", "answer": "1"}'])
+    records, report = data.load_jsonl(path)
+    assert [r["prompt"] for r in records] == [rec(0)["prompt"], "\U0001F600?"]  # a pair is fine
+    assert report.drops.counts == {"lone surrogate": 2}
+    assert report.drops.examples["lone surrogate"][0] == (
+        f"{path}:2: lone surrogate (\\ud800 in 'x\\ud800?')")
+    # records built in Python reach build_splits directly: dropped there, by field
+    bad = [rec(i) for i in range(20)] + [rec(20, prompt="a\udc80"), rec(21, answer="\ud800")]
+    splits, report = data.build_splits(bad, DataConfig(domain_weights={"math": 1.0},
+                                                       eval_per_domain=2, train_size=10))
+    assert report.drops["clean"].counts == {"lone surrogate in prompt": 1,
+                                            "lone surrogate in answer": 1}
+    out = data.write_splits(splits, report, tmp_path / "data")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    splits.grpo[-1] = dict(splits.grpo[-1], prompt="\ud800")  # past every filter
+    with pytest.raises(ValueError, match=r"grpo.jsonl.*: record 9 \(r\d+\) cannot be written as "
+                                         r"UTF-8: '\\ud800' at column \d+ is a lone surrogate"):
+        data.write_splits(splits, report, out, overwrite=True)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # nothing half written
+    with pytest.raises(ValueError, match="lone surrogate"):
+        data.write_splits(splits, report, tmp_path / "fresh")
+    assert list((tmp_path / "fresh").iterdir()) == []
+
+
+def test_load_hf_reads_a_local_jsonl_with_a_broken_line_line_by_line(tmp_path):
+    pytest.importorskip("datasets")
+    path = write_jsonl(tmp_path / "train.jsonl", [rec(0), "{broken", rec(1), rec(2, answer=3)])
+    for columns in (None, {"prompt": "prompt", "answer": "answer", "domain": "domain"}):
+        records, report = data.load_hf(str(path), columns=columns, cache_dir=str(tmp_path / "c"))
+        assert [r["prompt"] for r in records] == [rec(i)["prompt"] for i in range(3)]
+        assert report.read == 4 and report.drops.counts == {"broken JSON": 1}
+        assert report.drops.examples["broken JSON"][0].startswith(f"{path}:2: broken JSON (")
+        assert "read line by line" in report.notes[0]
+    with pytest.raises(ValueError, match=r"no column\(s\) \['q'\]"):
+        data.load_hf(str(path), columns={"prompt": "q"}, cache_dir=str(tmp_path / "c"))
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be", "utf-32", "utf-32-le"])
+def test_utf16_and_utf32_files_with_a_byte_order_mark_are_read(tmp_path, encoding):
+    rows = [rec(0), rec(1, prompt="Caf\u00e9 \U0001F600?")]
+    text = "".join(json.dumps(r, ensure_ascii=False) + "\r\n" for r in rows)
+    bom = "" if encoding in ("utf-16", "utf-32") else "\ufeff"  # these two write their own
+    path = tmp_path / "wide.jsonl"
+    path.write_bytes((bom + text).encode(encoding))
+    records, report = data.load_jsonl(path)
+    assert records == rows and report.drops.total == 0
+    # garbage that merely starts like a mark costs its own line, not the file
+    path.write_bytes(b"\xff\xfe garbage\n" + text.encode())
+    records, report = data.load_jsonl(path)
+    assert records == rows and report.drops.counts == {"not UTF-8": 1}
+
+
+def test_a_preference_response_that_is_not_a_string_says_so(tmp_path):
+    path = write_jsonl(tmp_path / "prefs.jsonl", [
+        {"prompt": "a?", "chosen": 1, "rejected": "x"}, {"prompt": "b?", "chosen": "y", "rejected": None},
+        {"prompt": "c?", "chosen": None, "rejected": "z"}, {"prompt": "d?", "chosen": "y", "rejected": "z"}])
+    for load in (data.load_preferences, data.load_jsonl):
+        records, report = load(path)
+        assert [r["prompt"] for r in records] == ["d?"]
+        assert report.drops.counts == {"chosen not a string": 2, "rejected not a string": 1}
+        assert report.drops.examples["chosen not a string"] == [
+            f"{path}:1: chosen not a string (got int)", f"{path}:3: chosen not a string (got null)"]
+
+
+def test_a_directory_given_as_a_file_is_named(tmp_path):
+    write_jsonl(tmp_path / "train.jsonl", [rec(0)])
+    calls = [data.load_jsonl, data.load_preferences,
+             lambda p: data.load_gsm8k("train", source="jsonl", path=p)]
+    for call in calls:
+        with pytest.raises(IsADirectoryError, match=f"{tmp_path} is a directory, not a JSONL file "
+                                                    r"\(it holds train.jsonl\)"):
+            call(tmp_path)
+
+
+_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=12).filter(
+    lambda t: t.strip() and "####" not in t)
+
+
+@st.composite
+def _valid_rows(draw):
+    prompt, answer = draw(_TEXT), draw(_TEXT)
+    row = {"id": f"v{draw(st.integers(0, 10**6))}", "domain": draw(st.sampled_from(DOMAINS)),
+           "source": "prop", "prompt": prompt, "reasoning": "r", "answer": answer,
+           "chosen": f"{answer}{END_OF_TURN}", "rejected": f"not {answer}{END_OF_TURN}"}
+    return row, json.dumps(row, ensure_ascii=draw(st.booleans())).encode()
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+                     lambda inner: st.lists(inner, max_size=3)
+                     | st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=8)
+# Any bytes but a line break; not blank (a blank line is no row) and not a byte-order mark
+# (a file that starts with one is read in that mark's encoding).
+_JUNK = st.binary(min_size=1, max_size=40).map(lambda b: b.replace(b"\n", b"").replace(b"\r", b"")).filter(
+    lambda b: b.decode("utf-8", "surrogateescape").strip() and not b.startswith((b"\xef", b"\xff", b"\xfe",
+                                                                                   b"\x00\x00")))
+_LINES = st.lists(st.one_of(_valid_rows(), _JUNK, _JSON.map(lambda v: json.dumps(v).encode()),
+                            st.sampled_from([line.encode() for line in HOSTILE_LINES.values()])),
+                  max_size=12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(lines=_LINES)
+def test_any_mix_of_valid_lines_and_garbage_keeps_every_valid_row(tmp_path_factory, lines):
+    path = tmp_path_factory.mktemp("prop") / "mixed.jsonl"
+    path.write_bytes(b"\n".join(line if isinstance(line, bytes) else line[1] for line in lines))
+    valid = [line[0] for line in lines if isinstance(line, tuple)]
+    for load in (data.load_jsonl, data.load_preferences):
+        if not lines:
+            with pytest.raises(ValueError, match="is empty"):
+                load(path)
+            continue
+        records, report = load(path)
+        assert report.read == len(lines) and report.kept == len(records)
+        assert report.kept + report.drops.total == report.read
+        kept = iter(records)  # every valid row, in order (garbage may parse to a record too)
+        assert all(any(r == row for r in kept) for row in valid)
+
+
 def test_numeric_gold_answers_are_read_as_text(tmp_path):
     """JSON (and Arrow) give numeric answers as numbers; they are gold, not wrong types."""
     path = write_jsonl(tmp_path / "nums.jsonl", [

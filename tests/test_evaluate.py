@@ -50,6 +50,64 @@ def test_majority_votes_by_value():
     assert evaluate.majority(["2 + 2", "4", "2", "2"], "math") == "2 + 2"  # 2 + 2 votes for 4
 
 
+def test_majority_merges_what_the_checker_calls_equal_under_other_keys():
+    assert evaluate.majority([12, "13", 12.0, "$12", "13"], "math") == "12"  # ints and floats vote
+    assert evaluate.majority([7, 7, None, float("nan"), "8"]) == "7"
+    assert evaluate.majority(["1/3", "7", "0.333333333333", "7", "0.3333333333"], "math") == "1/3"
+    assert evaluate.majority(["\\sqrt{4}", "3", "2", "3"], "math") == "\\sqrt{4}"  # symbolic meets 2
+    assert evaluate.majority(["3", "2", "3", "\\sqrt{4}", "x + 1", "1 + x"], "math") == "3"
+    assert evaluate.majority(["x + 1", "2", "1 + x"], "math") == "x + 1"
+    assert evaluate.majority(["odd", "5", "\\text{odd}"], "math") == "odd"  # text meets math by words
+    assert evaluate.majority(["1 + 1 = 42", "5", "1 + 1 = 42"], "math") == "1 + 1 = 42"
+    for bad in ([True], [["12"]], [b"12"]):
+        with pytest.raises(TypeError, match="majority: answer 0 is "):
+            evaluate.majority(bad)
+
+
+@pytest.mark.parametrize("domain, make", [
+    ("math", str), ("math", lambda i: f"{i / 8:.3f}"), ("general", str),
+    ("general", lambda i: f"word {i} " + "abcdefghij"[i % 10] * 3)])
+def test_majority_over_2000_distinct_answers_is_fast(domain, make, monkeypatch):
+    """Grouping is by key and index, not pairwise: 2000 distinct answers meet the checker
+    a handful of times, not 2 million (the pairwise scan took 13 to 50 s here)."""
+    import time
+
+    found = [make(i) for i in range(2000)] + [make(1234)]
+    start = time.perf_counter()
+    assert evaluate.majority(found, domain) == make(1234)
+    first = time.perf_counter() - start  # the checker reads each answer: ~0.1 ms apiece
+    calls = []
+    check = evaluate.answers.check_answer
+    monkeypatch.setattr(evaluate.answers, "check_answer", lambda *a: calls.append(a) or check(*a))
+    start = time.perf_counter()
+    assert evaluate.majority(found, domain) == make(1234)
+    assert len(calls) <= 10 and time.perf_counter() - start < 1.0, (len(calls), first)
+
+
+def test_a_completion_that_is_not_text_is_counted_wrong():
+    rec = {"domain": "math", "answer": "12", "prompt": "p", "id": "r1"}
+    for completion in (12, ["<answer>12</answer>"], 1.5):
+        row = evaluate.score(rec, completion)
+        assert (row["format_ok"], row["correct"], row["reason"], row["answer"]) == (
+            False, False, "not_text", None)
+    assert evaluate.score(rec, b"<answer>12</answer>")["correct"] is True
+    rows = evaluate.score_stage([rec], [12], [["<answer>12</answer>", 12]], count_tokens=len)
+    assert rows[0]["reason"] == "not_text" and rows[0]["pass_at_k"] is True
+    assert evaluate.summarize(rows)["overall"]["failures"] == {"not_text": 1}
+
+
+def test_a_record_without_a_gold_is_named():
+    recs = [{"domain": "math", "answer": "12", "prompt": "p", "id": "r1"},
+            {"domain": "math", "prompt": "q", "id": "r2"}]
+    with pytest.raises(ValueError, match=r"record 1 \(id 'r2'\) has no gold 'answer'; its keys: "
+                                         r"\['domain', 'id', 'prompt'\]"):
+        evaluate.score_stage(recs, ["x", "y"], [[], []])
+    with pytest.raises(ValueError, match=r"the record \(id 'r2'\) has no gold 'answer'"):
+        evaluate.score(recs[1], "x")
+    with pytest.raises(TypeError, match="record 0 is str, not a record"):
+        evaluate.score_stage(["12"], ["x"], [[]])
+
+
 @pytest.mark.parametrize("pred, gold", [("40", "42"), ("49%", "0.5"), ("0.05", "0"), ("$46", "50")])
 def test_partial_accuracy_is_the_training_reward_s_closeness(pred, gold):
     row = evaluate.score({"domain": "math", "answer": gold}, f"<answer>{pred}</answer>")

@@ -227,6 +227,19 @@ def test_odd_completion_types(value):
         assert len(scores) == 1 and type(scores[0]) is float
 
 
+@pytest.mark.parametrize("fn", REWARDS + [R.weighted(R.answer_correct, 2.0)],
+                         ids=lambda fn: fn.__name__)
+def test_completions_as_an_iterator_are_scored(fn):
+    """A generator of completions is read once: the gold column must not consume it."""
+    completions = [RS + A(42), RS + A(7), "6 * 7 = 42"]
+    kwargs = dict(answer=["42", "42", "42"], domain=["math"] * 3)
+    expected = fn(None, completions, **kwargs)
+    assert len(expected) == 3
+    assert fn(None, iter(completions), **kwargs) == expected
+    assert fn(None, (c for c in completions), answer=iter(kwargs["answer"]),
+              domain=iter(kwargs["domain"])) == expected
+
+
 def test_columns_as_numpy_and_misaligned():
     completions = [A(42), A(7)]
     assert R.answer_correct(None, completions, answer=np.array(["42", "7"])) == [3.0, 3.0]
