@@ -184,12 +184,21 @@ def test_an_expression_is_credited_only_for_its_value(g, k, op, swap):
 @given(g=st.integers(-50, 50), x=st.sampled_from(SYMBOLS), op=st.sampled_from(["+", "-", "*", "/", "^", ""]),
        swap=st.booleans())
 def test_an_expression_with_a_symbol_is_never_a_number(g, x, op, swap):
-    """``g op x`` has a free symbol (or is pi, sqrt 2, e...): it never equals the gold g,
-    whatever g is, identities aside (``g * 1`` is not of this form), except that zero
-    times a constant is zero (``0 * \\pi``, ``0 / \\sqrt{2}``, ``0^\\pi`` are 0, and right)."""
+    """``g op x`` has a free symbol (or is pi, sqrt 2, e...): it is never credited for the
+    gold g, whatever g is, unless the constants make it g: zero times a constant is zero
+    (``0 * \\pi``, ``0 / \\sqrt{2}``: credited), and a few powers are g (``0^\\pi``,
+    ``1^\\sqrt{2}``, ``-1^\\pi`` read as -(1^pi), ``\\sqrt{2}^4``), which the checker may
+    credit or not: an equal answer missed is a lost reward, an unequal one credited a hack."""
     spelled = f"{x} {op} {g}" if swap else f"{g} {op} {x}"
-    zero = g == 0 and x in ("\\pi", "\\sqrt{2}") and (op in ("*", "") or (op in ("/", "^") and not swap))
-    assert check_answer("math", spelled, str(g)) is zero, spelled
+    constant = x in ("\\pi", "\\sqrt{2}")
+    product = constant and g == 0 and (op in ("*", "") or (op == "/" and not swap))
+    power = constant and op == "^" and (
+        (not swap and g in (0, 1, -1)) or (swap and x == "\\sqrt{2}" and g in (2, 4)))
+    credited = check_answer("math", spelled, str(g))
+    if product:
+        assert credited, spelled
+    elif not power:
+        assert not credited, spelled
 
 
 # --- canonical keys -------------------------------------------------------------------
