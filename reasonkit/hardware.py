@@ -12,15 +12,16 @@ A budget by hand, for the tiny preset on one device (bytes):
 >>> p = get_preset("tiny")  # float32, V=512, D=128, F=512, L=6, H=4, K=1, h=32, rank 8
 >>> b = memory_budget(p, "sft", hw=from_name("cpu-1"))
 >>> for name, n in b.items.items():
-...     print(f"{name:28s} {n:>10,d}")
-base params                   5,963,776
-LoRA params + grads + Adam    2,015,232
-activations                 180,879,360
-attention scores             78,643,200
-logits                       10,485,760
+...     print(f"{name:28s} {n:>11,d}")
+base params                    5,963,776
+LoRA params + grads + Adam     2,015,232
+activations                  180,879,360
+attention scores              78,643,200
+logits                        26,214,400
+returned model state           6,467,584
 >>> 4 * p.model.num_params == b.items["base params"]  # fp32, nothing to shard on 1 device
 True
->>> 16 * 160 * 512 * 8 == b.items["logits"]  # batch x length x vocab x 2 fp32 copies
+>>> 5 * 16 * 160 * 512 * 4 == b.items["logits"]  # 5 fp32 buffers of one chunk: all of it
 True
 >>> per_token_layer = 6 * 128 + 3 * 512 + 4 * (4 + 1) * 32  # ACT_D*D + ACT_F*F + ...
 >>> 16 * 160 * 6 * per_token_layer * 4 == b.items["activations"]
@@ -39,6 +40,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from reasonkit import logprobs
 from reasonkit.config import ModelConfig, Preset
 from reasonkit.mesh import STAGES, factorizations, resolve_shape, stage_mesh_config
 
@@ -276,9 +278,18 @@ ACT_D, ACT_F, ACT_HEADS = 6, 3, 4
 # The attention matrix Tunix's Gemma materialises, [B, H, T, S] per layer: the softmax
 # output (used by both backward einsums) and the masked logits (between 1 and 2 copies).
 ATTN_COPIES = 2
-# Logits at each position: an fp32 copy for the log-softmax (Tunix's DPO/GRPO losses
-# upcast with ``selective_log_softmax``) and its fp32 gradient: 2 x 4 bytes per entry.
-LOGIT_BYTES = 8
+# Under remat (``model.remat``) the backward keeps, per layer, the residual-stream-sized
+# tensors (ACT_D * D elements a token) and recomputes the F- and head-sized ones a block
+# at a time. The real-shape check compiles on XLA:CPU, which keeps them in float32 (it
+# computes bfloat16 matmuls in float32): REMAT_BYTES per element. Measured: gemma3-1b's
+# SFT step, 8 devices, 2 vs 26 layers: 29.3 KB per token per layer = 25.4 B x D.
+REMAT_BYTES = 4
+# Log-probabilities are computed a chunk of positions at a time (reasonkit.logprobs), all
+# rows of the batch over each device's slice of the vocabulary, about logprobs.CHUNK_BYTES
+# of float32 logits a chunk; the step holds about five such buffers at once (the logits,
+# their exponent, the target pick, the gradient and its projection back). Measured: the
+# same compiles' batch-independent remainder, 1.31 GiB = 5.1 chunks of 256 MiB.
+LOGIT_CHUNK_COPIES = 5
 # LoRA state per LoRA parameter: the parameter, its gradient and Adam's two moments, all
 # in the base dtype (qwix creates adapters in the frozen weight's dtype, optax keeps the
 # moments in the parameter's dtype).
@@ -361,6 +372,7 @@ def _sequences_and_lengths(preset: Preset, stage: str) -> dict[str, int]:
         rollouts = c.batch_size * c.num_generations
         return {"train_seqs": rollouts,
                 "train_len": c.max_prompt_length + c.max_generation_length,
+                "scored": c.max_generation_length,  # log-probs of the completion only
                 "gen_seqs": rollouts, "prompt_len": c.max_prompt_length,
                 "cache_len": c.max_prompt_length + c.max_generation_length}
     c = preset.eval
@@ -368,24 +380,36 @@ def _sequences_and_lengths(preset: Preset, stage: str) -> dict[str, int]:
             "cache_len": c.max_prompt_length + c.max_generation_length}
 
 
-def _training_items(m: ModelConfig, seqs: int, length: int,
-                    mesh: dict[str, int]) -> dict[str, int]:
-    """Forward + backward of ``seqs`` sequences of ``length`` tokens, per device."""
+def _chunk_bytes(m: ModelConfig, rows: int, positions: int, mesh: dict[str, int]) -> int:
+    """Float32 logits of one chunk of :func:`reasonkit.logprobs.token_log_probs`, per device."""
+    devices = math.prod(mesh.values())
+    ways = devices if m.vocab_size % devices == 0 else 1  # the vocabulary over every device
+    chunk = logprobs.chunk_positions(rows, m.vocab_size // ways, positions)
+    return rows * chunk * (m.vocab_size // ways) * 4
+
+
+def _training_items(m: ModelConfig, seqs: int, length: int, mesh: dict[str, int],
+                    scored: int | None = None) -> dict[str, int]:
+    """Forward + backward of ``seqs`` sequences of ``length`` tokens, per device.
+
+    ``scored`` is how many positions a row's log-probabilities are taken at (GRPO: the
+    completion's), ``length`` by default.
+    """
     nbytes = _dtype_bytes(m)
     local = math.ceil(seqs / mesh["fsdp"])  # the batch axis is split over fsdp
     tokens = local * length
     per_layer = (ACT_D * m.embed_dim + ACT_F * m.hidden_dim
                  + ACT_HEADS * (m.num_heads + m.num_kv_heads) * m.head_dim)
     tp = _split(m.num_heads, "tp", mesh)  # feature / head dims of activations go over tp
-    if m.remat:  # keep each block's input; recompute one block at a time in the backward
-        act = tokens * (m.num_layers * m.embed_dim + per_layer) * nbytes / tp
+    if m.remat:  # keep each layer's residual stream; recompute one block at a time
+        act = tokens * m.num_layers * ACT_D * m.embed_dim * REMAT_BYTES / tp
         score_layers = 1
     else:
         act = tokens * m.num_layers * per_layer * nbytes / tp
         score_layers = m.num_layers
     scores = (local * score_layers * ATTN_COPIES * m.num_heads * length * length * nbytes
               / tp)
-    logits = tokens * m.vocab_size * LOGIT_BYTES / _split(m.vocab_size, "tp", mesh)
+    logits = LOGIT_CHUNK_COPIES * _chunk_bytes(m, seqs, scored or length, mesh)
     return {"activations": math.ceil(act), "attention scores": math.ceil(scores),
             "logits": math.ceil(logits)}
 
@@ -516,11 +540,18 @@ def memory_budget(preset: Preset, stage: str, n_devices: int | None = None,
       matrix's heads and the logits' vocabulary split over tp where they divide.
     - Training keeps ``ACT_D*D + ACT_F*F + ACT_HEADS*(H+K)*h`` elements per token per
       layer, plus the materialised ``[B, H, T, T]`` attention (``ATTN_COPIES`` copies):
-      Tunix's Gemma has no flash attention. ``model.remat`` keeps one block input per
-      layer and one block's worth of everything else.
-    - Logits cost ``LOGIT_BYTES`` = 8 bytes per position per vocabulary entry (fp32
-      log-softmax + fp32 gradient); Gemma's 262k vocabulary makes this the largest item:
-      32 x 1024 x 262144 x 4 B = 32 GiB per fp32 copy before sharding.
+      Tunix's Gemma has no flash attention. ``model.remat`` keeps ``ACT_D*D`` elements
+      a token per layer (``REMAT_BYTES`` each, as XLA:CPU keeps them) and one layer's
+      attention matrix.
+    - Log-probabilities are chunked over positions (:mod:`reasonkit.logprobs`): about
+      ``LOGIT_CHUNK_COPIES`` float32 buffers of one chunk's logits, every row over the
+      device's slice of the vocabulary (at most ``logprobs.CHUNK_BYTES`` each), never
+      the whole ``[B, S, V]``; GRPO scores the completion's positions only.
+    - The step returns the model state it was given (base + LoRA; only the optimizer's
+      state is donated, so it is counted once).
+    - These are the compiler's terms (``reasonkit.shapes`` compiles the step on simulated
+      devices and reads ``memory_analysis()``): arguments + outputs - donated +
+      temporaries. XLA:CPU computes bfloat16 in float32, so a TPU needs less.
     - DPO runs the policy on chosen + rejected (2 x batch sequences); the reference's
       log-probs come from an earlier forward without gradients on the same backbone
       (LoRA off: no second copy of the weights), so they are not at the peak.
@@ -550,7 +581,10 @@ def memory_budget(preset: Preset, stage: str, n_devices: int | None = None,
         phase = "generate"
     else:
         items["LoRA params + grads + Adam"] = lora * LORA_COPIES
-        train = _training_items(preset.model, s["train_seqs"], s["train_len"], mesh)
+        train = _training_items(preset.model, s["train_seqs"], s["train_len"], mesh,
+                                s.get("scored"))
+        # the step returns the model state it was given (only the optimizer's is donated)
+        train["returned model state"] = base + lora
         phase = "train"
         if stage == "grpo":
             rollout = _generation_items(preset.model, s["gen_seqs"], s["prompt_len"],
