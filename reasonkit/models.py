@@ -17,7 +17,7 @@ import json
 import os
 import pathlib
 import re
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import jax
 import jax.numpy as jnp
@@ -62,6 +62,12 @@ def load_tokenizer(path: str | os.PathLike, vocab_size: int | None = None) -> sp
             f"{path}: tokenizer vocabulary has {tok.GetPieceSize()} pieces but the model's "
             f"vocab_size (num_embed) is {vocab_size}; they must be equal")
     return tok
+
+
+def token_counter(tok: spm.SentencePieceProcessor) -> Callable[[str], int]:
+    """``count(text)``: the tokens ``tok`` makes of ``text``, BOS not included (what
+    :func:`reasonkit.data.build_splits` measures budgets with, adding the BOS itself)."""
+    return lambda text: len(tok.EncodeAsIds(text))
 
 
 def stop_token_ids(tok: spm.SentencePieceProcessor) -> list[int]:

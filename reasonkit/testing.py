@@ -1,0 +1,30 @@
+"""Tiny fakes shared by the tests and the benchmarks: no download, seconds on a CPU.
+
+>>> res = fake_results(base=(0.0, 0.1), sft=(0.9, 0.4))
+>>> [res[s]["summary"]["overall"]["accuracy"] for s in ("base", "sft")]
+[0.1, 0.4]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from reasonkit import evaluate
+
+
+def fake_results(**stages: tuple[float, float]) -> dict[str, Any]:
+    """Stage results as :func:`reasonkit.evaluate.evaluate_run` gives them, for 100 prompts
+    per stage (math and general alternating): ``stage=(fmt, acc)`` answers a fraction
+    ``acc`` right and ``fmt`` well formatted (the rest readable, without a reasoning block)."""
+    out = {}
+    for stage, (fmt, acc) in stages.items():
+        rows = []
+        for i in range(100):
+            ans = "12" if i < 100 * acc else "13"
+            text = (f"<reasoning>r</reasoning><answer>{ans}</answer>" if i < 100 * fmt
+                    else f"<answer>{ans}</answer>")  # readable answer, no reasoning block
+            rec = {"domain": ["math", "general"][i % 2], "answer": "12", "prompt": f"q{i}", "id": i}
+            rows += evaluate.score_stage([rec], [text], [[text]])
+        out[stage] = {"summary": evaluate.summarize(rows), "rows": rows}
+    return out
+
