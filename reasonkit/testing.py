@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from reasonkit import evaluate
+import jax.numpy as jnp
+import numpy as np
+
+from reasonkit import evaluate, masks
 
 
 def fake_results(**stages: tuple[float, float]) -> dict[str, Any]:
@@ -28,3 +31,10 @@ def fake_results(**stages: tuple[float, float]) -> dict[str, Any]:
         out[stage] = {"summary": evaluate.summarize(rows), "rows": rows}
     return out
 
+
+def forward(model, tokens) -> np.ndarray:
+    """Logits ``[B, S, V]`` of a Gemma model on ``tokens`` ``[B, S]`` (id 0 is padding)."""
+    tokens = jnp.asarray(tokens)
+    mask = tokens != 0  # [B, S]
+    logits, _ = model(tokens, masks.positions_from_mask(mask), None, masks.causal_mask(mask))
+    return np.asarray(logits)

@@ -33,7 +33,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from reasonkit import collate, compiles, data, logprobs, masks, models, rewards, template
+from reasonkit import collate, compiles, data, logprobs, masks, models, rewards, template, tiny
 from reasonkit import mesh as mesh_lib
 from reasonkit.config import ModelConfig, Preset, TrainConfig
 from reasonkit.hardware import format_duration
@@ -367,7 +367,7 @@ def frozen_reference(base, preset: Preset, run: RunDir | None, started: str | No
 WEIGHTS = ("checkpoint", "random", "abstract")
 # A stand-in tokenizer for models built without a checkpoint: compiling a step only needs
 # its special ids (pad 0, eos 1, bos 2, as Gemma's), never its vocabulary.
-SHAPE_TOKENIZER = models.TINY_ASSET / "tokenizer.model"
+SHAPE_TOKENIZER = tiny.ASSET / "tokenizer.model"
 
 
 def _leaf_specs(state) -> list:
