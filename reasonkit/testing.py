@@ -7,12 +7,37 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
 
-from reasonkit import evaluate, masks
+from reasonkit import evaluate, masks, models, runs
+from reasonkit.config import Preset, get_preset
+
+# The tiny preset cut to a few steps of each stage on a few records: every stage trains,
+# checkpoints, resumes and hands off as in a full run, in seconds.
+SMALL = {
+    "sft.max_steps": 4, "sft.checkpoint_every": 2, "sft.batch_size": 4,
+    "dpo.max_steps": 3, "dpo.checkpoint_every": 2, "dpo.batch_size": 2,
+    "grpo.max_steps": 2, "grpo.checkpoint_every": 1, "grpo.batch_size": 2,
+    "grpo.max_generation_length": 24,
+    "data.num_records": 40, "data.eval_per_domain": 2, "data.train_size": 60,
+}
+
+
+def small_preset(**overrides: Any) -> Preset:
+    """The tiny preset with :data:`SMALL`'s overrides, then ``overrides``."""
+    return get_preset("tiny", **{**SMALL, **overrides})
+
+
+def make_run(root: str | os.PathLike, name: str, preset: Preset) -> runs.RunDir:
+    """A run directory whose data stage is done (the preset's sources: for tiny, synthetic tasks)."""
+    run = runs.RunDir.create(name, root=root)
+    tok = models.load_tokenizer(models.resolve_source(preset.model) / "tokenizer.model")
+    runs.build_data(run, preset, models.token_counter(tok))
+    return run
 
 
 def fake_results(**stages: tuple[float, float]) -> dict[str, Any]:

@@ -17,36 +17,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from reasonkit import data, evaluate, models, template, train
+from reasonkit import evaluate, models, template, train
 from reasonkit.config import SFTConfig, get_preset
 from reasonkit.hardware import format_duration
 from reasonkit.runs import RunDir
-
-SMALL = {
-    "sft.max_steps": 4, "sft.checkpoint_every": 2, "sft.batch_size": 4,
-    "dpo.max_steps": 3, "dpo.checkpoint_every": 2, "dpo.batch_size": 2,
-    "grpo.max_steps": 2, "grpo.checkpoint_every": 1, "grpo.batch_size": 2,
-    "grpo.max_generation_length": 24,
-    "data.num_records": 40, "data.eval_per_domain": 2, "data.train_size": 60,
-}
+from reasonkit.testing import SMALL, make_run, small_preset
 
 
 @pytest.fixture(scope="module")
 def preset():
-    return get_preset("tiny", **SMALL)
-
-
-def make_run(root, name, preset):
-    """A run directory whose data stage is done (the tiny preset's synthetic tasks)."""
-    run = RunDir.create(name, root=root)
-    tok = models.load_tokenizer(models.resolve_source(preset.model) / "tokenizer.model")
-    records, reports = data.load_sources(preset.data)
-    splits, report = data.build_splits(records, preset.data,
-                                       count_tokens=lambda s: len(tok.EncodeAsIds(s)),
-                                       limits=data.stage_limits(preset), source_reports=reports)
-    data.write_splits(splits, report, run.stage("data"))
-    run.mark_finished("data")
-    return run
+    return small_preset()
 
 
 def run_after(src, root, name, preset, *stages):
