@@ -60,7 +60,7 @@ from IPython.display import Markdown, display
 
 from reasonkit import data, models, plots, template
 from reasonkit.config import get_preset
-from reasonkit.runs import RunDir, save_data
+from reasonkit.runs import RunDir, finish_data
 
 preset = get_preset()  # $REASONKIT_PRESET (default "auto": tiny on a CPU), $REASONKIT_OVERRIDES
 run = RunDir.create()
@@ -206,20 +206,9 @@ plt.show()
 
 # %%
 REBUILD = False  # True: replace splits an earlier run of this notebook wrote
-out = run.stage("data")
-if run.is_finished("data") and not REBUILD:
-    built = splits
-    splits, report = data.read_splits(out)
-    print(f"{out} already holds finished splits: using those, not the ones built above "
-          "(set REBUILD = True to replace them)")
-    if splits != built:
-        print("WARNING: they differ from what this notebook just built (preset changed?)")
-else:
-    fig_lengths.savefig(out / "token_lengths.png", dpi=120)
-    fig_mix.savefig(out / "domain_mix.png", dpi=120)
-    save_data(run, preset, splits, report)  # unfinished or REBUILD: write, mark finished
-    print(f"wrote {splits.sizes()} to {out}")
-print(sorted(p.name for p in out.iterdir()))
+splits, report = finish_data(run, preset, splits, report, rebuild=REBUILD, files={
+    "token_lengths.png": fig_lengths, "domain_mix.png": fig_mix})  # finished: read back instead
+print(sorted(p.name for p in run.stage("data").iterdir()))
 
 # %% [markdown]
 # ## What the next stages read

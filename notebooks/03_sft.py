@@ -64,7 +64,7 @@ from IPython.display import Markdown, display
 
 from reasonkit import data, evaluate, hardware, mesh, plots, train
 from reasonkit.config import get_preset
-from reasonkit.runs import RunDir
+from reasonkit.runs import RunDir, checkpoint_dir
 
 mesh.init_distributed()  # a no-op on one host; joins the pod on several
 preset = get_preset()  # $REASONKIT_PRESET (default "auto": tiny on a CPU), $REASONKIT_OVERRIDES
@@ -215,7 +215,7 @@ else:
 
 # %%
 print(sorted(p.name for p in run.stage("sft").iterdir()))
-print("checkpoint steps:", sorted(p.name for p in train.checkpoint_dir(run, "sft").iterdir()))
+print("checkpoint steps:", sorted(p.name for p in checkpoint_dir(run, "sft").iterdir()))
 
 # %% [markdown]
 # ## What next

@@ -65,13 +65,13 @@ from IPython.display import Markdown, display
 
 from reasonkit import data, evaluate, hardware, mesh, plots, train
 from reasonkit.config import get_preset
-from reasonkit.runs import RunDir
+from reasonkit.runs import RunDir, start_from
 
 mesh.init_distributed()  # a no-op on one host; joins the pod on several
 preset = get_preset()  # $REASONKIT_PRESET (default "auto": tiny on a CPU), $REASONKIT_OVERRIDES
 run = RunDir.create()
 splits, _ = data.read_splits(run.require("data"))  # raises if 02 has not run: says so
-start = train.start_from(run, "dpo")  # raises if SFT has not finished: says which notebook
+start = start_from(run, "dpo")  # raises if SFT has not finished: says which notebook
 print(f"preset {preset.name!r}: {preset.description}")
 print(f"run {run.path}: {len(splits.dpo)} preference pairs; DPO starts from the "
       f"{start.upper()} adapters")

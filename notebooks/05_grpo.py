@@ -68,13 +68,13 @@ from IPython.display import Markdown, display
 
 from reasonkit import data, evaluate, hardware, mesh, plots, train
 from reasonkit.config import get_preset
-from reasonkit.runs import RunDir
+from reasonkit.runs import RunDir, start_from
 
 mesh.init_distributed()  # a no-op on one host; joins the pod on several
 preset = get_preset()  # $REASONKIT_PRESET (default "auto": tiny on a CPU), $REASONKIT_OVERRIDES
 run = RunDir.create()
 splits, _ = data.read_splits(run.require("data"))  # raises if 02 has not run: says so
-start = train.start_from(run, "grpo")  # DPO's adapters, else SFT's; raises if neither finished
+start = start_from(run, "grpo")  # DPO's adapters, else SFT's; raises if neither finished
 print(f"preset {preset.name!r}: {preset.description}")
 print(f"run {run.path}: {len(splits.grpo)} GRPO prompts; GRPO starts from the "
       f"{start.upper()} adapters")
@@ -228,15 +228,10 @@ else:
 # preset, run, "sft"), preset, run, merged=False)` exports another stage's adapters.
 
 # %%
-exported = {kind: run.stage("grpo") / kind for kind in ("adapter", "merged")}
-done = [exported["adapter"] / "adapter_model.safetensors", exported["merged"] / "model.safetensors"]
 if not finished:
     print("not exported: GRPO has not finished")
 else:
-    if all(f.is_file() for f in done) and not RETRAIN:
-        print("already exported:")
-    else:
-        exported = train.export(result, preset, run)
+    exported = train.export_once(result, preset, run, again=RETRAIN)  # already there: says so
     for kind, path in exported.items():
         print(f"{kind}: {path}\n  {sorted(p.name for p in path.iterdir())}")
 

@@ -66,9 +66,9 @@ import dataclasses
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
-from reasonkit import data, evaluate, mesh, models, plots, template, train
+from reasonkit import data, evaluate, mesh, models, plots, template
 from reasonkit.config import get_preset
-from reasonkit.runs import NOTEBOOK_OF, RunDir
+from reasonkit.runs import NOTEBOOK_OF, RunDir, latest_step
 
 mesh.init_distributed()  # a no-op on one host; joins the pod on several
 preset = get_preset()  # $REASONKIT_PRESET (default "auto": tiny on a CPU), $REASONKIT_OVERRIDES
@@ -109,7 +109,7 @@ for name in ("sft", "dpo", "grpo"):
               f"finished {info.get('finished_at')}")
         stages.append(name)
     else:
-        step = train.latest_step(run, name)
+        step = latest_step(run, name)
         partial = f" (checkpoint at step {step}, not finished)" if step else ""
         print(f"{name:5s} skipped: not finished{partial}; run notebooks/{NOTEBOOK_OF[name]}")
 print("evaluating:", " -> ".join(stages))

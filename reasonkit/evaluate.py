@@ -30,7 +30,7 @@ import numpy as np
 from reasonkit import answers, collate, data, models, template, train
 from reasonkit import mesh as mesh_lib
 from reasonkit.config import EvalConfig, ModelConfig, Preset
-from reasonkit.runs import RunDir, is_writer
+from reasonkit.runs import RunDir, is_writer, write_files
 
 STAGE_ORDER = ("base", "sft", "dpo", "grpo")
 NUMERIC = answers.NUMERIC_DOMAINS
@@ -422,11 +422,7 @@ def save_run(run: RunDir, preset: Preset, results: dict[str, Any], seconds: dict
     out = run.stage("eval")
     if is_writer():  # several processes: process 0 writes what they all evaluated
         write_results(results, out, settings=dataclasses.asdict(preset.eval))
-        for name, what in (files or {}).items():
-            if isinstance(what, str):
-                (out / name).write_text(what)
-            else:  # a matplotlib figure
-                what.savefig(out / name, dpi=120)
+        write_files(out, files or {})
     run.mark_finished("eval", stages=ordered(results), preset=preset.name,
                       seconds={s: round(t, 1) for s, t in seconds.items()})
     return out
