@@ -191,8 +191,7 @@ def sft_throughput(pairs, preset, batch_size: int, max_length: int, steps: int, 
 
 def stage_compiles(quick: bool) -> dict[str, Any]:
     """Run reasonkit's SFT (packed), DPO (2 buckets), GRPO and a bucketed evaluation."""
-    from reasonkit import data, evaluate, template
-    from reasonkit.runs import RunDir
+    from reasonkit import data, evaluate, template, testing
 
     steps = {"sft": 4, "dpo": 4, "grpo": 3} if quick else {"sft": 8, "dpo": 8, "grpo": 4}
     preset = get_preset("tiny", **{
@@ -204,14 +203,9 @@ def stage_compiles(quick: bool) -> dict[str, Any]:
         "grpo.max_generation_length": 24, "data.num_records": 40, "data.eval_per_domain": 2,
         "data.train_size": 60, "eval.buckets": 2, "eval.batch_size": 4,
         "eval.max_generation_length": 16})
-    run = RunDir.create("bench", root=pathlib.Path(tempfile.mkdtemp()))
+    run = testing.make_run(pathlib.Path(tempfile.mkdtemp()), "bench", preset)
+    splits, _ = data.read_splits(run.stage("data"))
     tok = models.load_tokenizer(models.resolve_source(preset.model) / "tokenizer.model")
-    records, reports = data.load_sources(preset.data)
-    splits, report = data.build_splits(records, preset.data,
-                                       count_tokens=lambda s: len(tok.EncodeAsIds(s)),
-                                       limits=data.stage_limits(preset), source_reports=reports)
-    data.write_splits(splits, report, run.stage("data"))
-    run.mark_finished("data")
     out: dict[str, Any] = {}
     result = None
     for stage in ("sft", "dpo", "grpo"):

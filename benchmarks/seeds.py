@@ -37,7 +37,7 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from reasonkit import data, evaluate, models, runs, tasks, template, train  # noqa: E402
+from reasonkit import data, evaluate, models, runs, tasks, template, tiny, train  # noqa: E402
 from reasonkit.config import env_overrides, get_preset  # noqa: E402
 
 STAGES = ("sft", "dpo", "grpo")  # the base scores 0%: it never writes the tags
@@ -88,7 +88,7 @@ def heldout_sets(preset, splits: data.Splits, count, n_fresh: int) -> dict[str, 
             seen.add(key)
             leftover.append(r)
     seen |= {data.normalize_prompt(r["prompt"]) for r in pool}
-    seen |= {data.normalize_prompt(r["prompt"]) for r in models.tiny_pretraining_records()[0]}
+    seen |= {data.normalize_prompt(r["prompt"]) for r in tiny.pretraining_records()[0]}
     fresh = []
     for domain in tasks.DOMAINS:
         got = 0

@@ -75,7 +75,7 @@ source = reasonkit_bootstrap.setup()  # reasonkit, the tested JAX stack, this se
 import jax
 import matplotlib.pyplot as plt
 
-from reasonkit import hardware, mesh
+from reasonkit import hardware, mesh, plots
 from reasonkit.config import get_preset
 from reasonkit.runs import RunDir
 
@@ -124,13 +124,13 @@ if bench["peak_flops_per_s"]:
 from IPython.display import Markdown, display
 
 rows = hardware.budget_table(preset, hw)
-display(Markdown(hardware.format_budget_table(rows)))
+display(Markdown(plots.budget_table(rows)))
 
 # %%
 if preset.hardware != "cpu":
     target = hardware.from_name(preset.hardware)
     print(f"on the preset's target, {target.name}:")
-    display(Markdown(hardware.format_budget_table(hardware.budget_table(preset, target))))
+    display(Markdown(plots.budget_table(hardware.budget_table(preset, target))))
 
 # %% [markdown]
 # ## What the compiler says
@@ -163,21 +163,8 @@ for stage in ("sft", "dpo", "grpo", "eval"):
 # ## Where the memory goes
 
 # %%
-items = [k for k in rows[0] if k not in ("stage", "mesh", "phase", "total", "capacity", "fits")]
-gib = 2**30
-fig, ax = plt.subplots(figsize=(8, 3.5))
-bottom = [0.0] * len(rows)
-for item in items:
-    values = [r[item] / gib for r in rows]
-    ax.bar([r["stage"] for r in rows], values, bottom=bottom, label=item)
-    bottom = [b + v for b, v in zip(bottom, values, strict=True)]
-limit = 0.9 * rows[0]["capacity"] / gib
-if limit < 2 * max(bottom):  # draw the limit only when it is in the picture
-    ax.axhline(limit, color="k", ls="--", label="90% of device memory")
-ax.set_ylabel("GiB per device")
-ax.set_title(f"{preset.name} on {hw.name} (device memory {rows[0]['capacity'] / gib:.1f} GiB)")
-ax.legend(fontsize=7, ncol=2)
-fig.tight_layout()
+fig = plots.plot_memory(rows, f"{preset.name} on {hw.name} "
+                        f"(device memory {rows[0]['capacity'] / 2**30:.1f} GiB)")
 fig.savefig(run.path / "hardware_budget.png", dpi=120)
 plt.show()
 

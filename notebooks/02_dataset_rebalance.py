@@ -58,9 +58,9 @@ source = reasonkit_bootstrap.setup()  # reasonkit, the tested JAX stack, this se
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
-from reasonkit import data, models, template
-from reasonkit.config import DOMAINS, get_preset
-from reasonkit.runs import RunDir, save_data
+from reasonkit import data, models, plots, template
+from reasonkit.config import get_preset
+from reasonkit.runs import RunDir, finish_data
 
 preset = get_preset()  # $REASONKIT_PRESET (default "auto": tiny on a CPU), $REASONKIT_OVERRIDES
 run = RunDir.create()
@@ -78,12 +78,7 @@ print(f"sources {preset.data.sources}, outputs go to {run.stage('data')}")
 models.read_platform_secrets()
 model_dir = models.resolve_source(preset.model)
 tok = models.load_tokenizer(model_dir / "tokenizer.model", vocab_size=preset.model.vocab_size)
-
-
-def count_tokens(text: str) -> int:
-    return len(tok.EncodeAsIds(text))
-
-
+count_tokens = models.token_counter(tok)  # text -> number of tokens (no BOS)
 print(f"{tok.GetPieceSize()} pieces, from {model_dir}")
 for tag in template.SPECIAL_TOKENS:
     print(f"{tag:16s} -> {tok.EncodeAsPieces(tag)}")
@@ -161,20 +156,7 @@ for (key, n), stages in cuts.items():
     print(f"{key:20s} budget {n:5d} tokens: {', '.join(stages)}")
 
 # %%
-fig_lengths, axes = plt.subplots(1, 3, figsize=(12, 3.4))
-for ax, (key, per_domain) in zip(axes, lengths.items(), strict=True):
-    ax.hist(list(per_domain.values()), bins=30, stacked=True, label=list(per_domain))
-    for (panel, n), stages in cuts.items():
-        if panel == key:
-            ax.axvline(n, color="k", ls="--")
-            ax.annotate(f"{'/'.join(stages)} ≤ {n}", (n, 1), xycoords=("data", "axes fraction"),
-                        xytext=(-3, -4), textcoords="offset points", rotation=90, va="top",
-                        ha="right", fontsize=8)
-    ax.set_xlabel(f"{key} tokens")
-axes[0].set_ylabel("records")
-axes[-1].legend(fontsize=7, loc="center right")
-fig_lengths.suptitle(f"token lengths of {len(records)} records; dashed: stage budgets")
-fig_lengths.tight_layout()
+fig_lengths = plots.plot_token_lengths(lengths, cuts, len(records))
 plt.show()
 
 # %% [markdown]
@@ -194,7 +176,7 @@ plt.show()
 splits, report = data.build_splits(records, preset.data, count_tokens=count_tokens,
                                    limits=limits, source_reports=source_reports)
 print("records per split:", splits.sizes())
-display(Markdown(report.table()))
+display(Markdown(plots.data_table(report)))
 
 # %% [markdown]
 # ### The drop report
@@ -203,11 +185,7 @@ display(Markdown(report.table()))
 # their target, and why.
 
 # %%
-rows = ["| step | reason | rows | e.g. |", "|---|---|---|---|"]
-for step, drops in report.drops.items():
-    for reason, n in drops.counts.items():
-        rows.append(f"| {step} | {reason} | {n} | {', '.join(drops.examples[reason][:2])} |")
-display(Markdown("\n".join(rows) if len(rows) > 2 else "nothing was dropped"))
+display(Markdown(plots.drop_table(report)))
 print("\n".join(report.notes) or "no shortfalls: every domain reached its target")
 
 # %% [markdown]
@@ -216,25 +194,7 @@ print("\n".join(report.notes) or "no shortfalls: every domain reached its target
 # marks are the target mix from `data.domain_weights`.
 
 # %%
-def plot_mix(report: data.DataReport, title: str):
-    """Grouped bars: % of records per domain in the input and in each stage's set."""
-    sets = {"input": report.input, **{s: info["count"] for s, info in report.stages.items()}}
-    weights, x, width = report.settings["domain_weights"], range(len(DOMAINS)), 0.8 / len(sets)
-    fig, ax = plt.subplots(figsize=(9, 3.4))
-    for i, (name, counts) in enumerate(sets.items()):
-        pct = [100 * counts.get(d, 0) / (sum(counts.values()) or 1) for d in DOMAINS]
-        ax.bar([j + (i - (len(sets) - 1) / 2) * width for j in x], pct, width, label=name)
-    target = [100 * weights.get(d, 0) / sum(weights.values()) for d in DOMAINS]
-    ax.hlines(target, [j - 0.42 for j in x], [j + 0.42 for j in x], colors="k", label="target")
-    ax.set_xticks(x, DOMAINS)
-    ax.set(ylabel="% of records", title=title)
-    ax.legend(fontsize=8, ncol=len(sets) + 1, loc="upper center", bbox_to_anchor=(0.5, -0.1))
-    fig.tight_layout()
-    return fig
-
-
-# %%
-fig_mix = plot_mix(report, f"domain mix, {preset.name} preset")
+fig_mix = plots.plot_mix(report, f"domain mix, {preset.name} preset")
 plt.show()
 
 # %% [markdown]
@@ -246,20 +206,9 @@ plt.show()
 
 # %%
 REBUILD = False  # True: replace splits an earlier run of this notebook wrote
-out = run.stage("data")
-if run.is_finished("data") and not REBUILD:
-    built = splits
-    splits, report = data.read_splits(out)
-    print(f"{out} already holds finished splits: using those, not the ones built above "
-          "(set REBUILD = True to replace them)")
-    if splits != built:
-        print("WARNING: they differ from what this notebook just built (preset changed?)")
-else:
-    fig_lengths.savefig(out / "token_lengths.png", dpi=120)
-    fig_mix.savefig(out / "domain_mix.png", dpi=120)
-    save_data(run, preset, splits, report)  # unfinished or REBUILD: write, mark finished
-    print(f"wrote {splits.sizes()} to {out}")
-print(sorted(p.name for p in out.iterdir()))
+splits, report = finish_data(run, preset, splits, report, rebuild=REBUILD, files={
+    "token_lengths.png": fig_lengths, "domain_mix.png": fig_mix})  # finished: read back instead
+print(sorted(p.name for p in run.stage("data").iterdir()))
 
 # %% [markdown]
 # ## What the next stages read
@@ -293,7 +242,7 @@ weights = {"math": 3, "coding": 2, "science": 1, "instruction": 1, "summarizatio
            "general": 1}
 config = preset.replace(**{"data.domain_weights": weights}).data
 _, demo = data.build_splits(lopsided, config, count_tokens=count_tokens, limits=limits)
-plot_mix(demo, "lopsided input, weights 3:2:1:1:1:1")
+plots.plot_mix(demo, "lopsided input, weights 3:2:1:1:1:1")
 plt.show()
 print("\n".join(demo.notes))
 

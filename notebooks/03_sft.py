@@ -60,12 +60,11 @@ source = reasonkit_bootstrap.setup()  # reasonkit, the tested JAX stack, this se
 import dataclasses
 
 import matplotlib.pyplot as plt
-import numpy as np
 from IPython.display import Markdown, display
 
-from reasonkit import data, evaluate, hardware, mesh, train
+from reasonkit import data, evaluate, hardware, mesh, plots, train
 from reasonkit.config import get_preset
-from reasonkit.runs import RunDir
+from reasonkit.runs import RunDir, checkpoint_dir
 
 mesh.init_distributed()  # a no-op on one host; joins the pod on several
 preset = get_preset()  # $REASONKIT_PRESET (default "auto": tiny on a CPU), $REASONKIT_OVERRIDES
@@ -128,16 +127,7 @@ print(tok.DecodeIds(ids[one & loss].tolist()))
 # The whole batch at a glance: each row is one example, each column one position.
 
 # %%
-kind = np.where(batch["input_mask"], 2, np.where(batch["input_tokens"] != tok.pad_id(), 1, 0))
-colors = ["#dddddd", "#8fb3d9", "#d95f02"]
-fig, ax = plt.subplots(figsize=(10, 2.6))
-ax.imshow(kind, aspect="auto", interpolation="nearest",
-          cmap=plt.matplotlib.colors.ListedColormap(colors), vmin=0, vmax=2)
-ax.set(xlabel="position (token)", ylabel="example", title="one SFT batch: where the loss is")
-handles = [plt.matplotlib.patches.Patch(color=c, label=lab) for c, lab in
-           zip(colors, ["padding", "BOS + prompt (no loss)", "completion (loss)"], strict=True)]
-ax.legend(handles=handles, loc="upper right", fontsize=8)
-fig.tight_layout()
+plots.plot_loss_mask(batch, tok.pad_id())
 plt.show()
 
 # %% [markdown]
@@ -150,14 +140,7 @@ plt.show()
 
 # %%
 EXAMPLES = evaluate.pick_examples(splits.eval)  # math, coding, summarization if present
-
-
-def complete(model, label: str) -> list[dict]:
-    """Greedy completions of EXAMPLES, printed and scored."""
-    return evaluate.show_completions(model, tok, EXAMPLES, preset.model, preset.eval, label)
-
-
-before = complete(model, "base")
+before = evaluate.show_completions(model, tok, EXAMPLES, preset.model, preset.eval, "base")
 
 # %% [markdown]
 # The base model continues in the style it was pretrained on, without the tags. Free it
@@ -206,16 +189,7 @@ policy, finished = result.policy, result.finished
 # the training loss falls would mean overfitting: fewer steps or more data.
 
 # %%
-m = train.read_metrics(run, "sft")
-fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.6))
-ax1.plot(*m["train/loss"], lw=1, label="train (one batch)")
-if "eval/loss" in m:
-    ax1.plot(*m["eval/loss"], "o-", label="held-out")
-ax1.set(xlabel="step", ylabel="cross-entropy per completion token", title="SFT loss")
-ax1.legend()
-ax2.plot(*m["train/learning_rate"])
-ax2.set(xlabel="step", ylabel="learning rate", title="warm-up, then cosine decay")
-fig.tight_layout()
+fig = plots.plot_sft(train.read_metrics(run, "sft"))
 fig.savefig(run.stage("sft") / "sft_curves.png", dpi=120)
 plt.show()
 
@@ -226,12 +200,8 @@ plt.show()
 
 # %%
 if finished:
-    after = complete(policy, "SFT")
-    mark = lambda s: f"{'✓' if s['format_ok'] else '✗'} / {'✓' if s['correct'] else '✗'}"
-    rows = ["| domain | gold | base: format / correct | SFT: format / correct |", "|---|---|---|---|"]
-    rows += [f"| {r['domain']} | `{r['answer']}` | {mark(b)} | {mark(a)} |"
-             for r, b, a in zip(EXAMPLES, before, after, strict=True)]
-    display(Markdown("\n".join(rows)))
+    after = evaluate.show_completions(policy, tok, EXAMPLES, preset.model, preset.eval, "SFT")
+    display(Markdown(plots.before_after(EXAMPLES, before, after, ("base", "SFT"))))
 else:
     print("SFT stopped before max_steps (deadline): run this notebook again to resume.")
 
@@ -245,7 +215,7 @@ else:
 
 # %%
 print(sorted(p.name for p in run.stage("sft").iterdir()))
-print("checkpoint steps:", sorted(p.name for p in train.checkpoint_dir(run, "sft").iterdir()))
+print("checkpoint steps:", sorted(p.name for p in checkpoint_dir(run, "sft").iterdir()))
 
 # %% [markdown]
 # ## What next

@@ -61,18 +61,17 @@ import collections
 import dataclasses
 
 import matplotlib.pyplot as plt
-import numpy as np
 from IPython.display import Markdown, display
 
-from reasonkit import data, evaluate, hardware, mesh, train
+from reasonkit import data, evaluate, hardware, mesh, plots, train
 from reasonkit.config import get_preset
-from reasonkit.runs import RunDir
+from reasonkit.runs import RunDir, start_from
 
 mesh.init_distributed()  # a no-op on one host; joins the pod on several
 preset = get_preset()  # $REASONKIT_PRESET (default "auto": tiny on a CPU), $REASONKIT_OVERRIDES
 run = RunDir.create()
 splits, _ = data.read_splits(run.require("data"))  # raises if 02 has not run: says so
-start = train.start_from(run, "dpo")  # raises if SFT has not finished: says which notebook
+start = start_from(run, "dpo")  # raises if SFT has not finished: says which notebook
 print(f"preset {preset.name!r}: {preset.description}")
 print(f"run {run.path}: {len(splits.dpo)} preference pairs; DPO starts from the "
       f"{start.upper()} adapters")
@@ -128,14 +127,7 @@ for part in ("prompt", "chosen", "rejected"):
 
 # %%
 EXAMPLES = evaluate.pick_examples(splits.eval)  # math, coding, summarization if present
-
-
-def complete(model, label: str) -> list[dict]:
-    """Greedy completions of EXAMPLES, printed and scored."""
-    return evaluate.show_completions(model, tok, EXAMPLES, preset.model, preset.eval, label)
-
-
-before = complete(model, start.upper())
+before = evaluate.show_completions(model, tok, EXAMPLES, preset.model, preset.eval, start.upper())
 del model
 train.free()  # the trainer loads its own copy onto the DPO mesh
 
@@ -182,22 +174,7 @@ policy, finished = result.policy, result.finished
 # One point per batch (`dpo.batch_size` pairs), so they are noisy.
 
 # %%
-m = train.read_metrics(run, "dpo")
-fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-axes[0].plot(*m["train/loss"])
-axes[0].axhline(np.log(2), color="grey", ls=":", label="log 2 (margin 0)")
-axes[0].set(title="DPO loss", ylabel="loss")
-for event in ("chosen", "rejected", "margin"):
-    axes[1].plot(*m[f"train/rewards/{event}"], label=event, lw=2 if event == "margin" else 1)
-axes[1].axhline(0, color="grey", ls=":")
-axes[1].set(title="implicit rewards and margin", ylabel="β · log-ratio to the reference")
-axes[2].plot(*m["train/rewards/accuracy"])
-axes[2].axhline(0.5, color="grey", ls=":", label="coin flip")
-axes[2].set(title="preference accuracy", ylabel="pairs ranked right", ylim=(0, 1.05))
-for ax in axes:
-    ax.set_xlabel("step")
-    ax.legend(fontsize=8)
-fig.tight_layout()
+fig = plots.plot_dpo(train.read_metrics(run, "dpo"))
 fig.savefig(run.stage("dpo") / "dpo_curves.png", dpi=120)
 plt.show()
 
@@ -210,13 +187,8 @@ plt.show()
 
 # %%
 if finished:
-    after = complete(policy, "DPO")
-    mark = lambda s: f"{'✓' if s['format_ok'] else '✗'} / {'✓' if s['correct'] else '✗'}"
-    rows = [f"| domain | gold | {start.upper()}: format / correct | DPO: format / correct |",
-            "|---|---|---|---|"]
-    rows += [f"| {r['domain']} | `{r['answer']}` | {mark(b)} | {mark(a)} |"
-             for r, b, a in zip(EXAMPLES, before, after, strict=True)]
-    display(Markdown("\n".join(rows)))
+    after = evaluate.show_completions(policy, tok, EXAMPLES, preset.model, preset.eval, "DPO")
+    display(Markdown(plots.before_after(EXAMPLES, before, after, (start.upper(), "DPO"))))
 else:
     print("DPO stopped before max_steps (deadline): run this notebook again to resume.")
 

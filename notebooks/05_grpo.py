@@ -66,15 +66,15 @@ import re
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
-from reasonkit import data, evaluate, hardware, mesh, train
+from reasonkit import data, evaluate, hardware, mesh, plots, train
 from reasonkit.config import get_preset
-from reasonkit.runs import RunDir
+from reasonkit.runs import RunDir, start_from
 
 mesh.init_distributed()  # a no-op on one host; joins the pod on several
 preset = get_preset()  # $REASONKIT_PRESET (default "auto": tiny on a CPU), $REASONKIT_OVERRIDES
 run = RunDir.create()
 splits, _ = data.read_splits(run.require("data"))  # raises if 02 has not run: says so
-start = train.start_from(run, "grpo")  # DPO's adapters, else SFT's; raises if neither finished
+start = start_from(run, "grpo")  # DPO's adapters, else SFT's; raises if neither finished
 print(f"preset {preset.name!r}: {preset.description}")
 print(f"run {run.path}: {len(splits.grpo)} GRPO prompts; GRPO starts from the "
       f"{start.upper()} adapters")
@@ -136,14 +136,7 @@ for fn in reward_fns:  # the first line of each docstring, without its reST mark
 
 # %%
 EXAMPLES = evaluate.pick_examples(splits.eval)  # math, coding, summarization if present
-
-
-def complete(model, label: str) -> list[dict]:
-    """Greedy completions of EXAMPLES, printed and scored."""
-    return evaluate.show_completions(model, tok, EXAMPLES, preset.model, preset.eval, label)
-
-
-before = complete(model, start.upper())
+before = evaluate.show_completions(model, tok, EXAMPLES, preset.model, preset.eval, start.upper())
 del model
 train.free()  # the trainer loads its own copy onto the GRPO mesh
 
@@ -152,11 +145,7 @@ texts = [s["completion"] for s in before]
 columns = {"answer": [r["answer"] for r in EXAMPLES], "domain": [r["domain"] for r in EXAMPLES]}
 scored = {fn.__name__: fn(None, texts, **columns) for fn in reward_fns}
 scored["sum"] = [sum(v) for v in zip(*scored.values(), strict=True)]
-lines = ["| reward | " + " | ".join(r["domain"] for r in EXAMPLES) + " |",
-         "|---" * (len(EXAMPLES) + 1) + "|"]
-lines += [f"| {name} | " + " | ".join(f"{v:.2f}" for v in values) + " |"
-          for name, values in scored.items()]
-display(Markdown("\n".join(lines)))
+display(Markdown(plots.reward_table(EXAMPLES, scored)))
 
 # %% [markdown]
 # ## How GRPO learns, and what it logs
@@ -210,21 +199,7 @@ finished = result.finished
 # of each reward over the step's answers; middle: their total; right: the KL.
 
 # %%
-m = train.read_metrics(run, "grpo")
-fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
-for fn in reward_fns:
-    axes[0].plot(*m[f"rewards/train/{fn.__name__}"], label=fn.__name__)
-axes[0].set(title="each reward (mean per answer)", ylabel="reward")
-axes[0].set_ylim(top=axes[0].get_ylim()[1] + 0.4 * abs(axes[0].get_ylim()[1]))  # room for the legend
-axes[0].legend(fontsize=8, ncol=2, loc="upper center")
-axes[1].plot(*m["rewards/train/sum"])
-axes[1].set(title="total reward (mean per answer)", ylabel="sum of rewards")
-if "actor/train/kl" in m:
-    axes[2].plot(*m["actor/train/kl"])
-axes[2].set(title=f"KL to the reference (beta={preset.grpo.beta})", ylabel="KL per token")
-for ax in axes:
-    ax.set_xlabel("step")
-fig.tight_layout()
+fig = plots.plot_grpo(train.read_metrics(run, "grpo"), reward_fns, beta=preset.grpo.beta)
 fig.savefig(run.stage("grpo") / "grpo_curves.png", dpi=120)
 plt.show()
 
@@ -234,13 +209,8 @@ plt.show()
 
 # %%
 if finished:
-    after = complete(result.policy, "GRPO")
-    mark = lambda s: f"{'✓' if s['format_ok'] else '✗'} / {'✓' if s['correct'] else '✗'}"
-    rows = [f"| domain | gold | {start.upper()}: format / correct | GRPO: format / correct |",
-            "|---|---|---|---|"]
-    rows += [f"| {r['domain']} | `{r['answer']}` | {mark(b)} | {mark(a)} |"
-             for r, b, a in zip(EXAMPLES, before, after, strict=True)]
-    display(Markdown("\n".join(rows)))
+    after = evaluate.show_completions(result.policy, tok, EXAMPLES, preset.model, preset.eval, "GRPO")
+    display(Markdown(plots.before_after(EXAMPLES, before, after, (start.upper(), "GRPO"))))
 else:
     print("GRPO stopped before max_steps (deadline): run this notebook again to resume.")
 
@@ -258,15 +228,10 @@ else:
 # preset, run, "sft"), preset, run, merged=False)` exports another stage's adapters.
 
 # %%
-exported = {kind: run.stage("grpo") / kind for kind in ("adapter", "merged")}
-done = [exported["adapter"] / "adapter_model.safetensors", exported["merged"] / "model.safetensors"]
 if not finished:
     print("not exported: GRPO has not finished")
 else:
-    if all(f.is_file() for f in done) and not RETRAIN:
-        print("already exported:")
-    else:
-        exported = train.export(result, preset, run)
+    exported = train.export_once(result, preset, run, again=RETRAIN)  # already there: says so
     for kind, path in exported.items():
         print(f"{kind}: {path}\n  {sorted(p.name for p in path.iterdir())}")
 

@@ -66,9 +66,9 @@ import dataclasses
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
-from reasonkit import data, evaluate, mesh, models, template, train
+from reasonkit import data, evaluate, mesh, models, plots, template
 from reasonkit.config import get_preset
-from reasonkit.runs import NOTEBOOK_OF, RunDir
+from reasonkit.runs import NOTEBOOK_OF, RunDir, latest_step
 
 mesh.init_distributed()  # a no-op on one host; joins the pod on several
 preset = get_preset()  # $REASONKIT_PRESET (default "auto": tiny on a CPU), $REASONKIT_OVERRIDES
@@ -109,7 +109,7 @@ for name in ("sft", "dpo", "grpo"):
               f"finished {info.get('finished_at')}")
         stages.append(name)
     else:
-        step = train.latest_step(run, name)
+        step = latest_step(run, name)
         partial = f" (checkpoint at step {step}, not finished)" if step else ""
         print(f"{name:5s} skipped: not finished{partial}; run notebooks/{NOTEBOOK_OF[name]}")
 print("evaluating:", " -> ".join(stages))
@@ -147,24 +147,8 @@ results, seconds = evaluate.evaluate_run(preset, run, stages, mesh=eval_mesh)
 
 # %%
 k = preset.eval.num_samples
-
-
-def tidy(fig):
-    """Readable bars: each bar's value (%) on it, pass@k with its k, the legend in one row."""
-    ax = fig.axes[0]
-    for bars in ax.containers:
-        if hasattr(bars, "patches"):  # bars, not error bars
-            ax.bar_label(bars, fmt="%.0f", fontsize=7, padding=2)
-    ax.set_xticks(ax.get_xticks(), [t.get_text().replace("@k", f"@{k}") for t in ax.get_xticklabels()])
-    ax.set_ylim(0, 120)
-    ax.legend(ncol=len(results), loc="upper center", fontsize=8, frameon=False)
-    fig.tight_layout()
-    return fig
-
-
-# %%
-display(Markdown(evaluate.stage_table(results, k=k)))
-fig_stages = tidy(evaluate.plot_stages(results))
+display(Markdown(plots.stage_table(results, k=k)))
+fig_stages = plots.plot_stages(results, k=k)
 plt.show()
 
 # %% [markdown]
@@ -188,7 +172,7 @@ plt.show()
 
 # %%
 if any("gsm8k" in res for res in results.values()):
-    display(Markdown(evaluate.gsm8k_table(results)))
+    display(Markdown(plots.gsm8k_table(results)))
 else:
     print(f"GSM8K test: skipped (preset {preset.name!r} sets no eval.gsm8k_test; "
           """REASONKIT_OVERRIDES='{"eval.gsm8k_test": "hf"}' turns it on)""")
@@ -199,21 +183,12 @@ else:
 # cell is *format pass / accuracy* of the greedy completions.
 
 # %%
-domains = sorted(per_domain)
-head = ["domain", "n"] + [f"{s}: format / acc" for s in evaluate.ordered(results)]
-lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
-for d in domains:
-    cells = [d, str(per_domain[d])]
-    for s in evaluate.ordered(results):
-        b = results[s]["summary"]["per_domain"].get(d, {})
-        cells.append(f"{b.get('format_rate', 0):.0%} / {b.get('accuracy', 0):.0%}")
-    lines.append("| " + " | ".join(cells) + " |")
-display(Markdown("\n".join(lines)))
+display(Markdown(plots.domain_table(results)))
 
 # %%
-fig_domains = tidy(evaluate.plot_domains(results, metric="accuracy"))
+fig_domains = plots.plot_domains(results, metric="accuracy")
 plt.show()
-fig_domain_format = tidy(evaluate.plot_domains(results, metric="format_rate"))
+fig_domain_format = plots.plot_domains(results, metric="format_rate")
 plt.show()
 
 # %% [markdown]
@@ -225,15 +200,7 @@ plt.show()
 # means it did not stop after `</answer>`.
 
 # %%
-reasons = [r for r in template.FAILURE_REASONS
-           if any(results[s]["summary"]["overall"]["failures"].get(r) for s in results)]
-lines = ["| reason | " + " | ".join(evaluate.ordered(results)) + " |",
-         "|---" * (len(results) + 1) + "|"]
-for reason in ["ok", *reasons]:
-    counts = [sum(row["reason"] == reason for row in results[s]["rows"])
-              for s in evaluate.ordered(results)]
-    lines.append(f"| {reason} | " + " | ".join(map(str, counts)) + " |")
-display(Markdown("\n".join(lines)))
+display(Markdown(plots.failure_table(results)))
 
 # %% [markdown]
 # ## How long are the answers?
@@ -242,12 +209,7 @@ display(Markdown("\n".join(lines)))
 # than the one before changed *how* the model answers, not only whether it is right.
 
 # %%
-fig_lengths = evaluate.plot_lengths(results)
-ax = fig_lengths.axes[0]
-ax.axvline(preset.eval.max_generation_length, color="k", ls="--", lw=1)
-ax.set_title(f"greedy completion lengths; dashed: max_generation_length "
-             f"({preset.eval.max_generation_length})")
-fig_lengths.tight_layout()
+fig_lengths = plots.plot_lengths(results, max_length=preset.eval.max_generation_length)
 plt.show()
 near = {s: sum(r["length"] >= 0.95 * preset.eval.max_generation_length for r in res["rows"])
         for s, res in results.items()}
@@ -262,9 +224,9 @@ print("completions at or near the length limit (likely cut off):",
 
 # %%
 rows = results["base"]["rows"]
-first = [rows.index(next(r for r in rows if r["domain"] == d)) for d in domains]  # one per domain
+first = [rows.index(next(r for r in rows if r["domain"] == d)) for d in sorted(per_domain)]  # one each
 picked = {s: {"rows": [res["rows"][i] for i in first]} for s, res in results.items()}
-display(Markdown(evaluate.side_by_side(picked, n=3)))
+display(Markdown(plots.side_by_side(picked, n=3)))
 
 # %% [markdown]
 # ## What improved, what regressed
@@ -273,13 +235,9 @@ display(Markdown(evaluate.side_by_side(picked, n=3)))
 # unchanged. Regressions are printed in bold with ⚠.
 
 # %%
-def bullets(lines: list[str]) -> str:
-    return "\n".join(f"- ⚠ **{x}**" if "REGRESSED" in x else f"- {x}" for x in lines)
-
-
 changes = evaluate.describe_changes(results)
-display(Markdown(bullets(changes) if changes else "- only the base model was evaluated: "
-                 "nothing to compare yet (run 03_sft and come back)"))
+display(Markdown(plots.bullets(changes, "- only the base model was evaluated: "
+                                "nothing to compare yet (run 03_sft and come back)")))
 print(f"{sum('REGRESSED' in x for x in changes)} regression(s) between consecutive stages")
 
 # %% [markdown]
@@ -290,7 +248,7 @@ print(f"{sum('REGRESSED' in x for x in changes)} regression(s) between consecuti
 last = evaluate.ordered(results)[-1]
 net = [x for s in evaluate.ordered(results)[:-2]
        for x in evaluate.describe_changes({s: results[s], last: results[last]})]
-display(Markdown(bullets(net) if net else "- nothing to add: fewer than three stages"))
+display(Markdown(plots.bullets(net, "- nothing to add: fewer than three stages")))
 
 # %% [markdown]
 # The same, per domain, listing only what moved. A domain has a sixth of the prompts, so
@@ -298,13 +256,13 @@ display(Markdown(bullets(net) if net else "- nothing to add: fewer than three st
 
 # %%
 moved = []  # stays empty with the base model alone
-for d in domains:
+for d in sorted(per_domain):
     per = {s: {"summary": {"overall": results[s]["summary"]["per_domain"][d]}}
            for s in results if d in results[s]["summary"]["per_domain"]}
     moved += [f"{d}: {x}" for x in evaluate.describe_changes(per, min_points=10)
               if "unchanged" not in x]
-display(Markdown(bullets(moved) if moved else "- no domain moved beyond noise" if len(results) > 1
-                 else "- nothing to compare yet"))
+display(Markdown(plots.bullets(moved, "- no domain moved beyond noise" if len(results) > 1
+                                else "- nothing to compare yet")))
 
 # %% [markdown]
 # ## Optional: an LLM judge
@@ -339,13 +297,11 @@ JUDGE_MAX_ROWS = 100
 if JUDGE is None:
     print("LLM judge: off (set JUDGE above to score reasoning and answers 1-10)")
 else:
-    lines = ["| stage | judged | skipped | reasoning (1-10) | answer (1-10) |", "|---|---|---|---|---|"]
-    for s in evaluate.ordered(results):
-        scores = evaluate.judge(results[s]["rows"][:JUDGE_MAX_ROWS], JUDGE)
+    judged = {s: evaluate.judge(results[s]["rows"][:JUDGE_MAX_ROWS], JUDGE)
+              for s in evaluate.ordered(results)}
+    for s, scores in judged.items():
         results[s]["summary"]["judge"] = scores  # saved with results.json below
-        means = [f"{scores[key]:.2f}" if key in scores else "-" for key in ("reasoning", "answer")]
-        lines.append(f"| {s} | {scores['judged']} | {scores['skipped']} | " + " | ".join(means) + " |")
-    display(Markdown("\n".join(lines)))
+    display(Markdown(plots.judge_table(judged)))
 
 # %% [markdown]
 # ## Save
@@ -356,9 +312,9 @@ else:
 # notebook replaces these files instead of refusing.
 
 # %%
-out = evaluate.save_run(run, preset, results, seconds, figures={
-    "stages": fig_stages, "domains_accuracy": fig_domains, "domains_format": fig_domain_format,
-    "lengths": fig_lengths})  # completions of stages evaluated before but gone now are removed
+out = evaluate.save_run(run, preset, results, seconds, files={
+    **plots.eval_tables(results, k), "stages.png": fig_stages, "domains_accuracy.png": fig_domains,
+    "domains_format.png": fig_domain_format, "lengths.png": fig_lengths})  # stale completions go
 print(sorted(p.name for p in out.iterdir()))
 
 # %% [markdown]

@@ -24,7 +24,7 @@ import sys
 import time
 from typing import Sequence
 
-from reasonkit import evaluate, hardware, mesh, models, runs, train
+from reasonkit import evaluate, hardware, mesh, models, plots, runs, train
 from reasonkit.config import Preset, get_preset
 from reasonkit.runs import RunDir
 
@@ -120,10 +120,12 @@ def run_series(preset_name: str | None = None, run_name: str | None = None) -> i
                   f"{hardware.format_duration(max(left, 0))} are left; run again in a new session")
             return STOPPED
         results, seconds = evaluate.evaluate_run(preset, run, stages)
-        figures = {"stages": evaluate.plot_stages(results), "lengths": evaluate.plot_lengths(results),
-                   "domains_accuracy": evaluate.plot_domains(results, metric="accuracy"),
-                   "domains_format": evaluate.plot_domains(results, metric="format_rate")}
-        evaluate.save_run(run, preset, results, seconds, figures)
+        k = preset.eval.num_samples
+        files = {**plots.eval_tables(results, k), "stages.png": plots.plot_stages(results, k),
+                 "lengths.png": plots.plot_lengths(results, preset.eval.max_generation_length),
+                 "domains_accuracy.png": plots.plot_domains(results, metric="accuracy"),
+                 "domains_format.png": plots.plot_domains(results, metric="format_rate")}
+        evaluate.save_run(run, preset, results, seconds, files)
     print((run.stage("eval") / "stage_table.md").read_text(), end="")
     gsm8k = run.stage("eval") / "gsm8k_table.md"  # with eval.gsm8k_test set (docs/gsm8k.md)
     if gsm8k.is_file():

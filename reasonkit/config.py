@@ -100,16 +100,19 @@ class ModelConfig:
     Hugging Face layout (config.json, *.safetensors, tokenizer.model).
     """
 
-    family: str  # "gemma3" | "gemma2"
-    source: str
-    num_layers: int
-    vocab_size: int
-    embed_dim: int
-    hidden_dim: int
-    num_heads: int
-    head_dim: int
-    num_kv_heads: int
-    sliding_window: int
+    # --- which model
+    family: str  # "gemma3" | "gemma2": which Tunix model class and safetensors loader
+    source: str  # where the weights come from (above)
+    # --- its shape (checked against the checkpoint's config.json when it loads)
+    num_layers: int  # L: decoder blocks
+    vocab_size: int  # V: tokenizer pieces = embedding rows (Tunix's num_embed)
+    embed_dim: int  # D: the residual stream's width
+    hidden_dim: int  # F: the MLP's inner width
+    num_heads: int  # H: query heads
+    head_dim: int  # h: width of one head (even: RoPE rotates pairs)
+    num_kv_heads: int  # K: key / value heads (grouped-query attention; divides H)
+    sliding_window: int  # tokens a local (sliding-window) attention layer sees
+    # --- how it runs
     dtype: str = "bfloat16"  # parameter and compute dtype
     remat: bool = False  # rematerialise each decoder block in training
 
@@ -144,8 +147,8 @@ LORA_TARGETS = ".*q_einsum|.*kv_einsum|.*qkv_einsum|.*attn_vec_einsum|.*gate_pro
 class LoraConfig:
     """LoRA adapters through qwix; ``qlora`` stores the frozen base in NF4."""
 
-    rank: int
-    alpha: float
+    rank: int  # r: inner dimension of each adapter (a: [in, r], b: [r, out])
+    alpha: float  # the update b(a(x)) is scaled by alpha / r
     module_path: str = LORA_TARGETS  # regex over module paths (q / kv / out / gate / up / down)
     qlora: bool = False
     tile_size: int = 256  # QLoRA quantisation tile
@@ -160,8 +163,8 @@ class LoraConfig:
 class MeshConfig:
     """A device mesh; one entry of ``shape`` may be -1: "all remaining devices"."""
 
-    shape: tuple[int, ...] = (-1, 1)
-    axis_names: tuple[str, ...] = ("fsdp", "tp")
+    shape: tuple[int, ...] = (-1, 1)  # devices along each axis
+    axis_names: tuple[str, ...] = ("fsdp", "tp")  # data / parameter sharding, tensor parallelism
 
     def __post_init__(self):
         if len(self.shape) != len(self.axis_names):
@@ -184,7 +187,8 @@ class DataConfig:
     ``"jsonl:/path/file.jsonl"``.
     """
 
-    sources: tuple[str, ...] = ("tasks",)
+    sources: tuple[str, ...] = ("tasks",)  # read in order, into one record schema
+    # target share of each domain in every training set (normalised; 0 leaves a domain out)
     domain_weights: Mapping[str, float] = dataclasses.field(
         default_factory=lambda: {d: 1.0 for d in DOMAINS})
     num_records: int = 3000  # records generated per domain by generative sources
@@ -192,7 +196,7 @@ class DataConfig:
     train_size: int = 2000  # size of the rebalanced training pool
     max_repeats: int = 3  # cap on how often one record may be repeated by upsampling
     difficulty: int = 1  # knob for the synthetic tasks
-    seed: int = 0
+    seed: int = 0  # the synthetic tasks, the eval hold-out and the rebalancing draws
 
     def __post_init__(self):
         if not self.sources:
@@ -215,18 +219,21 @@ class DataConfig:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TrainConfig:
-    """What every stage's optimiser loop shares."""
+    """What every stage's optimiser loop shares (SFT, DPO and GRPO add their own fields)."""
 
-    mesh: MeshConfig = MeshConfig()
-    batch_size: int = 8  # global batch
-    max_steps: int = 100
-    learning_rate: float = 2e-5
-    warmup_ratio: float = 0.05  # linear warm-up, then cosine decay to 0
-    max_grad_norm: float = 1.0
-    weight_decay: float = 0.0
-    checkpoint_every: int = 50
-    log_every: int = 10
-    seed: int = 0
+    # --- layout: free to change between a checkpoint and its resume
+    mesh: MeshConfig = MeshConfig()  # the stage's device mesh (FSDP for SFT / DPO, TP for GRPO)
+    # --- the optimiser: AdamW on the LoRA adapters only (the base stays frozen)
+    batch_size: int = 8  # global batch: examples (SFT), pairs (DPO) or prompts (GRPO) per step
+    max_steps: int = 100  # optimiser steps; the stage is finished after this many
+    learning_rate: float = 2e-5  # peak learning rate (eta), reached after the warm-up
+    warmup_ratio: float = 0.05  # fraction of max_steps warming up linearly, then cosine decay to 0
+    max_grad_norm: float = 1.0  # gradients are clipped to this global L2 norm
+    weight_decay: float = 0.0  # AdamW's decoupled weight decay (lambda)
+    # --- bookkeeping: free to change between a checkpoint and its resume
+    checkpoint_every: int = 50  # steps between Orbax checkpoints
+    log_every: int = 10  # steps between metric rows in metrics.jsonl / TensorBoard
+    seed: int = 0  # batch order (and, for GRPO, the rollouts' sampling keys)
 
     def __post_init__(self):
         _count(self, "batch_size", "max_steps", "checkpoint_every", "log_every")
@@ -238,10 +245,10 @@ class TrainConfig:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SFTConfig(TrainConfig):
-    """Supervised fine-tuning with completion-only loss."""
+    """Supervised fine-tuning with completion-only loss (the loss is on completion tokens only)."""
 
-    max_prompt_length: int = 128
-    max_target_length: int = 256  # prompt + completion, tokens
+    max_prompt_length: int = 128  # prompt tokens, BOS included; longer records are dropped, never cut
+    max_target_length: int = 256  # prompt + completion tokens: the row length of every batch
     packing: bool = False  # several examples per row (segment masks), not one padded each
 
     def __post_init__(self):
@@ -255,13 +262,20 @@ class SFTConfig(TrainConfig):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class DPOConfig(TrainConfig):
-    """Direct preference optimisation (or ORPO with ``algorithm="orpo"``)."""
+    """Direct preference optimisation (Rafailov et al. 2023), or ORPO (Hong et al. 2024).
 
-    algorithm: str = "dpo"
-    beta: float = 0.1
-    lambda_orpo: float = 0.1
-    max_prompt_length: int = 128
-    max_response_length: int = 128
+    DPO's loss is ``-log sigmoid(beta * (log-ratio(chosen) - log-ratio(rejected)))``, each
+    log-ratio the policy's log-likelihood of a response minus the frozen reference's (the
+    adapters of the stage before).
+    """
+
+    # --- the objective
+    algorithm: str = "dpo"  # "dpo" (against a frozen reference) or "orpo" (SFT loss + odds ratio)
+    beta: float = 0.1  # DPO's beta: smaller lets the policy move further from the reference
+    lambda_orpo: float = 0.1  # ORPO's lambda: weight of the odds-ratio term beside the SFT loss
+    # --- shapes
+    max_prompt_length: int = 128  # prompt tokens (left-padded), BOS included; longer pairs are dropped
+    max_response_length: int = 128  # tokens per chosen / rejected response (right-padded)
     buckets: int = 1  # length buckets per axis (max, max/2, ...); 1: static padding
 
     def __post_init__(self):
@@ -275,22 +289,31 @@ class DPOConfig(TrainConfig):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class GRPOConfig(TrainConfig):
-    """Group relative policy optimisation; ``loss`` picks the Tunix variant."""
+    """Group relative policy optimisation (Shao et al. 2024); ``loss`` picks the Tunix variant.
 
-    loss: str = "grpo"  # "grpo" | "gspo-token" | "dapo" | "dr-grpo"
-    num_generations: int = 4
-    num_iterations: int = 1
-    beta: float = 0.04  # KL weight
+    Each prompt of a batch gets ``num_generations`` (G) sampled answers; an answer's
+    advantage is its reward less its group's mean, over the group's standard deviation.
+    The policy ratio is clipped to ``[1 - epsilon, 1 + epsilon]`` as in PPO, and ``beta``
+    weighs a KL penalty towards the reference (the adapters GRPO started from). The
+    inherited ``batch_size`` counts prompts: a step scores ``batch_size * G`` answers.
+    """
+
+    # --- the objective (the paper's symbols: G, mu, beta, epsilon)
+    loss: str = "grpo"  # "grpo" | "gspo-token" (sequence-level ratios) | "dapo" | "dr-grpo"
+    num_generations: int = 4  # G: answers sampled per prompt, the group of the advantage; >= 2
+    num_iterations: int = 1  # mu: policy updates per batch of rollouts (1: on-policy, no old policy)
+    beta: float = 0.04  # beta: weight of the KL penalty to the reference; 0 drops the term
     # Tunix 0.1.7 defaults to "kl" (logp - ref_logp), whose gradient is grad logp whatever
     # the reference is; "low_var_kl" (the GRPO paper's k3 estimator) actually pulls
     # towards the reference.
     kl_loss_mode: str = "low_var_kl"  # "low_var_kl" | "kl" | "mse_kl"
-    epsilon: float = 0.2
-    max_prompt_length: int = 128
-    max_generation_length: int = 128
-    temperature: float = 0.9
-    top_p: float = 1.0
-    top_k: int = 50
+    epsilon: float = 0.2  # epsilon: clipping range of the importance ratio
+    # --- rollouts: how the answers are sampled
+    max_prompt_length: int = 128  # prompt tokens, BOS included; longer prompts are dropped from the split
+    max_generation_length: int = 128  # tokens sampled per answer; Tunix pads every answer to it
+    temperature: float = 0.9  # T: sampling temperature of the rollouts (not of evaluation)
+    top_p: float = 1.0  # nucleus sampling: keep the smallest set of tokens with this much mass
+    top_k: int = 50  # sample among the k most likely tokens only
 
     def __post_init__(self):
         super().__post_init__()
@@ -333,14 +356,17 @@ class EvalConfig:
     ValueError: EvalConfig.gsm8k_test='jsonl': needs the file: 'jsonl:<path>'
     """
 
-    batch_size: int = 16
-    max_prompt_length: int = 128
-    max_generation_length: int = 128
+    # --- generation (greedy for format pass and accuracy)
+    batch_size: int = 16  # prompts per sampler call (the last batch is topped up to it)
+    max_prompt_length: int = 128  # prompt tokens, BOS included; longer held-out prompts are dropped
+    max_generation_length: int = 128  # tokens generated per completion
+    # --- sampling (pass@k and maj@k)
     num_samples: int = 4  # k for pass@k / maj@k
-    temperature: float = 0.7
-    top_p: float = 1.0
-    top_k: int = 50
-    seed: int = 0
+    temperature: float = 0.7  # T of the sampled completions
+    top_p: float = 1.0  # nucleus sampling of the sampled completions
+    top_k: int = 50  # top-k sampling of the sampled completions
+    seed: int = 0  # the samples' keys: every stage draws with the same ones
+    # --- speed and extra sets
     buckets: int = 1  # prompt length buckets (max, max/2, ...); 1: one prompt length
     gsm8k_test: str | None = None  # GSM8K's test split: "hf", "tfds", "jsonl:<path>", ...; None: skip
     gsm8k_limit: int | None = None  # its first n problems only; None: all of them

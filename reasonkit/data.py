@@ -184,16 +184,6 @@ class DataReport:
                       for k, v in d.get("drops", {}).items()}
         return cls(**d)
 
-    def table(self) -> str:
-        """Records per domain at each step, as a Markdown table."""
-        steps = ["input", "eval", *self.stages]
-        rows = ["| domain | " + " | ".join(steps) + " |", "|---" * (len(steps) + 1) + "|"]
-        for d in DOMAINS:
-            cells = [self.input.get(d, 0), self.eval.get(d, 0)]
-            cells += [s["count"].get(d, 0) for s in self.stages.values()]
-            rows.append(f"| {d} | " + " | ".join(map(str, cells)) + " |")
-        return "\n".join(rows)
-
 
 # --- sources ---------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""One fixed evaluation for every stage: generate, score, tabulate, plot, compare.
+"""One fixed evaluation for every stage: generate, score, compare (:mod:`reasonkit.plots` shows it).
 
 The same held-out prompts and the same decoding settings for the base model and each
 stage, so a row of the stage table differs from the next only by what the stage did.
@@ -30,10 +30,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from reasonkit import answers, data, models, template, train
+from reasonkit import answers, collate, data, models, template, train
 from reasonkit import mesh as mesh_lib
 from reasonkit.config import EvalConfig, ModelConfig, Preset
-from reasonkit.runs import RunDir, is_writer
+from reasonkit.runs import RunDir, is_writer, write_files
 
 STAGE_ORDER = ("base", "sft", "dpo", "grpo")
 NUMERIC = answers.NUMERIC_DOMAINS
@@ -86,10 +86,8 @@ def generate(sampler, prompts: Sequence[str], cfg: EvalConfig, stop_ids: Sequenc
             f"first, prompt {j}, has {sizes[j]} and ends {prompts[j][-80:]!r}. Drop them (the data "
             "splits do, see data.stage_limits) or raise max_prompt_length")
     if cfg.buckets > 1:
-        from reasonkit.collate import bucket_lengths
-
         order.sort(key=lambda j: sizes[j])
-        buckets = bucket_lengths(cfg.max_prompt_length, cfg.buckets)
+        buckets = collate.bucket_lengths(cfg.max_prompt_length, cfg.buckets)
     out: list[str] = [""] * len(prompts)
     starts = range(0, len(prompts), cfg.batch_size)
     for i, start in enumerate(tqdm(starts, desc=desc, leave=False)):
@@ -515,16 +513,16 @@ def evaluate_run(preset: Preset, run: RunDir, stages: Sequence[str] | None = Non
 
 
 def save_run(run: RunDir, preset: Preset, results: dict[str, Any], seconds: dict[str, float],
-             figures: dict[str, Any] | None = None) -> pathlib.Path:
-    """Write ``<run>/eval`` (:func:`write_results`, ``<name>.png`` per figure) and mark it finished.
+             files: dict[str, Any] | None = None) -> pathlib.Path:
+    """Write ``<run>/eval`` (:func:`write_results`, then ``files``: ``{name: text or figure}``,
+    e.g. :func:`reasonkit.plots.eval_tables` and the plots) and mark it finished.
 
     Evaluation is derived from the checkpoints, not trained: this replaces what is there.
     """
     out = run.stage("eval")
     if is_writer():  # several processes: process 0 writes what they all evaluated
         write_results(results, out, settings=dataclasses.asdict(preset.eval))
-        for name, fig in (figures or {}).items():
-            fig.savefig(out / f"{name}.png", dpi=120)
+        write_files(out, files or {})
     run.mark_finished("eval", stages=ordered(results), preset=preset.name,
                       seconds={s: round(t, 1) for s, t in seconds.items()})
     return out
@@ -592,62 +590,6 @@ def ordered(results: dict[str, Any]) -> list[str]:
     return sorted(results, key=lambda s: (STAGE_ORDER.index(s) if s in STAGE_ORDER else 99, s))
 
 
-def stage_table(results: dict[str, dict], k: int | None = None) -> str:
-    """The per-stage table (rows base / SFT / DPO / GRPO), as Markdown.
-
-    >>> r = {"base": {"summary": {"overall": {"n": 10, "format_rate": 0.0, "accuracy": 0.1,
-    ...       "partial": 0.2, "pass_at_k": 0.3, "maj_at_k": 0.1, "mean_length": 40.0}}}}
-    >>> print(stage_table(r, k=4))
-    | stage | n | format pass | accuracy | partial accuracy | pass@4 | maj@4 | mean length (tokens) |
-    |---|---|---|---|---|---|---|---|
-    | base | 10 | 0.0% | 10.0% | 20.0% | 30.0% | 10.0% | 40.0 |
-
-    A stage evaluated on no prompts (``n`` 0) shows "-" for its metrics.
-    """
-    kk = "k" if k is None else str(k)
-    head = ["stage", "n"] + [LABELS[m].replace("@k", f"@{kk}") for m in (*METRICS, "mean_length")]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for stage in ordered(results):
-        o = results[stage]["summary"]["overall"]
-        cells = [stage, str(o["n"])] + [f"{100 * o[m]:.1f}%" if m in o else "-" for m in METRICS]
-        cells.append(f"{o['mean_length']:.1f}" if "mean_length" in o else "-")
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def gsm8k_table(results: dict[str, dict]) -> str:
-    """GSM8K test, strict / lenient, per stage (the stages that have it), as Markdown.
-
-    ``± 1 s.e.``: the larger binomial standard error of the two rates, in points (a move
-    under two of them, between stages or against a published number, is noise). "too
-    long": prompts over ``max_prompt_length``, not generated, counted wrong.
-
-    >>> r = {"base": {"gsm8k": {"summary": {"n": 1319, "strict": 0.0, "lenient": 0.301,
-    ...       "format_rate": 0.0, "too_long": 2, "mean_length": 180.5}}},
-    ...      "sft": {"gsm8k": {"summary": {"n": 1319, "strict": 0.412, "lenient": 0.455,
-    ...       "format_rate": 0.9, "too_long": 2, "mean_length": 150.0}}}}
-    >>> print(gsm8k_table(r))
-    | stage | n | GSM8K test, strict / lenient | ± 1 s.e. | format pass | too long | mean length (tokens) |
-    |---|---|---|---|---|---|---|
-    | base | 1319 | 0.0% / 30.1% | 1.3 | 0.0% | 2 | 180.5 |
-    | sft | 1319 | 41.2% / 45.5% | 1.4 | 90.0% | 2 | 150.0 |
-    """
-    head = ["stage", "n", "GSM8K test, strict / lenient", "± 1 s.e.", "format pass", "too long",
-            "mean length (tokens)"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for stage in ordered(results):
-        if "gsm8k" not in results[stage]:
-            continue
-        o = results[stage]["gsm8k"]["summary"]
-        if not o["n"]:
-            lines.append(f"| {stage} | 0 | - | - | - | 0 | - |")
-            continue
-        se = 100 * max(standard_error(o["strict"], o["n"]), standard_error(o["lenient"], o["n"]))
-        lines.append(f"| {stage} | {o['n']} | {o['strict']:.1%} / {o['lenient']:.1%} | {se:.1f} | "
-                     f"{o['format_rate']:.1%} | {o['too_long']} | {o['mean_length']:.1f} |")
-    return "\n".join(lines)
-
-
 def describe_changes(results: dict[str, dict], metrics: Sequence[str] = ("format_rate", "accuracy"),
                      min_points: float = 2.0) -> list[str]:
     """Plain-language lines: what each stage improved or regressed versus the one before.
@@ -683,24 +625,10 @@ def describe_changes(results: dict[str, dict], metrics: Sequence[str] = ("format
     return lines
 
 
-def side_by_side(results: dict[str, dict], n: int = 3, width: int = 160) -> str:
-    """A few held-out prompts with each stage's greedy completion, as Markdown."""
-    stages = ordered(results)
-    lines = []
-    for i, row in enumerate(results[stages[0]]["rows"][:n]):
-        lines.append(f"**{row['domain']}** · {row['prompt'][:width]!r} · gold `{row['gold']}`\n")
-        for stage in stages:
-            r = results[stage]["rows"][i]
-            mark = "✓" if r["correct"] else "✗"
-            text = r["completion"].replace("\n", " ")[:width].replace("|", "/")
-            lines.append(f"- {stage} {mark}: `{text}`")
-        lines.append("")
-    return "\n".join(lines)
-
-
 def write_results(results: dict[str, dict], out_dir: str | pathlib.Path, settings: dict) -> None:
-    """results.json (summaries + settings), completions_<stage>.jsonl and stage_table.md;
-    with GSM8K results also gsm8k_completions_<stage>.jsonl and gsm8k_table.md."""
+    """results.json (summaries + settings) and completions_<stage>.jsonl; with GSM8K results
+    also gsm8k_completions_<stage>.jsonl. Files of stages (or a GSM8K test) evaluated before
+    but not now are removed, tables included (:func:`reasonkit.plots.eval_tables` writes them)."""
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     summary = {"settings": settings, "stages": {s: results[s]["summary"] for s in ordered(results)}}
@@ -718,77 +646,6 @@ def write_results(results: dict[str, dict], out_dir: str | pathlib.Path, setting
                 with open(out / f"{name}.jsonl", "w") as f:
                     for row in rows:
                         f.write(json.dumps(row, default=str) + "\n")
-    (out / "stage_table.md").write_text(stage_table(results, settings.get("num_samples")) + "\n")
-    if gsm8k:
-        (out / "gsm8k_table.md").write_text(gsm8k_table(results) + "\n")
-
-
-def plot_stages(results: dict[str, dict], path: str | pathlib.Path | None = None):
-    """Grouped bars: each metric for each stage, with binomial error bars."""
-    import matplotlib.pyplot as plt
-
-    stages = ordered(results)
-    fig, ax = plt.subplots(figsize=(8, 3.5))
-    width = 0.8 / len(stages)
-    for j, stage in enumerate(stages):
-        o = results[stage]["summary"]["overall"]
-        vals = [100 * o[m] for m in METRICS]
-        errs = [100 * standard_error(o[m], o["n"]) for m in METRICS]
-        ax.bar(np.arange(len(METRICS)) + j * width, vals, width, yerr=errs, capsize=2, label=stage)
-    ax.set_xticks(np.arange(len(METRICS)) + width * (len(stages) - 1) / 2)
-    ax.set_xticklabels([LABELS[m] for m in METRICS])
-    ax.set_ylabel("% of held-out prompts")
-    ax.set_ylim(0, 105)
-    ax.legend()
-    ax.set_title("Every stage on the same held-out set")
-    fig.tight_layout()
-    if path:
-        fig.savefig(path, dpi=120)
-    return fig
-
-
-def plot_domains(results: dict[str, dict], metric: str = "accuracy",
-                 path: str | pathlib.Path | None = None):
-    """Per-domain bars of one metric, one bar per stage."""
-    import matplotlib.pyplot as plt
-
-    stages = ordered(results)
-    domains = sorted({d for s in stages for d in results[s]["summary"]["per_domain"]})
-    fig, ax = plt.subplots(figsize=(9, 3.5))
-    width = 0.8 / len(stages)
-    for j, stage in enumerate(stages):
-        per = results[stage]["summary"]["per_domain"]
-        ax.bar(np.arange(len(domains)) + j * width,
-               [100 * per.get(d, {}).get(metric, 0.0) for d in domains], width, label=stage)
-    ax.set_xticks(np.arange(len(domains)) + width * (len(stages) - 1) / 2)
-    ax.set_xticklabels(domains)
-    ax.set_ylabel(f"{LABELS[metric]} (%)")
-    ax.set_ylim(0, 105)
-    ax.legend(fontsize=8)
-    ax.set_title(f"{LABELS[metric]} per domain")
-    fig.tight_layout()
-    if path:
-        fig.savefig(path, dpi=120)
-    return fig
-
-
-def plot_lengths(results: dict[str, dict], path: str | pathlib.Path | None = None):
-    """Histogram of greedy completion lengths (tokens) per stage."""
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 3.2))
-    longest = max(r["length"] for s in results for r in results[s]["rows"])
-    bins = np.linspace(0, max(longest, 1), 31)  # shared, so the stages line up
-    for stage in ordered(results):
-        ax.hist([r["length"] for r in results[stage]["rows"]], bins=bins, histtype="step",
-                linewidth=1.5, label=stage)
-    ax.set_xlabel("completion length (tokens)")
-    ax.set_ylabel("completions")
-    ax.legend()
-    fig.tight_layout()
-    if path:
-        fig.savefig(path, dpi=120)
-    return fig
 
 
 def judge(rows: Sequence[dict], judge_fn: Callable[[str, str, str], dict[str, float]]) -> dict[str, float]:

@@ -696,20 +696,6 @@ def budget_table(preset: Preset, hw: HardwareInfo | None = None,
     return rows
 
 
-def format_budget_table(rows: list[dict[str, Any]]) -> str:
-    """The rows of :func:`budget_table` as a Markdown table (empty columns dropped)."""
-    cols = [c for c in COLUMNS if any(r[c] for r in rows)]
-    head = ["stage", "mesh", *cols, "total", "of", "fits"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in rows:
-        cells = [r["stage"], "x".join(map(str, r["mesh"])),
-                 *[format_bytes(r[c]) if r[c] else "-" for c in cols],
-                 format_bytes(r["total"]), format_bytes(r["capacity"]),
-                 "yes" if r["fits"] else "**no**"]
-        lines.append("| " + " | ".join(map(str, cells)) + " |")
-    return "\n".join(lines)
-
-
 # --- time: FLOPs per step, and how long the series takes -----------------------------------
 
 # The fraction of the peak FLOP/s a stage's work is assumed to reach. Nothing here has run

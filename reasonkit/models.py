@@ -3,21 +3,20 @@
 Every base model, the tiny one included, is a directory in Hugging Face layout
 (config.json, model.safetensors, tokenizer.model) loaded through Tunix's
 safetensors loaders, so the tiny preset exercises the same path as Gemma. Only
-the *source* differs: the tiny directory is built here from the synthetic tasks
-(:func:`build_tiny_checkpoint`), the others are downloaded.
+the *source* differs: the tiny directory is built here (:func:`build_tiny_checkpoint`)
+with the recipe of :mod:`reasonkit.tiny`, the others are downloaded.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import itertools
 import json
 import os
 import pathlib
 import re
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import jax
 import jax.numpy as jnp
@@ -26,7 +25,7 @@ import sentencepiece as spm
 from flax import nnx
 
 from reasonkit import mesh as mesh_lib
-from reasonkit import template
+from reasonkit import template, tiny
 from reasonkit.config import LoraConfig, ModelConfig
 
 REQUIRED_FILES = ("config.json", "tokenizer.model")
@@ -62,6 +61,12 @@ def load_tokenizer(path: str | os.PathLike, vocab_size: int | None = None) -> sp
             f"{path}: tokenizer vocabulary has {tok.GetPieceSize()} pieces but the model's "
             f"vocab_size (num_embed) is {vocab_size}; they must be equal")
     return tok
+
+
+def token_counter(tok: spm.SentencePieceProcessor) -> Callable[[str], int]:
+    """``count(text)``: the tokens ``tok`` makes of ``text``, BOS not included (what
+    :func:`reasonkit.data.build_splits` measures budgets with, adding the BOS itself)."""
+    return lambda text: len(tok.EncodeAsIds(text))
 
 
 def stop_token_ids(tok: spm.SentencePieceProcessor) -> list[int]:
@@ -1068,83 +1073,32 @@ def export_adapter(lora_model: nnx.Module, cfg: ModelConfig, lora: LoraConfig,
     return out
 
 
-# --- the tiny base model ---------------------------------------------------------------
+# --- the tiny base model: built with reasonkit.tiny's recipe -----------------------------
 
 
-def tiny_corpus(records: list[dict]) -> list[str]:
-    """Pretraining documents: a user turn, then plain-prose reasoning and answer, no tags.
-
-    The base model learns the tasks' language and the turn structure. It reads
-    ``<reasoning>`` / ``<answer>`` only in the prompt's instruction and never writes
-    them: teaching that format is SFT's job.
-    """
-    return [f"{template.format_prompt(r['prompt'])}{r['reasoning']} So the answer is {r['answer']}."
-            f"{template.END_OF_TURN}" for r in records]
-
-
-TINY_ASSET = pathlib.Path(__file__).parent / "assets" / "tiny"
-TINY_STEPS = 4000
-TINY_DOCS_PER_DOMAIN = 3000  # pretraining documents per domain, before exclusions
-_TINY_TOKENIZER_RECORDS = 600  # per domain: the tokenizer is trained on the first ones
-_TINY_SEQ_LEN = 160  # the longest document is about 150 tokens: none is cut
-
-
-def tiny_key(cfg: ModelConfig, steps: int = TINY_STEPS, seed: int = 0) -> str:
-    """What the tiny checkpoint is a function of: its config and the pretraining recipe.
-
-    ``remat`` is left out: it trades memory for compute, the weights are the same.
-    """
-    arch = dataclasses.asdict(dataclasses.replace(cfg, remat=False))
-    key = json.dumps([arch, steps, seed, _TINY_VERSION], sort_keys=True)
-    return hashlib.sha1(key.encode()).hexdigest()[:10]
-
-
-def tiny_pretraining_records(seed: int = 0) -> tuple[list[dict], int]:
-    """The synthetic records the tiny base is pretrained on, and how many were excluded.
-
-    Every prompt of the tiny preset's own data pool (the records its SFT, DPO, GRPO and
-    evaluation splits are drawn from) is left out, so the base model has never seen an
-    evaluation prompt. Some domains have small prompt spaces: a third of the pool
-    would otherwise appear here.
-    """
-    from reasonkit import tasks
-    from reasonkit.config import get_preset
-
-    pool_cfg = get_preset("tiny").data
-    pool = {template.normalize_prompt(r["prompt"]) for r in tasks.generate_all(
-        pool_cfg.num_records, seed=pool_cfg.seed, difficulty=pool_cfg.difficulty)}
-    records = tasks.generate_all(TINY_DOCS_PER_DOMAIN, seed=10_000 + seed)  # seeds apart from data's
-    kept = [r for r in records if template.normalize_prompt(r["prompt"]) not in pool]
-    return kept, len(records) - len(kept)
-
-
-def build_tiny_checkpoint(cfg: ModelConfig, *, steps: int = TINY_STEPS, seed: int = 0,
+def build_tiny_checkpoint(cfg: ModelConfig, *, steps: int = tiny.STEPS, seed: int = 0,
                           out_root: str | os.PathLike | None = None, force: bool = False) -> pathlib.Path:
-    """The tiny base model: tokenizer + a pretraining run, in HF layout.
+    """The tiny base model: tokenizer + a pretraining run (:mod:`reasonkit.tiny`), in HF layout.
 
     The repo ships the result for the tiny preset in ``reasonkit/assets/tiny``
     (rebuild it with ``python -m reasonkit.models``: about 45 minutes on a 2-core
     CPU); any other config, step count or seed is built on first use (about 0.5 s a
     step) and cached under ``cache_dir()/tiny-<key>``.
     """
-    from reasonkit import tasks
-
-    key = tiny_key(cfg, steps, seed)
-    shipped = TINY_ASSET / "pretrain.json"
+    key = tiny.key(cfg, steps, seed)
+    shipped = tiny.ASSET / "pretrain.json"
     if out_root is None and not force and shipped.is_file() and json.loads(
             shipped.read_text()).get("key") == key:
-        return TINY_ASSET
+        return tiny.ASSET
     out = pathlib.Path(out_root or cache_dir()) / f"tiny-{key}"
     if (out / "model.safetensors").is_file() and not force:
         return out
-    tok_records = tasks.generate_all(_TINY_TOKENIZER_RECORDS, seed=10_000 + seed)
-    tok_path = train_tokenizer(tasks.corpus_texts(tok_records) + tiny_corpus(tok_records),
-                               out / "tokenizer", cfg.vocab_size)
+    tok_path = train_tokenizer(tiny.tokenizer_texts(seed), out / "tokenizer", cfg.vocab_size)
     tok = load_tokenizer(tok_path, vocab_size=cfg.vocab_size)
-    records, excluded = tiny_pretraining_records(seed)
-    docs = tiny_corpus(records)
+    records, excluded = tiny.pretraining_records(seed)
+    docs = tiny.corpus(records)
     model = new_model(cfg, seed)
-    losses = pretrain(model, tok, docs, steps=steps, seed=seed, seq_len=_TINY_SEQ_LEN)
+    losses = tiny.pretrain(model, tok, docs, steps=steps, seed=seed, seq_len=tiny.SEQ_LEN)
     save_hf_checkpoint(model, cfg, out, tok_path)
     (out / "tokenizer.vocab").unlink(missing_ok=True)
     (out / "pretrain.json").write_text(json.dumps(
@@ -1154,56 +1108,7 @@ def build_tiny_checkpoint(cfg: ModelConfig, *, steps: int = TINY_STEPS, seed: in
     return out
 
 
-_TINY_VERSION = 2  # bump when the tiny recipe changes, so caches rebuild
-
-
-def pretrain(model: nnx.Module, tok: spm.SentencePieceProcessor, docs: list[str], *,
-             steps: int, seed: int = 0, batch_size: int = 16, seq_len: int = 128,
-             lr: float = 3e-3) -> list[float]:
-    """Full-parameter next-token training (AdamW, warm-up + cosine); returns the losses."""
-    import optax
-
-    from reasonkit import masks
-
-    ids = [[tok.bos_id()] + tok.EncodeAsIds(d) for d in docs]
-    ids = [x[:seq_len] for x in ids]
-    tokens = np.zeros((len(ids), seq_len), np.int32)
-    for i, x in enumerate(ids):
-        tokens[i, : len(x)] = x
-    schedule = optax.warmup_cosine_decay_schedule(0.0, lr, max(1, steps // 10), steps, lr * 0.05)
-    optimizer = nnx.Optimizer(model, optax.chain(optax.clip_by_global_norm(1.0),
-                                                 optax.adamw(schedule, weight_decay=0.01)),
-                              wrt=nnx.Param)
-
-    @nnx.jit
-    def step(model, optimizer, batch):
-        def loss_fn(model):
-            mask = batch != 0  # [B, S]
-            logits, _ = model(batch, masks.positions_from_mask(mask), None, masks.causal_mask(mask))
-            logp = jax.nn.log_softmax(logits[:, :-1].astype(jnp.float32))
-            target = batch[:, 1:]
-            nll = -jnp.take_along_axis(logp, target[..., None], axis=-1)[..., 0]
-            weight = mask[:, 1:].astype(jnp.float32)
-            return (nll * weight).sum() / weight.sum()
-
-        loss, grads = nnx.value_and_grad(loss_fn)(model)
-        optimizer.update(model, grads)
-        return loss
-
-    from tqdm.auto import tqdm
-
-    rng = np.random.default_rng(seed)
-    losses = []
-    bar = tqdm(range(steps), desc="pretrain", leave=False, mininterval=5)
-    for i in bar:
-        batch = tokens[rng.integers(0, len(tokens), batch_size)]
-        losses.append(float(step(model, optimizer, jnp.asarray(batch))))
-        if i % 50 == 0:
-            bar.set_postfix(loss=f"{losses[-1]:.3f}")
-    return losses
-
-
-if __name__ == "__main__":  # rebuild the shipped tiny checkpoint: python -m reasonkit.models
+if __name__ == "__main__":  # rebuild the shipped tiny checkpoint: python -m reasonkit.models [out_root]
     import shutil
     import sys
 
@@ -1211,7 +1116,7 @@ if __name__ == "__main__":  # rebuild the shipped tiny checkpoint: python -m rea
 
     built = build_tiny_checkpoint(get_preset("tiny").model, force=True,
                                   out_root=sys.argv[1] if len(sys.argv) > 1 else None)
-    TINY_ASSET.mkdir(parents=True, exist_ok=True)
+    tiny.ASSET.mkdir(parents=True, exist_ok=True)
     for name in ("config.json", "model.safetensors", "tokenizer.model", "pretrain.json"):
-        shutil.copy(built / name, TINY_ASSET / name)
-    print(f"tiny checkpoint -> {TINY_ASSET}")
+        shutil.copy(built / name, tiny.ASSET / name)
+    print(f"tiny checkpoint -> {tiny.ASSET}")

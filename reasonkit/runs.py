@@ -18,6 +18,12 @@ JAX's persistent compilation cache at ``runs/.jax_cache`` (a resumed session loa
 an earlier one compiled), and fixes the session's deadline: every notebook and stage of
 the session reads the same one from ``runs/session.json`` (:func:`session_deadline`).
 
+A stage's lifecycle lives here too: where its checkpoints are and which is the latest,
+which earlier stage it starts from, the settings it records (``settings.json``) and the
+checks that refuse a resume or a hand-off under other settings, and the one rule every
+notebook follows for its outputs, :func:`load_or_build`: a finished stage is loaded,
+never replaced silently.
+
 >>> import tempfile
 >>> run = RunDir.create("demo", root=tempfile.mkdtemp())
 >>> run.is_finished("sft")
@@ -33,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import hashlib
 import json
 import math
 import os
@@ -41,7 +48,7 @@ import shutil
 import sys
 import time
 import warnings
-from typing import IO, Any, Callable, Mapping
+from typing import IO, Any, Callable, Mapping, TypeVar
 
 import numpy as np
 
@@ -58,6 +65,7 @@ SESSION_FILE = "session.json"
 CACHE_DIR = ".jax_cache"
 KAGGLE_HOURS = 8.5  # Kaggle stops a session after 9 hours; the rest is for saving the outputs
 MAX_HOURS = 24 * 365
+T = TypeVar("T")
 
 
 def default_root() -> pathlib.Path:
@@ -471,6 +479,204 @@ class RunDir:
         return rows
 
 
+# --- a stage's lifecycle: checkpoints, settings, hand-off, load if finished else build ------
+
+# Which earlier stage's adapters each training stage starts from, in order of preference.
+PREVIOUS = {"sft": (), "dpo": ("sft",), "grpo": ("dpo", "sft")}
+
+
+def load_or_build(run: RunDir, stage: str, load: Callable[[], T], build: Callable[[], T], *,
+                  rebuild: bool = False, done: bool | None = None) -> T:
+    """The one rule for every stage's output (data, training, export, evaluation): a finished
+    one is loaded, never replaced silently; ``rebuild=True`` builds it again.
+
+    ``done`` overrides "finished" (default: ``<stage>/finished.json`` exists), e.g. for an
+    export, whose files are its marker.
+
+    >>> import tempfile
+    >>> run = RunDir.create("lob", root=tempfile.mkdtemp())
+    >>> load_or_build(run, "sft", load=lambda: "loaded", build=lambda: "built")
+    'built'
+    >>> run.mark_finished("sft")
+    >>> load_or_build(run, "sft", load=lambda: "loaded", build=lambda: "built")
+    'loaded'
+    >>> load_or_build(run, "sft", load=lambda: "loaded", build=lambda: "built", rebuild=True)
+    'built'
+    """
+    finished = run.is_finished(stage) if done is None else done
+    return load() if finished and not rebuild else build()
+
+
+def write_files(out: pathlib.Path, files: Mapping[str, Any]) -> None:
+    """Write ``{name: text or figure}`` into ``out`` (process 0): text as it is, a figure
+    (anything with ``savefig``, e.g. matplotlib's) as an image at 120 dpi."""
+    if not is_writer():
+        return
+    for name, what in files.items():
+        if isinstance(what, str):
+            (out / name).write_text(what)
+        else:
+            what.savefig(out / name, dpi=120)
+
+
+def checkpoint_dir(run: RunDir, stage: str) -> pathlib.Path:
+    """Where ``stage``'s Orbax checkpoints live (one folder per saved step)."""
+    return run.stage(stage) / "checkpoints"
+
+
+def latest_step(run: RunDir, stage: str) -> int | None:
+    """The newest complete checkpoint step of ``stage``, or None."""
+    root = checkpoint_dir(run, stage)
+    for sub in ("", "actor"):  # GRPO's RLCluster nests the actor's checkpoints
+        d = root / sub
+        # Only finished saves: Orbax writes into "<step>.orbax-checkpoint-tmp" first.
+        steps = [int(p.name) for p in d.glob("[0-9]*")
+                 if p.name.isdigit() and (p / "model_params").is_dir()] if d.is_dir() else []
+        if steps:
+            return max(steps)
+    return None
+
+
+def start_from(run: RunDir, stage: str) -> str | None:
+    """Which earlier stage's adapters ``stage`` starts from (None: fresh LoRA on the base).
+
+    GRPO starts from SFT when DPO was skipped; a DPO stopped half-way (checkpoints, no
+    finished.json) is skipped too, with a warning: it is more likely unfinished than unwanted.
+    """
+    unfinished = []
+    for prev in PREVIOUS[stage]:
+        if run.is_finished(prev):
+            for skipped, step in unfinished:
+                warnings.warn(
+                    f"{skipped} of run {run.name!r} stopped at step {step} without finishing: "
+                    f"{stage} starts from the {prev} adapters instead. Run notebooks/"
+                    f"{NOTEBOOK_OF[skipped]} again to finish it first, or delete "
+                    f"{run.stage(skipped)} to skip it.", stacklevel=2)
+            return prev
+        step = latest_step(run, prev)
+        if step:  # step 0: stopped before its first step, nothing trained
+            unfinished.append((prev, step))
+    if PREVIOUS[stage]:
+        run.require(PREVIOUS[stage][-1])  # raises: says which notebook to run first
+    return None
+
+
+SETTINGS_FILE = "settings.json"
+# How a stage is laid out, logged or rematerialised, not what it learns: free to change.
+LAYOUT_ONLY = ("mesh", "checkpoint_every", "log_every", "remat")
+
+
+def recorded_settings(run: RunDir, stage: str) -> dict[str, Any] | None:
+    """``<stage>/settings.json``, or None for a stage not started (or from before settings
+    were recorded)."""
+    path = run.stage(stage) / SETTINGS_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def trained_from(run: RunDir, stage: str) -> list[str]:
+    """The later stages that started from ``stage``'s adapters, directly or through another."""
+    found = [stage]
+    for later in ("dpo", "grpo"):
+        if (recorded_settings(run, later) or {}).get("started_from") in found:
+            found.append(later)
+    return found[1:]
+
+
+def begin_stage(run: RunDir, stage: str, overwrite: bool) -> None:
+    """Refuse to train a finished stage again unless ``overwrite``; with it, clear the stage
+    (checkpoints, metrics, settings, marker), warning when later stages started from it."""
+    if run.is_finished(stage) and not overwrite:
+        info = run.finished_info(stage)
+        raise FileExistsError(
+            f"stage {stage!r} of run {run.name!r} already finished ({info.get('steps')} steps, "
+            f"{info.get('finished_at')}); its checkpoints are in {checkpoint_dir(run, stage)}. "
+            "Pass overwrite=True to train it again from scratch, or use another run name.")
+    if overwrite:
+        stale = trained_from(run, stage)
+        if stale:
+            warnings.warn(f"retraining {stage} of run {run.name!r}: {' and '.join(stale)} started from "
+                          "its old adapters, so they will not follow from the new ones until "
+                          "they are trained again too (retrain=True)", stacklevel=3)
+        for name in ("checkpoints", "metrics.jsonl", "tensorboard", "finished.json", SETTINGS_FILE):
+            path = run.stage(stage) / name
+            if is_writer():  # several processes: process 0 clears, the others wait for it
+                shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+        sync(f"{run.name}/{stage} cleared")
+
+
+def stage_settings(preset: Preset, run: RunDir, stage: str, started: str | None) -> dict[str, Any]:
+    """What a stage's adapters are a function of, flat: model, LoRA, stage config, data, start.
+
+    Recorded in ``<stage>/settings.json`` when the stage starts, so that a resume or a
+    reload can tell that the preset, the data or the earlier stage changed since.
+    """
+    parts = {"model": preset.model, "lora": preset.lora, stage: getattr(preset, stage)}
+    flat = {f"{head}.{k}": v for head, cfg in parts.items()
+            for k, v in dataclasses.asdict(cfg).items() if k not in LAYOUT_ONLY}
+    split = run.stage("data") / f"{stage}.jsonl"
+    flat["data.split_sha1"] = hashlib.sha1(split.read_bytes()).hexdigest() if split.is_file() else None
+    flat["started_from"] = started
+    flat["started_from.finished_at"] = (run.finished_info(started).get("finished_at")
+                                        if started and run.is_finished(started) else None)
+    return json.loads(json.dumps(flat, default=str))  # tuples -> lists, as they read back
+
+
+def settings_changes(run: RunDir, stage: str, settings: dict[str, Any]) -> list[str]:
+    """``"key: recorded -> now"`` for each setting that differs from ``<stage>/settings.json``."""
+    recorded = recorded_settings(run, stage)
+    if recorded is None:
+        return []  # a run from before settings were recorded: nothing to compare with
+    return settings_diff(recorded, settings)
+
+
+def settings_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """``"key: old -> new"`` for each key whose value differs (a missing key reads as None).
+
+    >>> settings_diff({"sft.max_steps": 100, "lora.rank": 8}, {"sft.max_steps": 300, "lora.rank": 8})
+    ['sft.max_steps: 100 -> 300']
+    """
+    return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}"
+            for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+
+
+def record_settings(run: RunDir, stage: str, settings: dict[str, Any]) -> None:
+    """Refuse to resume a checkpoint trained with other settings, or to start from adapters
+    of another model or LoRA (:func:`check_hand_off`); then record these settings."""
+    check_hand_off(run, stage, settings)
+    step = latest_step(run, stage)
+    changes = settings_changes(run, stage, settings) if step is not None else []
+    if changes:
+        raise ValueError(
+            f"stage {stage!r} of run {run.name!r} has a checkpoint at step {step} trained with "
+            f"other settings than now ({'; '.join(changes)}). Resuming would mix two runs: put "
+            "the settings back to resume, pass overwrite=True (retrain=True in train_or_load) "
+            "to start this stage again, or use another run name.")
+    run.write_json(stage, SETTINGS_FILE, settings)
+
+
+def check_hand_off(run: RunDir, stage: str, settings: dict[str, Any]) -> None:
+    """Refuse to start ``stage`` from adapters trained for another model or LoRA than ``settings``'.
+
+    Restoring them would fail deep in Orbax (another rank or model shape), or silently
+    give another model than the one the earlier stage trained (another alpha or base).
+    """
+    started = settings["started_from"]
+    recorded = recorded_settings(run, started) if started else None
+    if recorded is None:
+        return  # a fresh start, or a stage from before settings were recorded
+
+    def arch(flat: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in flat.items() if k.startswith(("model.", "lora."))}
+
+    changes = settings_diff(arch(recorded), arch(settings))
+    if changes:
+        raise ValueError(
+            f"stage {stage!r} of run {run.name!r} starts from the {started!r} adapters, which were "
+            f"trained for another model or LoRA than now ({'; '.join(changes)}). Put those settings "
+            f"back, train {started!r} again with these (retrain=True, notebooks/"
+            f"{NOTEBOOK_OF[started]}), or use another run name.")
+
+
 # --- the data stage ----------------------------------------------------------------------
 
 
@@ -483,15 +689,44 @@ def save_data(run: RunDir, preset: Preset, splits: data.Splits, report: data.Dat
 
 def build_data(run: RunDir, preset: Preset, count_tokens: Callable[[str], int], *,
                rebuild: bool = False) -> tuple[data.Splits, data.DataReport]:
-    """The data stage, as ``02_dataset_rebalance`` runs it: finished splits are read back
-    (``rebuild=True`` replaces them); otherwise load the sources, build and write the splits.
+    """The data stage from scratch: finished splits are read back (``rebuild=True`` replaces
+    them); otherwise load the sources, build and write the splits.
 
     ``count_tokens`` counts tokens with the model's tokenizer (the stage budgets are tokens).
     """
-    if run.is_finished("data") and not rebuild:
-        return data.read_splits(run.stage("data"))
-    records, reports = data.load_sources(preset.data)
-    splits, report = data.build_splits(records, preset.data, count_tokens=count_tokens,
-                                       limits=data.stage_limits(preset), source_reports=reports)
-    save_data(run, preset, splits, report)
-    return splits, report
+    def build():
+        records, reports = data.load_sources(preset.data)
+        splits, report = data.build_splits(records, preset.data, count_tokens=count_tokens,
+                                           limits=data.stage_limits(preset), source_reports=reports)
+        save_data(run, preset, splits, report)
+        return splits, report
+
+    return load_or_build(run, "data", lambda: data.read_splits(run.stage("data")), build, rebuild=rebuild)
+
+
+def finish_data(run: RunDir, preset: Preset, splits: data.Splits, report: data.DataReport, *,
+                files: Mapping[str, Any] | None = None,
+                rebuild: bool = False) -> tuple[data.Splits, data.DataReport]:
+    """The data stage as ``02_dataset_rebalance`` ends it, with the splits it just built.
+
+    A finished data stage is read back instead, saying so (and warning when it differs
+    from ``splits``); otherwise (or with ``rebuild=True``) ``files`` (its plots) and the
+    splits are written and the stage marked finished.
+    """
+    out = run.stage("data")
+
+    def load():
+        kept = data.read_splits(out)
+        print(f"{out} already holds finished splits: using those, not the ones built above "
+              "(set REBUILD = True to replace them)")
+        if kept[0] != splits:
+            print("WARNING: they differ from what this notebook just built (preset changed?)")
+        return kept
+
+    def build():
+        write_files(out, files or {})
+        save_data(run, preset, splits, report)  # unfinished or rebuild: write, mark finished
+        print(f"wrote {splits.sizes()} to {out}")
+        return splits, report
+
+    return load_or_build(run, "data", load, build, rebuild=rebuild)

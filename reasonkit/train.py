@@ -7,7 +7,9 @@ complete checkpoint: Tunix restores the step and optimizer state and skips the
 batches it already consumed, and every batch stream here is a deterministic
 function of the data and the seed, so a resumed run ends where an uninterrupted one
 would. The hand-off: DPO starts from the SFT adapters, GRPO from DPO's (or SFT's
-when DPO was skipped); adapters are restored onto the new stage's mesh.
+when DPO was skipped); adapters are restored onto the new stage's mesh. Which stage
+starts from which, the settings each records and the checks on them live with the run
+directory, in :mod:`reasonkit.runs`.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import contextlib
 import dataclasses
 import functools
 import gc
-import hashlib
 import importlib
 import itertools
 import json
@@ -33,14 +34,11 @@ import numpy as np
 import optax
 from flax import nnx
 
-from reasonkit import collate, compiles, data, logprobs, masks, models, rewards, template
+from reasonkit import collate, compiles, data, logprobs, masks, models, rewards, runs, template, tiny
 from reasonkit import mesh as mesh_lib
 from reasonkit.config import ModelConfig, Preset, TrainConfig
 from reasonkit.hardware import format_duration
 from reasonkit.runs import NOTEBOOK_OF, RunDir, from_writer, is_writer, open_jsonl, sync
-
-PREVIOUS = {"sft": (), "dpo": ("sft",), "grpo": ("dpo", "sft")}
-
 
 # --- optimisation ------------------------------------------------------------------------
 
@@ -273,28 +271,11 @@ def grpo_batches(rows, preset: Preset, tok, *, seed: int | None = None):
 # --- models and checkpoints ------------------------------------------------------------
 
 
-def checkpoint_dir(run: RunDir, stage: str) -> pathlib.Path:
-    return run.stage(stage) / "checkpoints"
-
-
-def latest_step(run: RunDir, stage: str) -> int | None:
-    """The newest complete checkpoint step of ``stage``, or None."""
-    root = checkpoint_dir(run, stage)
-    for sub in ("", "actor"):  # GRPO's RLCluster nests the actor's checkpoints
-        d = root / sub
-        # Only finished saves: Orbax writes into "<step>.orbax-checkpoint-tmp" first.
-        steps = [int(p.name) for p in d.glob("[0-9]*")
-                 if p.name.isdigit() and (p / "model_params").is_dir()] if d.is_dir() else []
-        if steps:
-            return max(steps)
-    return None
-
-
 def restore_lora(model, run: RunDir, stage: str) -> int:
     """Load ``stage``'s latest LoRA params into ``model`` (resharded onto its mesh)."""
     from tunix.sft.checkpoint_manager import CheckpointManager
 
-    root = checkpoint_dir(run, stage)
+    root = runs.checkpoint_dir(run, stage)
     if (root / "actor").is_dir():
         root = root / "actor"
     manager = CheckpointManager(str(root))
@@ -307,30 +288,6 @@ def restore_lora(model, run: RunDir, stage: str) -> int:
             f"no checkpoint of stage {stage!r} under {root}: run notebooks/{NOTEBOOK_OF[stage]} "
             f"for run {run.name!r} (or set REASONKIT_RUN to the run that has it)")
     return step
-
-
-def start_from(run: RunDir, stage: str) -> str | None:
-    """Which earlier stage's adapters ``stage`` starts from (None: fresh LoRA on the base).
-
-    GRPO starts from SFT when DPO was skipped; a DPO stopped half-way (checkpoints, no
-    finished.json) is skipped too, with a warning: it is more likely unfinished than unwanted.
-    """
-    unfinished = []
-    for prev in PREVIOUS[stage]:
-        if run.is_finished(prev):
-            for skipped, step in unfinished:
-                warnings.warn(
-                    f"{skipped} of run {run.name!r} stopped at step {step} without finishing: "
-                    f"{stage} starts from the {prev} adapters instead. Run notebooks/"
-                    f"{NOTEBOOK_OF[skipped]} again to finish it first, or delete "
-                    f"{run.stage(skipped)} to skip it.", stacklevel=2)
-            return prev
-        step = latest_step(run, prev)
-        if step:  # step 0: stopped before its first step, nothing trained
-            unfinished.append((prev, step))
-    if PREVIOUS[stage]:
-        run.require(PREVIOUS[stage][-1])  # raises: says which notebook to run first
-    return None
 
 
 def load_policy(preset: Preset, run: RunDir | None, stage: str | None, mesh, *, seed: int = 0):
@@ -367,7 +324,7 @@ def frozen_reference(base, preset: Preset, run: RunDir | None, started: str | No
 WEIGHTS = ("checkpoint", "random", "abstract")
 # A stand-in tokenizer for models built without a checkpoint: compiling a step only needs
 # its special ids (pad 0, eos 1, bos 2, as Gemma's), never its vocabulary.
-SHAPE_TOKENIZER = models.TINY_ASSET / "tokenizer.model"
+SHAPE_TOKENIZER = tiny.ASSET / "tokenizer.model"
 
 
 def _leaf_specs(state) -> list:
@@ -650,7 +607,7 @@ def _io(run: RunDir | None, stage: str, cfg: TrainConfig) -> dict[str, Any]:
     """Checkpoint and metrics options of a stage's run directory; none without a run."""
     if run is None:
         return {}
-    return dict(checkpoint_root_directory=str(checkpoint_dir(run, stage)),
+    return dict(checkpoint_root_directory=str(runs.checkpoint_dir(run, stage)),
                 checkpointing_options=_checkpointing(cfg),
                 metrics_logging_options=metrics_options(run, stage))
 
@@ -795,117 +752,6 @@ class StageResult:
                 "started_from": self.started_from, "seconds": round(self.seconds, 1), **self.stats}
 
 
-SETTINGS_FILE = "settings.json"
-# How a stage is laid out, logged or rematerialised, not what it learns: free to change.
-_LAYOUT_ONLY = ("mesh", "checkpoint_every", "log_every", "remat")
-
-
-def _recorded_settings(run: RunDir, stage: str) -> dict[str, Any] | None:
-    """``<stage>/settings.json``, or None for a stage not started (or from before settings
-    were recorded)."""
-    path = run.stage(stage) / SETTINGS_FILE
-    return json.loads(path.read_text()) if path.is_file() else None
-
-
-def _trained_from(run: RunDir, stage: str) -> list[str]:
-    """The later stages that started from ``stage``'s adapters, directly or through another."""
-    found = [stage]
-    for later in ("dpo", "grpo"):
-        if (_recorded_settings(run, later) or {}).get("started_from") in found:
-            found.append(later)
-    return found[1:]
-
-
-def _begin(run: RunDir, stage: str, overwrite: bool) -> None:
-    if run.is_finished(stage) and not overwrite:
-        info = run.finished_info(stage)
-        raise FileExistsError(
-            f"stage {stage!r} of run {run.name!r} already finished ({info.get('steps')} steps, "
-            f"{info.get('finished_at')}); its checkpoints are in {checkpoint_dir(run, stage)}. "
-            "Pass overwrite=True to train it again from scratch, or use another run name.")
-    if overwrite:
-        import shutil
-
-        stale = _trained_from(run, stage)
-        if stale:
-            warnings.warn(f"retraining {stage} of run {run.name!r}: {' and '.join(stale)} started from "
-                          "its old adapters, so they will not follow from the new ones until "
-                          "they are trained again too (retrain=True)", stacklevel=3)
-        for name in ("checkpoints", "metrics.jsonl", "tensorboard", "finished.json", SETTINGS_FILE):
-            path = run.stage(stage) / name
-            if is_writer():  # several processes: process 0 clears, the others wait for it
-                shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
-        sync(f"{run.name}/{stage} cleared")
-
-
-def stage_settings(preset: Preset, run: RunDir, stage: str, started: str | None) -> dict[str, Any]:
-    """What a stage's adapters are a function of, flat: model, LoRA, stage config, data, start.
-
-    Recorded in ``<stage>/settings.json`` when the stage starts, so that a resume or a
-    reload can tell that the preset, the data or the earlier stage changed since.
-    """
-    parts = {"model": preset.model, "lora": preset.lora, stage: getattr(preset, stage)}
-    flat = {f"{head}.{k}": v for head, cfg in parts.items()
-            for k, v in dataclasses.asdict(cfg).items() if k not in _LAYOUT_ONLY}
-    split = run.stage("data") / f"{stage}.jsonl"
-    flat["data.split_sha1"] = hashlib.sha1(split.read_bytes()).hexdigest() if split.is_file() else None
-    flat["started_from"] = started
-    flat["started_from.finished_at"] = (run.finished_info(started).get("finished_at")
-                                        if started and run.is_finished(started) else None)
-    return json.loads(json.dumps(flat, default=str))  # tuples -> lists, as they read back
-
-
-def settings_changes(run: RunDir, stage: str, settings: dict[str, Any]) -> list[str]:
-    """``"key: recorded -> now"`` for each setting that differs from ``<stage>/settings.json``."""
-    recorded = _recorded_settings(run, stage)
-    if recorded is None:
-        return []  # a run from before settings were recorded: nothing to compare with
-    return _changes(recorded, settings)
-
-
-def _changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}"
-            for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
-
-
-def _record_settings(run: RunDir, stage: str, settings: dict[str, Any]) -> None:
-    """Refuse to resume a checkpoint trained with other settings, or to start from adapters
-    of another model or LoRA (:func:`_check_hand_off`); then record these settings."""
-    _check_hand_off(run, stage, settings)
-    step = latest_step(run, stage)
-    changes = settings_changes(run, stage, settings) if step is not None else []
-    if changes:
-        raise ValueError(
-            f"stage {stage!r} of run {run.name!r} has a checkpoint at step {step} trained with "
-            f"other settings than now ({'; '.join(changes)}). Resuming would mix two runs: put "
-            "the settings back to resume, pass overwrite=True (retrain=True in train_or_load) "
-            "to start this stage again, or use another run name.")
-    run.write_json(stage, SETTINGS_FILE, settings)
-
-
-def _check_hand_off(run: RunDir, stage: str, settings: dict[str, Any]) -> None:
-    """Refuse to start ``stage`` from adapters trained for another model or LoRA than ``settings``'.
-
-    Restoring them would fail deep in Orbax (another rank or model shape), or silently
-    give another model than the one the earlier stage trained (another alpha or base).
-    """
-    started = settings["started_from"]
-    recorded = _recorded_settings(run, started) if started else None
-    if recorded is None:
-        return  # a fresh start, or a stage from before settings were recorded
-
-    def arch(flat: dict[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in flat.items() if k.startswith(("model.", "lora."))}
-
-    changes = _changes(arch(recorded), arch(settings))
-    if changes:
-        raise ValueError(
-            f"stage {stage!r} of run {run.name!r} starts from the {started!r} adapters, which were "
-            f"trained for another model or LoRA than now ({'; '.join(changes)}). Put those settings "
-            f"back, train {started!r} again with these (retrain=True, notebooks/"
-            f"{NOTEBOOK_OF[started]}), or use another run name.")
-
-
 def _finish(run: RunDir, stage: str, cfg: TrainConfig, steps: int, t0: float, started: str | None,
             stats: dict[str, Any], policy, tok, model_dir) -> StageResult:
     done = steps >= cfg.max_steps
@@ -920,10 +766,10 @@ def _finish(run: RunDir, stage: str, cfg: TrainConfig, steps: int, t0: float, st
 def train_sft(preset: Preset, run: RunDir, *, deadline: float | None = None,
               overwrite: bool = False) -> StageResult:
     """Supervised fine-tuning with completion-only loss, resuming from the last checkpoint."""
-    _begin(run, "sft", overwrite)
+    runs.begin_stage(run, "sft", overwrite)
     t0, cfg = time.time(), preset.sft
     splits, _ = data.read_splits(run.require("data"))
-    _record_settings(run, "sft", stage_settings(preset, run, "sft", None))
+    runs.record_settings(run, "sft", runs.stage_settings(preset, run, "sft", None))
     stage = build_stage(preset, "sft", run)
     trainer, tok = stage.trainer, stage.tokenizer
     with stage.mesh:
@@ -946,11 +792,11 @@ def train_sft(preset: Preset, run: RunDir, *, deadline: float | None = None,
 def train_dpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
               overwrite: bool = False) -> StageResult:
     """DPO (or ORPO) from the SFT adapters; the reference is the SFT policy, frozen (no ORPO)."""
-    _begin(run, "dpo", overwrite)
+    runs.begin_stage(run, "dpo", overwrite)
     t0, cfg = time.time(), preset.dpo
     splits, _ = data.read_splits(run.require("data"))
-    started = start_from(run, "dpo")
-    _record_settings(run, "dpo", stage_settings(preset, run, "dpo", started))
+    started = runs.start_from(run, "dpo")
+    runs.record_settings(run, "dpo", runs.stage_settings(preset, run, "dpo", started))
     stage = build_stage(preset, "dpo", run, started=started)
     trainer, tok = stage.trainer, stage.tokenizer
     with stage.mesh:
@@ -1012,11 +858,11 @@ def reseed_rollouts(cluster, seed: int) -> None:
 def train_grpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
                overwrite: bool = False, reward_fns: Sequence[Callable] | None = None) -> StageResult:
     """GRPO from the DPO (or SFT) adapters, KL-regularised towards where it started."""
-    _begin(run, "grpo", overwrite)
+    runs.begin_stage(run, "grpo", overwrite)
     t0, cfg = time.time(), preset.grpo
     splits, _ = data.read_splits(run.require("data"))
-    started = start_from(run, "grpo")
-    _record_settings(run, "grpo", stage_settings(preset, run, "grpo", started))
+    started = runs.start_from(run, "grpo")
+    runs.record_settings(run, "grpo", runs.stage_settings(preset, run, "grpo", started))
     stage = build_stage(preset, "grpo", run, started=started, reward_fns=reward_fns)
     cluster, learner, actor, tok = stage.cluster, stage.learner, stage.trainer, stage.tokenizer
     with stage.mesh:
@@ -1061,6 +907,22 @@ def export(result: StageResult, preset: Preset, run: RunDir, *,
     return out
 
 
+def export_once(result: StageResult, preset: Preset, run: RunDir, *,
+                again: bool = False) -> dict[str, pathlib.Path]:
+    """:func:`export`, unless the stage's adapter and merged model are already there (then
+    says so and returns them); ``again=True`` exports anew."""
+    out = {kind: run.stage(result.stage) / kind for kind in ("adapter", "merged")}
+    done = (out["adapter"] / "adapter_model.safetensors").is_file() and (
+        out["merged"] / "model.safetensors").is_file()
+
+    def load() -> dict[str, pathlib.Path]:
+        print("already exported:")
+        return out
+
+    return runs.load_or_build(run, result.stage, load, lambda: export(result, preset, run),
+                              rebuild=again, done=done)
+
+
 def train_or_load(preset: Preset, run: RunDir, stage: str, *, retrain: bool = False,
                   deadline: float | None = None) -> StageResult:
     """Train ``stage`` (resuming if it was interrupted), or load it if it already finished.
@@ -1071,21 +933,26 @@ def train_or_load(preset: Preset, run: RunDir, stage: str, *, retrain: bool = Fa
     trainers = {"sft": train_sft, "dpo": train_dpo, "grpo": train_grpo}
     if stage not in trainers:
         raise ValueError(f"unknown training stage {stage!r}; stages: {list(trainers)}")
-    if run.is_finished(stage) and not retrain:
+
+    def load() -> StageResult:
         info = run.finished_info(stage)
         print(f"{stage} of run {run.name!r} already finished ({info.get('steps')} steps, "
               f"{info.get('finished_at')}): loading its adapters instead of training "
               "(retrain=True trains again)")
-        changes = settings_changes(run, stage, stage_settings(preset, run, stage,
-                                                              info.get("started_from")))
+        changes = runs.settings_changes(run, stage, runs.stage_settings(preset, run, stage,
+                                                                        info.get("started_from")))
         if changes:
             warnings.warn(f"{stage} of run {run.name!r} was trained with other settings than "
                           f"now ({'; '.join(changes)}): the adapters loaded are the old "
                           "run's. retrain=True, or another run name, trains with these.",
-                          stacklevel=2)
+                          stacklevel=4)
         _, policy, tok, model_dir = load_policy(preset, run, stage, None)
         return StageResult(stage, info.get("steps", 0), True, info.get("started_from"), 0.0, {},
                            policy, tok, model_dir)
-    result = trainers[stage](preset, run, deadline=deadline, overwrite=retrain)
-    print(result.summary())
-    return result
+
+    def build() -> StageResult:
+        result = trainers[stage](preset, run, deadline=deadline, overwrite=retrain)
+        print(result.summary())
+        return result
+
+    return runs.load_or_build(run, stage, load, build, rebuild=retrain)

@@ -6,7 +6,7 @@ import pathlib
 
 import pytest
 
-from reasonkit import data, models, runs
+from reasonkit import data, models, runs, tiny
 from reasonkit.config import get_preset
 
 _spec = importlib.util.spec_from_file_location(
@@ -29,7 +29,7 @@ def test_heldout_sets_hold_no_training_or_pretraining_prompt(tmp_path):
     assert not key(left) & key(fresh)
     trained = key(splits.sft) | key(splits.dpo) | key(splits.grpo)
     assert not trained & (key(left) | key(fresh))
-    assert not key(models.tiny_pretraining_records()[0]) & (key(left) | key(fresh))
+    assert not key(tiny.pretraining_records()[0]) & (key(left) | key(fresh))
     limits = data.stage_limits(preset)["eval"]
     assert all(seeds._fits(r, count, limits) for r in left + fresh)
     assert {r["domain"] for r in fresh} == set(seeds.tasks.DOMAINS)

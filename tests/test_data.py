@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reasonkit import answers, data, tasks, template
+from reasonkit import answers, data, plots, tasks, template
 from reasonkit.config import DOMAINS, DataConfig, get_preset
 from reasonkit.data import Drops, Limits
 from reasonkit.template import END_OF_TURN, format_completion, normalize_prompt, split_tagged
@@ -635,7 +635,7 @@ def test_build_splits_on_tasks(task_records):
     assert not leaks(splits)
     assert all(data.validate_record(r) is None for r in splits.eval + splits.sft + splits.grpo)
     assert report.input == {d: 200 for d in DOMAINS}
-    assert "| math | 200 | 10 | 100 | 100 | 100 |" in report.table()
+    assert "| math | 200 | 10 | 100 | 100 | 100 |" in plots.data_table(report)
 
 
 def test_eval_is_held_out_before_rebalancing(task_records):
@@ -741,7 +741,7 @@ def test_a_domain_with_nothing_to_evaluate_is_named():
         eval_per_domain=3, train_size=10, domain_weights={"math": 1.0, "general": 1.0}))
     assert report.eval == {"math": 3, "general": 0}
     assert "eval general: 0 of 3: 0 eligible records, at most half are held out" in report.notes
-    assert "| general | 10 | 0 | 0 | 5 | 0 |" in report.table()
+    assert "| general | 10 | 0 | 0 | 5 | 0 |" in plots.data_table(report)
 
 
 PROMPTS = st.sampled_from(["Sort 3 1 2.", "Which is larger, 4 or 9?", "Reverse dog.",

@@ -5,8 +5,9 @@ import types
 import numpy as np
 import pytest
 
-from reasonkit import data, evaluate, models, rewards, tasks, template
+from reasonkit import data, evaluate, models, plots, rewards, tasks, template
 from reasonkit.config import get_preset
+from reasonkit.testing import fake_results
 
 GOOD = "<reasoning>3 * 4 = 12.</reasoning>\n<answer>12</answer><end_of_turn>"
 
@@ -121,53 +122,28 @@ def test_score_of_a_missing_completion():
         False, False, "no_answer_tag", 0)
 
 
-def test_stage_with_no_rows_is_tabulated():
-    res = {"base": {"summary": evaluate.summarize([]), "rows": []}, **results_of(sft=(0.5, 0.5))}
-    table = evaluate.stage_table(res, k=1)
-    assert "| base | 0 | - | - | - | - | - | - |" in table.splitlines()
+def test_a_stage_with_no_rows_is_not_compared():
+    res = {"base": {"summary": evaluate.summarize([]), "rows": []}, **fake_results(sft=(0.5, 0.5))}
     assert "sft vs base: accuracy not measured (n = 0, 100)" in evaluate.describe_changes(res)
 
 
-def results_of(**stages):
-    """Fake stage results: a fraction ``acc`` answered right, ``fmt`` well formatted."""
-    out = {}
-    for stage, (fmt, acc) in stages.items():
-        rows = []
-        for i in range(100):
-            ans = "12" if i < 100 * acc else "13"
-            text = (f"<reasoning>r</reasoning><answer>{ans}</answer>" if i < 100 * fmt
-                    else f"<answer>{ans}</answer>")  # readable answer, no reasoning block
-            rec = {"domain": ["math", "general"][i % 2], "answer": "12", "prompt": f"q{i}", "id": i}
-            rows += evaluate.score_stage([rec], [text], [[text]])
-        out[stage] = {"summary": evaluate.summarize(rows), "rows": rows}
-    return out
-
-
-def test_summary_table_and_what_regressed(tmp_path):
-    res = results_of(grpo=(0.95, 0.75), base=(0.0, 0.1), dpo=(0.7, 0.5), sft=(0.9, 0.4))
+def test_summary_and_what_regressed(tmp_path):
+    res = fake_results(grpo=(0.95, 0.75), base=(0.0, 0.1), dpo=(0.7, 0.5), sft=(0.9, 0.4))
     assert evaluate.ordered(res) == ["base", "sft", "dpo", "grpo"]
     assert res["sft"]["summary"]["overall"]["format_rate"] == pytest.approx(0.9)
     assert set(res["sft"]["summary"]["per_domain"]) == {"math", "general"}
     assert res["base"]["summary"]["overall"]["failures"] == {}  # readable, just unformatted
-    table = evaluate.stage_table(res, k=1)
-    assert [line.split("|")[1].strip() for line in table.splitlines()[2:]] == [
-        "base", "sft", "dpo", "grpo"]
     lines = evaluate.describe_changes(res)
     assert "dpo vs sft: format pass REGRESSED 90.0% -> 70.0% (-20.0 points)" in lines
     assert "grpo vs dpo: accuracy improved 50.0% -> 75.0% (+25.0 points)" in lines
     evaluate.write_results(res, tmp_path, {"num_samples": 1})
     saved = json.loads((tmp_path / "results.json").read_text())
     assert list(saved["stages"]) == ["base", "sft", "dpo", "grpo"]
-    assert (tmp_path / "stage_table.md").read_text().startswith("| stage |")
     assert len((tmp_path / "completions_dpo.jsonl").read_text().splitlines()) == 100
-    for plot in (evaluate.plot_stages, evaluate.plot_domains, evaluate.plot_lengths):
-        plot(res, path=tmp_path / f"{plot.__name__}.png")
-        assert (tmp_path / f"{plot.__name__}.png").stat().st_size > 1000
-    assert "**math**" in evaluate.side_by_side(res, n=2)
 
 
 def test_small_moves_are_called_noise():
-    res = results_of(base=(0.5, 0.50), sft=(0.5, 0.53))
+    res = fake_results(base=(0.5, 0.50), sft=(0.5, 0.53))
     assert ("sft vs base: accuracy unchanged within noise (50.0% -> 53.0%)"
             in evaluate.describe_changes(res))
 
@@ -280,10 +256,11 @@ def test_evaluate_run_every_finished_stage_then_save(tmp_path, monkeypatch, caps
     assert loaded == ["base", "free", "sft", "free", "grpo", "free"]
     assert list(results) == list(seconds) == ["base", "sft", "grpo"]
     assert "grpo  format pass 100.0%" in capsys.readouterr().out
-    out = evaluate.save_run(run, preset, results, seconds)
+    out = evaluate.save_run(run, preset, results, seconds, files=plots.eval_tables(results, k=4))
     assert sorted(p.name for p in out.iterdir()) == [
         "completions_base.jsonl", "completions_grpo.jsonl", "completions_sft.jsonl", "finished.json",
         "results.json", "stage_table.md"]
+    assert (out / "stage_table.md").read_text().startswith("| stage | n | format pass |")
     assert run.finished_info("eval")["stages"] == ["base", "sft", "grpo"]
     assert json.loads((out / "results.json").read_text())["settings"]["num_samples"] == 4
 
@@ -346,7 +323,7 @@ def test_gsm8k_summary_and_table_count_too_long_prompts_as_wrong():
     assert evaluate.summarize_gsm8k([]) == {"n": 0, "too_long": 0}
     res = {"sft": {"gsm8k": {"summary": s}}, "base": {"gsm8k": {"summary": evaluate.summarize_gsm8k([])}},
            "dpo": {}}  # a stage evaluated without GSM8K has no row
-    table = evaluate.gsm8k_table(res).splitlines()
+    table = plots.gsm8k_table(res).splitlines()
     assert table[0].startswith("| stage | n | GSM8K test, strict / lenient | ± 1 s.e. |")
     assert table[2:] == ["| base | 0 | - | - | - | 0 | - |",
                          "| sft | 4 | 25.0% / 50.0% | 25.0 | 25.0% | 1 | 1.7 |"]  # length: words
@@ -459,7 +436,7 @@ def test_evaluate_run_scores_the_gsm8k_test_split_beside_the_held_out_set(tmp_pa
     assert ("sft   format pass 100.0%  accuracy  33.3%" in out and "      GSM8K test, strict / lenient: "
             "66.7% / 66.7% of 3 (1 prompt too long: counted wrong)" in out)
 
-    saved = evaluate.save_run(run, preset, results, seconds)
+    saved = evaluate.save_run(run, preset, results, seconds, files=plots.eval_tables(results))
     assert sorted(p.name for p in saved.glob("*gsm8k*")) == [
         "gsm8k_completions_base.jsonl", "gsm8k_completions_sft.jsonl", "gsm8k_table.md"]
     table = (saved / "gsm8k_table.md").read_text().splitlines()
@@ -472,6 +449,6 @@ def test_evaluate_run_scores_the_gsm8k_test_split_beside_the_held_out_set(tmp_pa
     assert [json.loads(line)["completion"] for line in lines][1] == replies["sft"]["A robe"]
     # evaluated again without it: nothing of GSM8K is left behind to be read as current
     plain = {s: {k: v for k, v in r.items() if k != "gsm8k"} for s, r in results.items()}
-    evaluate.save_run(run, preset, plain, seconds)
+    evaluate.save_run(run, preset, plain, seconds, files=plots.eval_tables(plain))
     assert not list(saved.glob("*gsm8k*")) and "gsm8k" not in json.loads(
         (saved / "results.json").read_text())

@@ -225,9 +225,6 @@ def test_gemma3_1b_on_v5e_8():
     rows = hwmod.budget_table(p, v5e)
     assert [r["stage"] for r in rows] == ["sft", "dpo", "grpo", "eval"]
     assert rows[3]["fits"] and rows[3]["activations"] == 0 and rows[3]["KV cache"] > 0
-    table = hwmod.format_budget_table(rows)
-    assert table.splitlines()[0].startswith("| stage | mesh | base params")
-    assert len(table.splitlines()) == 6
 
 
 def test_advice_when_it_does_not_fit():

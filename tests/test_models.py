@@ -12,21 +12,15 @@ import pytest
 from flax import nnx
 from safetensors.numpy import save_file
 
-from reasonkit import data, masks, models, tasks, template
-from reasonkit.config import LoraConfig, ModelConfig, get_preset
+from reasonkit import data, masks, models, template
+from reasonkit.config import LoraConfig, ModelConfig
+from reasonkit.testing import forward
 
 G3 = ModelConfig(family="gemma3", source="unused", num_layers=2, vocab_size=512, embed_dim=32,
                  hidden_dim=64, num_heads=2, head_dim=16, num_kv_heads=1, sliding_window=16,
                  dtype="float32")
 G2 = dataclasses.replace(G3, family="gemma2", num_heads=4, num_kv_heads=2)
 LORA = LoraConfig(rank=4, alpha=8.0)
-
-
-def forward(model, tokens):
-    tokens = jnp.asarray(tokens)
-    mask = tokens != 0
-    logits, _ = model(tokens, masks.positions_from_mask(mask), None, masks.causal_mask(mask))
-    return np.asarray(logits)
 
 
 TOKENS = np.array([[2, 17, 40, 5, 99, 7, 0, 0], [2, 300, 12, 8, 9, 11, 13, 21]])
@@ -677,49 +671,3 @@ def test_adapter_export_of_some_layers_names_them_exactly(tmp_path, tokenizer_pa
              for m in ("self_attn.q_proj", "self_attn.k_proj", "mlp.gate_proj", "mlp.up_proj")]
     assert [n for n in names if re.fullmatch(targets, n)] == ["model.layers.1.self_attn.q_proj",
                                                               "model.layers.1.mlp.gate_proj"]
-
-
-# --- the tiny base model ---------------------------------------------------------------
-
-def test_shipped_tiny_base_model_is_the_current_recipe(tiny_dir):
-    cfg = get_preset("tiny").model
-    assert tiny_dir == models.TINY_ASSET  # shipped, not rebuilt: it matches config + recipe
-    assert models.check_checkpoint_dir(tiny_dir, cfg).vocab_size == cfg.vocab_size
-    log = json.loads((tiny_dir / "pretrain.json").read_text())
-    assert log["key"] == models.tiny_key(cfg)
-    assert log["final_loss"] < 0.1 * log["first_loss"]  # it learned the corpus
-    model, tok, _ = models.load_base(cfg)
-    assert model.num_embed == tok.GetPieceSize() == cfg.vocab_size
-    for sym in template.SPECIAL_TOKENS:  # tags and turn markers are single pieces
-        assert tok.EncodeAsPieces(sym) == [sym]
-
-
-def test_remat_does_not_rebuild_the_tiny_base_model():
-    # remat trades memory for compute (hardware.py suggests it): same weights, so the
-    # shipped checkpoint serves it instead of a ~30-minute rebuild.
-    cfg = dataclasses.replace(get_preset("tiny").model, remat=True)
-    assert models.tiny_key(cfg) == models.tiny_key(get_preset("tiny").model)
-    assert models.resolve_source(cfg) == models.TINY_ASSET
-
-
-def test_tiny_pretraining_never_sees_the_presets_data_pool():
-    records, excluded = models.tiny_pretraining_records()
-    cfg = get_preset("tiny").data
-    pool = {data.normalize_prompt(r["prompt"])
-            for r in tasks.generate_all(cfg.num_records, seed=cfg.seed, difficulty=cfg.difficulty)}
-    seen = {data.normalize_prompt(r["prompt"]) for r in records}
-    assert excluded > 0 and not pool & seen
-    assert len(records) + excluded == 6 * models.TINY_DOCS_PER_DOMAIN
-
-
-def test_tiny_build_script_runs_and_is_deterministic(tmp_path):
-    cfg = get_preset("tiny").model
-    a = models.build_tiny_checkpoint(cfg, steps=3, out_root=tmp_path / "a")
-    b = models.build_tiny_checkpoint(cfg, steps=3, out_root=tmp_path / "b")
-    assert a.name == b.name == f"tiny-{models.tiny_key(cfg, steps=3)}"
-    pieces = [[t.IdToPiece(i) for i in range(t.GetPieceSize())]
-              for t in (models.load_tokenizer(d / "tokenizer.model") for d in (a, b))]
-    assert pieces[0] == pieces[1]  # (the files differ only in the recorded output path)
-    np.testing.assert_array_equal(forward(models.load_model(a, cfg), TOKENS),
-                                  forward(models.load_model(b, cfg), TOKENS))
-    assert models.build_tiny_checkpoint(cfg, steps=3, out_root=tmp_path / "a") == a  # cached

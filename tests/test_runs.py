@@ -5,12 +5,14 @@ import re
 import subprocess
 import sys
 import time
+import warnings
 
 import pytest
 
 from reasonkit import runs
 from reasonkit.config import get_preset
 from reasonkit.runs import RunDir, default_root, open_jsonl
+from reasonkit.testing import make_run, small_preset
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -252,3 +254,49 @@ def test_only_process_0_writes_the_run_files(tmp_path, monkeypatch):
     monkeypatch.setattr(runs, "process_index", lambda: 0)
     run.mark_finished("sft", steps=1)
     assert run.finished_info("sft")["steps"] == 1
+
+
+# --- a stage's lifecycle -------------------------------------------------------------------
+
+def test_stage_settings_name_the_override_to_put_back(tmp_path):
+    preset = small_preset()
+    run = make_run(tmp_path, "settings", preset)
+    s = runs.stage_settings(preset, run, "sft", None)
+    assert s["sft.learning_rate"] == preset.sft.learning_rate and s["lora.rank"] == preset.lora.rank
+    assert not {"sft.mesh", "sft.checkpoint_every", "model.remat"} & set(s)
+    assert len(s["data.split_sha1"]) == 40 and s["started_from"] is None
+    for key in ("sft.learning_rate", "lora.rank", "model.dtype"):  # each a Preset.replace key
+        other = preset.replace(**{key: {"sft.learning_rate": 1e-3, "lora.rank": 4,
+                                        "model.dtype": "bfloat16"}[key]})
+        assert [c.split(":")[0] for c in runs.settings_diff(
+            s, runs.stage_settings(other, run, "sft", None))] == [key]
+
+
+def test_grpo_skipping_an_unfinished_dpo_says_so(tmp_path):
+    """Skipping DPO is fine; skipping one that a deadline stopped half-way is likely a slip."""
+    run = RunDir.create("skip", root=tmp_path)
+    run.mark_finished("sft", steps=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert runs.start_from(run, "grpo") == "sft"  # no DPO at all: nothing to say
+        (runs.checkpoint_dir(run, "dpo") / "0" / "model_params").mkdir(parents=True)
+        assert runs.start_from(run, "grpo") == "sft"  # stopped before its first step
+    (runs.checkpoint_dir(run, "dpo") / "2" / "model_params").mkdir(parents=True)
+    with pytest.warns(UserWarning, match=r"dpo of run 'skip' stopped at step 2 without finishing: "
+                                         r"grpo starts from the sft adapters.*notebooks/04_dpo"):
+        assert runs.start_from(run, "grpo") == "sft"
+    run.mark_finished("dpo", steps=3)
+    assert runs.start_from(run, "grpo") == "dpo"
+
+
+def test_retraining_a_stage_names_the_later_stages_it_leaves_behind(tmp_path):
+    run = RunDir.create("stale", root=tmp_path)
+    run.write_json("dpo", "settings.json", {"started_from": "sft"})
+    run.write_json("grpo", "settings.json", {"started_from": "dpo"})
+    with pytest.warns(UserWarning, match=r"retraining sft of run 'stale': dpo and grpo started "
+                                         r"from its old adapters.*retrain=True"):
+        runs.begin_stage(run, "sft", overwrite=True)
+    run.write_json("grpo", "settings.json", {"started_from": "sft"})  # GRPO skipped DPO
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        runs.begin_stage(run, "dpo", overwrite=True)  # nothing started from DPO's adapters

@@ -17,36 +17,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from reasonkit import data, evaluate, models, template, train
+from reasonkit import evaluate, models, runs, template, train
 from reasonkit.config import SFTConfig, get_preset
 from reasonkit.hardware import format_duration
 from reasonkit.runs import RunDir
-
-SMALL = {
-    "sft.max_steps": 4, "sft.checkpoint_every": 2, "sft.batch_size": 4,
-    "dpo.max_steps": 3, "dpo.checkpoint_every": 2, "dpo.batch_size": 2,
-    "grpo.max_steps": 2, "grpo.checkpoint_every": 1, "grpo.batch_size": 2,
-    "grpo.max_generation_length": 24,
-    "data.num_records": 40, "data.eval_per_domain": 2, "data.train_size": 60,
-}
+from reasonkit.testing import SMALL, make_run, small_preset
 
 
 @pytest.fixture(scope="module")
 def preset():
-    return get_preset("tiny", **SMALL)
-
-
-def make_run(root, name, preset):
-    """A run directory whose data stage is done (the tiny preset's synthetic tasks)."""
-    run = RunDir.create(name, root=root)
-    tok = models.load_tokenizer(models.resolve_source(preset.model) / "tokenizer.model")
-    records, reports = data.load_sources(preset.data)
-    splits, report = data.build_splits(records, preset.data,
-                                       count_tokens=lambda s: len(tok.EncodeAsIds(s)),
-                                       limits=data.stage_limits(preset), source_reports=reports)
-    data.write_splits(splits, report, run.stage("data"))
-    run.mark_finished("data")
-    return run
+    return small_preset()
 
 
 def run_after(src, root, name, preset, *stages):
@@ -84,7 +64,7 @@ def test_each_stage_moves_the_adapters_and_not_the_base(pipeline, preset, stage)
     run, base, fresh, results = pipeline
     result = results[stage]
     assert result.finished and result.steps == getattr(preset, stage).max_steps
-    assert run.is_finished(stage) and train.latest_step(run, stage) == result.steps
+    assert run.is_finished(stage) and runs.latest_step(run, stage) == result.steps
     assert changed(fresh, models.lora_params(result.policy)) > 0
     assert_base_untouched(result.policy, base)
 
@@ -173,30 +153,17 @@ def test_resume_after_a_crash_ends_like_an_uninterrupted_run(tmp_path, preset, m
     slow_saves(monkeypatch, 3.0)  # step 4's save is still being written when step 6 dies
     with pytest.raises(KeyboardInterrupt):
         train.train_sft(p, run)
-    assert not run.is_finished("sft") and train.latest_step(run, "sft") == 4
+    assert not run.is_finished("sft") and runs.latest_step(run, "sft") == 4
     monkeypatch.undo()
     # Resuming with another learning rate would mix two runs: refused, nothing lost.
     with pytest.raises(ValueError, match=r"checkpoint at step 4 .*sft\.learning_rate: 0\.003 -> "
                                          r"0\.001.*overwrite=True"):
         train.train_sft(p.replace(**{"sft.learning_rate": 1e-3}), run)
-    assert train.latest_step(run, "sft") == 4 and not run.is_finished("sft")
+    assert runs.latest_step(run, "sft") == 4 and not run.is_finished("sft")
     # How often it checkpoints or logs does not change what it learns: free to change.
     resumed = train.train_sft(p.replace(**{"sft.checkpoint_every": 3, "sft.log_every": 1}), run)
     assert resumed.finished and resumed.steps == 6
     assert changed(models.lora_params(whole.policy), models.lora_params(resumed.policy)) < 1e-5
-
-
-def test_stage_settings_name_the_override_to_put_back(tmp_path, preset):
-    run = make_run(tmp_path, "settings", preset)
-    s = train.stage_settings(preset, run, "sft", None)
-    assert s["sft.learning_rate"] == preset.sft.learning_rate and s["lora.rank"] == preset.lora.rank
-    assert not {"sft.mesh", "sft.checkpoint_every", "model.remat"} & set(s)
-    assert len(s["data.split_sha1"]) == 40 and s["started_from"] is None
-    for key in ("sft.learning_rate", "lora.rank", "model.dtype"):  # each a Preset.replace key
-        other = preset.replace(**{key: {"sft.learning_rate": 1e-3, "lora.rank": 4,
-                                        "model.dtype": "bfloat16"}[key]})
-        assert [c.split(":")[0] for c in train._changes(
-            s, train.stage_settings(other, run, "sft", None))] == [key]
 
 
 def test_an_interrupt_is_not_hidden_by_a_save_that_fails_to_land():
@@ -220,7 +187,7 @@ def test_grpo_resume_samples_and_ends_like_an_uninterrupted_run(tmp_path, preset
     with pytest.raises(KeyboardInterrupt):
         train.train_grpo(p, run)
     # The learner fetches a step's batch before the previous step's checkpoint is written.
-    assert not run.is_finished("grpo") and 1 <= train.latest_step(run, "grpo") < 3
+    assert not run.is_finished("grpo") and 1 <= runs.latest_step(run, "grpo") < 3
     monkeypatch.undo()
     resumed = train.train_grpo(p, run)
     assert resumed.finished and resumed.steps == 3
@@ -462,44 +429,14 @@ def test_a_stage_does_not_start_from_adapters_of_another_model_or_lora(tmp_path,
     """Not Orbax's "set strict=False" about a shape, nor another alpha restored in silence."""
     run = make_run(tmp_path, "handoff", preset)
     other = preset.replace(**{"lora.rank": 4, "lora.alpha": 4.0})
-    run.write_json("sft", "settings.json", train.stage_settings(other, run, "sft", None))
+    run.write_json("sft", "settings.json", runs.stage_settings(other, run, "sft", None))
     run.mark_finished("sft", steps=4)
     for stage in (train.train_dpo, train.train_grpo):
         with pytest.raises(ValueError, match=r"starts from the 'sft' adapters.*lora\.alpha: 4\.0 -> "
                                              r"16\.0; lora\.rank: 4 -> 8.*retrain=True"):
             stage(preset, run)
     assert not (run.stage("dpo") / "settings.json").exists()  # refused before anything started
-    train._check_hand_off(run, "dpo", train.stage_settings(other, run, "dpo", "sft"))  # same: no complaint
-
-
-def test_grpo_skipping_an_unfinished_dpo_says_so(tmp_path):
-    """Skipping DPO is fine; skipping one that a deadline stopped half-way is likely a slip."""
-    run = RunDir.create("skip", root=tmp_path)
-    run.mark_finished("sft", steps=4)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert train.start_from(run, "grpo") == "sft"  # no DPO at all: nothing to say
-        (train.checkpoint_dir(run, "dpo") / "0" / "model_params").mkdir(parents=True)
-        assert train.start_from(run, "grpo") == "sft"  # stopped before its first step
-    (train.checkpoint_dir(run, "dpo") / "2" / "model_params").mkdir(parents=True)
-    with pytest.warns(UserWarning, match=r"dpo of run 'skip' stopped at step 2 without finishing: "
-                                         r"grpo starts from the sft adapters.*notebooks/04_dpo"):
-        assert train.start_from(run, "grpo") == "sft"
-    run.mark_finished("dpo", steps=3)
-    assert train.start_from(run, "grpo") == "dpo"
-
-
-def test_retraining_a_stage_names_the_later_stages_it_leaves_behind(tmp_path):
-    run = RunDir.create("stale", root=tmp_path)
-    run.write_json("dpo", "settings.json", {"started_from": "sft"})
-    run.write_json("grpo", "settings.json", {"started_from": "dpo"})
-    with pytest.warns(UserWarning, match=r"retraining sft of run 'stale': dpo and grpo started "
-                                         r"from its old adapters.*retrain=True"):
-        train._begin(run, "sft", overwrite=True)
-    run.write_json("grpo", "settings.json", {"started_from": "sft"})  # GRPO skipped DPO
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        train._begin(run, "dpo", overwrite=True)  # nothing started from DPO's adapters
+    runs.check_hand_off(run, "dpo", runs.stage_settings(other, run, "dpo", "sft"))  # same: no complaint
 
 
 def test_an_interrupted_stage_stops_listening_for_metrics(tmp_path, preset, monkeypatch):
@@ -695,7 +632,7 @@ def test_sft_on_two_processes_equals_one_process_on_four_devices(tmp_path):
     # The checkpoint both processes wrote restores (in the single process, on its mesh) to
     # exactly those adapters.
     run = runs["two"]
-    assert run.is_finished("sft") and train.latest_step(run, "sft") == 2
+    assert run.is_finished("sft") and runs.latest_step(run, "sft") == 2
     for k in lora:
         np.testing.assert_array_equal(one[k.replace("lora/", "lora/two/")], two0[k], err_msg=k)
     # The exports (gathered from both processes' shards) hold the same weights too.
@@ -715,3 +652,19 @@ def test_sft_on_two_processes_equals_one_process_on_four_devices(tmp_path):
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--multihost-worker"]:
     _multihost_worker(*sys.argv[2:6])
+
+
+def test_export_once_keeps_an_export_that_is_there(tmp_path, monkeypatch, capsys):
+    run = RunDir.create("exp", root=tmp_path)
+    result = train.StageResult("grpo", 2, True, "dpo", 0.0, {})
+    calls = []
+    monkeypatch.setattr(train, "export", lambda r, p, rd: calls.append(r.stage) or {"adapter": "new"})
+    assert train.export_once(result, "a preset", run) == {"adapter": "new"} and calls == ["grpo"]
+    for name in ("adapter/adapter_model.safetensors", "merged/model.safetensors"):
+        (run.stage("grpo") / name).parent.mkdir(parents=True, exist_ok=True)
+        (run.stage("grpo") / name).write_text("x")
+    assert train.export_once(result, "a preset", run) == {
+        "adapter": run.stage("grpo") / "adapter", "merged": run.stage("grpo") / "merged"}
+    assert calls == ["grpo"] and "already exported:" in capsys.readouterr().out
+    assert train.export_once(result, "a preset", run, again=True) == {"adapter": "new"}
+    assert calls == ["grpo", "grpo"]

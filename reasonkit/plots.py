@@ -1,0 +1,437 @@
+"""Every figure and Markdown table the notebooks show, one call each.
+
+The numbers come from the modules before this one (hardware budgets, data reports,
+training metrics, evaluation results); this module only draws and tabulates them.
+Figures are returned, not shown: a notebook calls ``plt.show()`` and may save them.
+
+A table is a header and rows of cells:
+
+>>> print(markdown_table(["stage", "accuracy"], [["base", "10.0%"], ["sft", "42.5%"]]))
+| stage | accuracy |
+|---|---|
+| base | 10.0% |
+| sft | 42.5% |
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any, Callable, Mapping, Sequence
+
+import matplotlib.colors
+import matplotlib.patches
+import matplotlib.pyplot as plt
+import numpy as np
+
+from reasonkit import template
+from reasonkit.config import DOMAINS
+from reasonkit.data import DataReport
+from reasonkit.evaluate import LABELS, METRICS, ordered, standard_error
+from reasonkit.hardware import COLUMNS, format_bytes
+
+GIB = 2**30
+
+
+# --- tables ----------------------------------------------------------------------------
+
+
+def markdown_table(head: Sequence[Any], rows: Sequence[Sequence[Any]]) -> str:
+    """A Markdown table: ``head`` is the first row, each of ``rows`` one more (cells ``str()``-ed).
+
+    >>> print(markdown_table(["a", "b"], [[1, None]]))
+    | a | b |
+    |---|---|
+    | 1 | None |
+    """
+    for i, row in enumerate(rows):
+        if len(row) != len(head):
+            raise ValueError(f"row {i} has {len(row)} cells, the head {len(head)}: {list(row)!r}")
+    lines = ["| " + " | ".join(map(str, head)) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(map(str, row)) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def bullets(lines: Sequence[str], empty: str) -> str:
+    """A Markdown list, a line with ``REGRESSED`` in bold with ⚠; ``empty`` when there are none.
+
+    >>> print(bullets(["sft vs base: accuracy improved", "dpo vs sft: accuracy REGRESSED"], "-"))
+    - sft vs base: accuracy improved
+    - ⚠ **dpo vs sft: accuracy REGRESSED**
+    """
+    if not lines:
+        return empty
+    return "\n".join(f"- ⚠ **{x}**" if "REGRESSED" in x else f"- {x}" for x in lines)
+
+
+def budget_table(rows: list[dict[str, Any]]) -> str:
+    """The rows of :func:`reasonkit.hardware.budget_table` as a Markdown table (empty columns dropped)."""
+    cols = [c for c in COLUMNS if any(r[c] for r in rows)]
+    head = ["stage", "mesh", *cols, "total", "of", "fits"]
+    return markdown_table(head, [
+        [r["stage"], "x".join(map(str, r["mesh"])), *[format_bytes(r[c]) if r[c] else "-" for c in cols],
+         format_bytes(r["total"]), format_bytes(r["capacity"]), "yes" if r["fits"] else "**no**"]
+        for r in rows])
+
+
+def data_table(report: DataReport) -> str:
+    """Records per domain at each step of :func:`reasonkit.data.build_splits`, as Markdown."""
+    steps = ["input", "eval", *report.stages]
+    return markdown_table(["domain", *steps], [
+        [d, report.input.get(d, 0), report.eval.get(d, 0),
+         *[s["count"].get(d, 0) for s in report.stages.values()]] for d in DOMAINS])
+
+
+def drop_table(report: DataReport) -> str:
+    """Every dropped row counted by step and reason, with two examples each; or a sentence."""
+    rows = [[step, reason, n, ", ".join(drops.examples[reason][:2])]
+            for step, drops in report.drops.items() for reason, n in drops.counts.items()]
+    return markdown_table(["step", "reason", "rows", "e.g."], rows) if rows else "nothing was dropped"
+
+
+def _mark(row: dict) -> str:
+    return f"{'✓' if row['format_ok'] else '✗'} / {'✓' if row['correct'] else '✗'}"
+
+
+def before_after(records: Sequence[dict], before: Sequence[dict], after: Sequence[dict],
+                 labels: tuple[str, str]) -> str:
+    """Format / correct of a few records' completions before and after a stage (✓ / ✗).
+
+    >>> ok, bad = {"format_ok": True, "correct": True}, {"format_ok": False, "correct": False}
+    >>> print(before_after([{"domain": "math", "answer": "12"}], [bad], [ok], ("base", "SFT")))
+    | domain | gold | base: format / correct | SFT: format / correct |
+    |---|---|---|---|
+    | math | `12` | ✗ / ✗ | ✓ / ✓ |
+    """
+    head = ["domain", "gold", *(f"{label}: format / correct" for label in labels)]
+    return markdown_table(head, [[r["domain"], f"`{r['answer']}`", _mark(b), _mark(a)]
+                                 for r, b, a in zip(records, before, after, strict=True)])
+
+
+def reward_table(records: Sequence[dict], scored: Mapping[str, Sequence[float]]) -> str:
+    """Each reward function's score (rows) of each record's completion (columns)."""
+    return markdown_table(["reward", *(r["domain"] for r in records)],
+                          [[name, *(f"{v:.2f}" for v in values)] for name, values in scored.items()])
+
+
+def stage_table(results: dict[str, dict], k: int | None = None) -> str:
+    """The per-stage table (rows base / SFT / DPO / GRPO), as Markdown.
+
+    >>> r = {"base": {"summary": {"overall": {"n": 10, "format_rate": 0.0, "accuracy": 0.1,
+    ...       "partial": 0.2, "pass_at_k": 0.3, "maj_at_k": 0.1, "mean_length": 40.0}}}}
+    >>> print(stage_table(r, k=4))
+    | stage | n | format pass | accuracy | partial accuracy | pass@4 | maj@4 | mean length (tokens) |
+    |---|---|---|---|---|---|---|---|
+    | base | 10 | 0.0% | 10.0% | 20.0% | 30.0% | 10.0% | 40.0 |
+
+    A stage evaluated on no prompts (``n`` 0) shows "-" for its metrics.
+    """
+    kk = "k" if k is None else str(k)
+    head = ["stage", "n"] + [LABELS[m].replace("@k", f"@{kk}") for m in (*METRICS, "mean_length")]
+    rows = []
+    for stage in ordered(results):
+        o = results[stage]["summary"]["overall"]
+        cells = [stage, str(o["n"])] + [f"{100 * o[m]:.1f}%" if m in o else "-" for m in METRICS]
+        cells.append(f"{o['mean_length']:.1f}" if "mean_length" in o else "-")
+        rows.append(cells)
+    return markdown_table(head, rows)
+
+
+def gsm8k_table(results: dict[str, dict]) -> str:
+    """GSM8K test, strict / lenient, per stage (the stages that have it), as Markdown.
+
+    ``± 1 s.e.``: the larger binomial standard error of the two rates, in points (a move
+    under two of them, between stages or against a published number, is noise). "too
+    long": prompts over ``max_prompt_length``, not generated, counted wrong.
+
+    >>> r = {"base": {"gsm8k": {"summary": {"n": 1319, "strict": 0.0, "lenient": 0.301,
+    ...       "format_rate": 0.0, "too_long": 2, "mean_length": 180.5}}},
+    ...      "sft": {"gsm8k": {"summary": {"n": 1319, "strict": 0.412, "lenient": 0.455,
+    ...       "format_rate": 0.9, "too_long": 2, "mean_length": 150.0}}}}
+    >>> print(gsm8k_table(r))
+    | stage | n | GSM8K test, strict / lenient | ± 1 s.e. | format pass | too long | mean length (tokens) |
+    |---|---|---|---|---|---|---|
+    | base | 1319 | 0.0% / 30.1% | 1.3 | 0.0% | 2 | 180.5 |
+    | sft | 1319 | 41.2% / 45.5% | 1.4 | 90.0% | 2 | 150.0 |
+    """
+    head = ["stage", "n", "GSM8K test, strict / lenient", "± 1 s.e.", "format pass", "too long",
+            "mean length (tokens)"]
+    rows = []
+    for stage in ordered(results):
+        if "gsm8k" not in results[stage]:
+            continue
+        o = results[stage]["gsm8k"]["summary"]
+        if not o["n"]:
+            rows.append([stage, 0, "-", "-", "-", 0, "-"])
+            continue
+        se = 100 * max(standard_error(o["strict"], o["n"]), standard_error(o["lenient"], o["n"]))
+        rows.append([stage, o["n"], f"{o['strict']:.1%} / {o['lenient']:.1%}", f"{se:.1f}",
+                     f"{o['format_rate']:.1%}", o["too_long"], f"{o['mean_length']:.1f}"])
+    return markdown_table(head, rows)
+
+
+def eval_tables(results: dict[str, dict], k: int | None = None) -> dict[str, str]:
+    """The tables ``<run>/eval`` keeps: ``stage_table.md``, and ``gsm8k_table.md`` with GSM8K."""
+    out = {"stage_table.md": stage_table(results, k) + "\n"}
+    if any("gsm8k" in results[s] for s in results):
+        out["gsm8k_table.md"] = gsm8k_table(results) + "\n"
+    return out
+
+
+def domain_table(results: dict[str, dict]) -> str:
+    """Per domain, each stage's format pass / accuracy of the greedy completions."""
+    stages = ordered(results)
+    per = {d: b["n"] for s in stages for d, b in results[s]["summary"]["per_domain"].items()}  # prompts
+    head = ["domain", "n"] + [f"{s}: format / acc" for s in stages]
+    rows = []
+    for d in sorted(per):
+        cells = [d, str(per[d])]
+        for s in stages:
+            b = results[s]["summary"]["per_domain"].get(d, {})
+            cells.append(f"{b.get('format_rate', 0):.0%} / {b.get('accuracy', 0):.0%}")
+        rows.append(cells)
+    return markdown_table(head, rows)
+
+
+def failure_table(results: dict[str, dict]) -> str:
+    """Greedy completions per extraction outcome (``ok`` or a failure reason) and stage."""
+    reasons = [r for r in template.FAILURE_REASONS
+               if any(results[s]["summary"]["overall"]["failures"].get(r) for s in results)]
+    stages = ordered(results)
+    return markdown_table(["reason", *stages], [
+        [reason, *(sum(row["reason"] == reason for row in results[s]["rows"]) for s in stages)]
+        for reason in ["ok", *reasons]])
+
+
+def judge_table(scores: Mapping[str, dict[str, float]]) -> str:
+    """An LLM judge's mean scores per stage (:func:`reasonkit.evaluate.judge`'s output)."""
+    return markdown_table(["stage", "judged", "skipped", "reasoning (1-10)", "answer (1-10)"], [
+        [s, sc["judged"], sc["skipped"], *(f"{sc[key]:.2f}" if key in sc else "-"
+                                           for key in ("reasoning", "answer"))]
+        for s, sc in scores.items()])
+
+
+def side_by_side(results: dict[str, dict], n: int = 3, width: int = 160) -> str:
+    """A few held-out prompts with each stage's greedy completion, as Markdown."""
+    stages = ordered(results)
+    lines = []
+    for i, row in enumerate(results[stages[0]]["rows"][:n]):
+        lines.append(f"**{row['domain']}** · {row['prompt'][:width]!r} · gold `{row['gold']}`\n")
+        for stage in stages:
+            r = results[stage]["rows"][i]
+            mark = "✓" if r["correct"] else "✗"
+            text = r["completion"].replace("\n", " ")[:width].replace("|", "/")
+            lines.append(f"- {stage} {mark}: `{text}`")
+        lines.append("")
+    return "\n".join(lines)
+
+
+# --- figures: hardware and data --------------------------------------------------------
+
+
+def plot_memory(rows: list[dict[str, Any]], title: str):
+    """Stacked bars: bytes per device of each stage, item by item (:func:`hardware.budget_table`)."""
+    items = [k for k in rows[0] if k not in ("stage", "mesh", "phase", "total", "capacity", "fits")]
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    bottom = [0.0] * len(rows)
+    for item in items:
+        values = [r[item] / GIB for r in rows]
+        ax.bar([r["stage"] for r in rows], values, bottom=bottom, label=item)
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    limit = 0.9 * rows[0]["capacity"] / GIB
+    if limit < 2 * max(bottom):  # draw the limit only when it is in the picture
+        ax.axhline(limit, color="k", ls="--", label="90% of device memory")
+    ax.set_ylabel("GiB per device")
+    ax.set_title(title)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    return fig
+
+
+def plot_token_lengths(lengths: dict[str, dict[str, list[int]]],
+                       cuts: dict[tuple[str, int], list[str]], n_records: int):
+    """One histogram per panel (``lengths[panel][domain]`` tokens), stacked by domain;
+    ``cuts[(panel, tokens)]`` names the stages whose budget is ``tokens``, drawn dashed."""
+    fig, axes = plt.subplots(1, len(lengths), figsize=(12, 3.4))
+    for ax, (key, per_domain) in zip(axes, lengths.items(), strict=True):
+        ax.hist(list(per_domain.values()), bins=30, stacked=True, label=list(per_domain))
+        for (panel, n), stages in cuts.items():
+            if panel == key:
+                ax.axvline(n, color="k", ls="--")
+                ax.annotate(f"{'/'.join(stages)} ≤ {n}", (n, 1), xycoords=("data", "axes fraction"),
+                            xytext=(-3, -4), textcoords="offset points", rotation=90, va="top",
+                            ha="right", fontsize=8)
+        ax.set_xlabel(f"{key} tokens")
+    axes[0].set_ylabel("records")
+    axes[-1].legend(fontsize=7, loc="center right")
+    fig.suptitle(f"token lengths of {n_records} records; dashed: stage budgets")
+    fig.tight_layout()
+    return fig
+
+
+def plot_mix(report: DataReport, title: str):
+    """Grouped bars: % of records per domain in the input and in each stage's set."""
+    sets = {"input": report.input, **{s: info["count"] for s, info in report.stages.items()}}
+    weights, x, width = report.settings["domain_weights"], range(len(DOMAINS)), 0.8 / len(sets)
+    fig, ax = plt.subplots(figsize=(9, 3.4))
+    for i, (name, counts) in enumerate(sets.items()):
+        pct = [100 * counts.get(d, 0) / (sum(counts.values()) or 1) for d in DOMAINS]
+        ax.bar([j + (i - (len(sets) - 1) / 2) * width for j in x], pct, width, label=name)
+    target = [100 * weights.get(d, 0) / sum(weights.values()) for d in DOMAINS]
+    ax.hlines(target, [j - 0.42 for j in x], [j + 0.42 for j in x], colors="k", label="target")
+    ax.set_xticks(x, DOMAINS)
+    ax.set(ylabel="% of records", title=title)
+    ax.legend(fontsize=8, ncol=len(sets) + 1, loc="upper center", bbox_to_anchor=(0.5, -0.1))
+    fig.tight_layout()
+    return fig
+
+
+# --- figures: training -----------------------------------------------------------------
+
+
+def plot_loss_mask(batch: dict[str, np.ndarray], pad_id: int):
+    """One SFT batch, a row per example: padding, prompt (no loss), completion (loss)."""
+    kind = np.where(batch["input_mask"], 2, np.where(batch["input_tokens"] != pad_id, 1, 0))  # [B, S]
+    colors = ["#dddddd", "#8fb3d9", "#d95f02"]
+    fig, ax = plt.subplots(figsize=(10, 2.6))
+    ax.imshow(kind, aspect="auto", interpolation="nearest",
+              cmap=matplotlib.colors.ListedColormap(colors), vmin=0, vmax=2)
+    ax.set(xlabel="position (token)", ylabel="example", title="one SFT batch: where the loss is")
+    handles = [matplotlib.patches.Patch(color=c, label=lab) for c, lab in
+               zip(colors, ["padding", "BOS + prompt (no loss)", "completion (loss)"], strict=True)]
+    ax.legend(handles=handles, loc="upper right", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+Metrics = dict[str, tuple[list[int], list[float]]]  # what train.read_metrics returns
+
+
+def plot_sft(m: Metrics):
+    """SFT's loss (each batch, and held-out) and learning rate against the step."""
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.6))
+    ax1.plot(*m["train/loss"], lw=1, label="train (one batch)")
+    if "eval/loss" in m:
+        ax1.plot(*m["eval/loss"], "o-", label="held-out")
+    ax1.set(xlabel="step", ylabel="cross-entropy per completion token", title="SFT loss")
+    ax1.legend()
+    ax2.plot(*m["train/learning_rate"])
+    ax2.set(xlabel="step", ylabel="learning rate", title="warm-up, then cosine decay")
+    fig.tight_layout()
+    return fig
+
+
+def plot_dpo(m: Metrics):
+    """DPO's loss, implicit rewards and margin, and preference accuracy against the step."""
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    axes[0].plot(*m["train/loss"])
+    axes[0].axhline(np.log(2), color="grey", ls=":", label="log 2 (margin 0)")
+    axes[0].set(title="DPO loss", ylabel="loss")
+    for event in ("chosen", "rejected", "margin"):
+        axes[1].plot(*m[f"train/rewards/{event}"], label=event, lw=2 if event == "margin" else 1)
+    axes[1].axhline(0, color="grey", ls=":")
+    axes[1].set(title="implicit rewards and margin", ylabel="β · log-ratio to the reference")
+    axes[2].plot(*m["train/rewards/accuracy"])
+    axes[2].axhline(0.5, color="grey", ls=":", label="coin flip")
+    axes[2].set(title="preference accuracy", ylabel="pairs ranked right", ylim=(0, 1.05))
+    for ax in axes:
+        ax.set_xlabel("step")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_grpo(m: Metrics, reward_fns: Sequence[Callable], beta: float):
+    """GRPO's mean reward per function, their total, and the KL to the reference, per step."""
+    fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
+    for fn in reward_fns:
+        axes[0].plot(*m[f"rewards/train/{fn.__name__}"], label=fn.__name__)
+    axes[0].set(title="each reward (mean per answer)", ylabel="reward")
+    axes[0].set_ylim(top=axes[0].get_ylim()[1] + 0.4 * abs(axes[0].get_ylim()[1]))  # room for the legend
+    axes[0].legend(fontsize=8, ncol=2, loc="upper center")
+    axes[1].plot(*m["rewards/train/sum"])
+    axes[1].set(title="total reward (mean per answer)", ylabel="sum of rewards")
+    if "actor/train/kl" in m:
+        axes[2].plot(*m["actor/train/kl"])
+    axes[2].set(title=f"KL to the reference (beta={beta})", ylabel="KL per token")
+    for ax in axes:
+        ax.set_xlabel("step")
+    fig.tight_layout()
+    return fig
+
+
+# --- figures: evaluation ---------------------------------------------------------------
+
+
+def _readable_bars(ax, stages: int, k: int | None) -> None:
+    """Each bar's value (%) on it, pass@k with its k, the legend in one row above the bars."""
+    for bars in ax.containers:
+        if hasattr(bars, "patches"):  # bars, not error bars
+            ax.bar_label(bars, fmt="%.0f", fontsize=7, padding=2)
+    if k is not None:
+        ax.set_xticks(ax.get_xticks(), [t.get_text().replace("@k", f"@{k}") for t in ax.get_xticklabels()])
+    ax.set_ylim(0, 120)
+    ax.legend(ncol=stages, loc="upper center", fontsize=8, frameon=False)
+
+
+def _save(fig, path: str | pathlib.Path | None):
+    if path:
+        fig.savefig(path, dpi=120)
+    return fig
+
+
+def plot_stages(results: dict[str, dict], k: int | None = None, path: str | pathlib.Path | None = None):
+    """Grouped bars: each metric for each stage, with binomial error bars (pass@k, maj@k: ``k``)."""
+    stages = ordered(results)
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    width = 0.8 / len(stages)
+    for j, stage in enumerate(stages):
+        o = results[stage]["summary"]["overall"]
+        vals = [100 * o[m] for m in METRICS]
+        errs = [100 * standard_error(o[m], o["n"]) for m in METRICS]
+        ax.bar(np.arange(len(METRICS)) + j * width, vals, width, yerr=errs, capsize=2, label=stage)
+    ax.set_xticks(np.arange(len(METRICS)) + width * (len(stages) - 1) / 2)
+    ax.set_xticklabels([LABELS[m] for m in METRICS])
+    ax.set_ylabel("% of held-out prompts")
+    ax.set_title("Every stage on the same held-out set")
+    _readable_bars(ax, len(stages), k)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_domains(results: dict[str, dict], metric: str = "accuracy",
+                 path: str | pathlib.Path | None = None):
+    """Per-domain bars of one metric, one bar per stage."""
+    stages = ordered(results)
+    domains = sorted({d for s in stages for d in results[s]["summary"]["per_domain"]})
+    fig, ax = plt.subplots(figsize=(9, 3.5))
+    width = 0.8 / len(stages)
+    for j, stage in enumerate(stages):
+        per = results[stage]["summary"]["per_domain"]
+        ax.bar(np.arange(len(domains)) + j * width,
+               [100 * per.get(d, {}).get(metric, 0.0) for d in domains], width, label=stage)
+    ax.set_xticks(np.arange(len(domains)) + width * (len(stages) - 1) / 2)
+    ax.set_xticklabels(domains)
+    ax.set_ylabel(f"{LABELS[metric]} (%)")
+    ax.set_title(f"{LABELS[metric]} per domain")
+    _readable_bars(ax, len(stages), None)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_lengths(results: dict[str, dict], max_length: int | None = None,
+                 path: str | pathlib.Path | None = None):
+    """Histogram of greedy completion lengths (tokens) per stage; dashed: ``max_length``."""
+    fig, ax = plt.subplots(figsize=(8, 3.2))
+    longest = max(r["length"] for s in results for r in results[s]["rows"])
+    bins = np.linspace(0, max(longest, 1), 31)  # shared, so the stages line up
+    for stage in ordered(results):
+        ax.hist([r["length"] for r in results[stage]["rows"]], bins=bins, histtype="step",
+                linewidth=1.5, label=stage)
+    ax.set_xlabel("completion length (tokens)")
+    ax.set_ylabel("completions")
+    ax.legend()
+    if max_length is not None:
+        ax.axvline(max_length, color="k", ls="--", lw=1)
+        ax.set_title(f"greedy completion lengths; dashed: max_generation_length ({max_length})")
+    fig.tight_layout()
+    return _save(fig, path)

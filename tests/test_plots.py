@@ -1,0 +1,88 @@
+"""plots: every table and figure the notebooks show. Run: pytest -q tests/test_plots.py"""
+
+import numpy as np
+import pytest
+
+from reasonkit import evaluate, hardware, plots
+from reasonkit.config import DOMAINS, get_preset
+from reasonkit.data import DataReport, Drops
+from reasonkit.testing import fake_results
+
+
+def test_markdown_table_refuses_a_row_of_another_width():
+    assert plots.markdown_table(["a"], []) == "| a |\n|---|"
+    with pytest.raises(ValueError, match=r"row 1 has 1 cells, the head 2: \['x'\]"):
+        plots.markdown_table(["a", "b"], [[1, 2], ["x"]])
+
+
+def test_stage_table_in_pipeline_order_and_an_empty_stage():
+    res = fake_results(grpo=(0.95, 0.75), base=(0.0, 0.1), dpo=(0.7, 0.5), sft=(0.9, 0.4))
+    lines = plots.stage_table(res, k=1).splitlines()
+    assert "| pass@1 | maj@1 |" in lines[0]
+    assert [line.split("|")[1].strip() for line in lines[2:]] == ["base", "sft", "dpo", "grpo"]
+    assert lines[3].startswith("| sft | 100 | 90.0% | 40.0% |")
+    empty = {"base": {"summary": evaluate.summarize([]), "rows": []}, **fake_results(sft=(0.5, 0.5))}
+    assert "| base | 0 | - | - | - | - | - | - |" in plots.stage_table(empty, k=1).splitlines()
+    assert list(plots.eval_tables(empty)) == ["stage_table.md"]  # no GSM8K: no GSM8K table
+
+
+def test_evaluation_tables():
+    res = fake_results(base=(0.0, 0.1), sft=(0.9, 0.4))
+    assert plots.domain_table(res).splitlines()[2:] == [
+        "| general | 50 | 0% / 10% | 90% / 40% |", "| math | 50 | 0% / 10% | 90% / 40% |"]
+    assert plots.failure_table(res).splitlines() == ["| reason | base | sft |", "|---|---|---|",
+                                                     "| ok | 100 | 100 |"]
+    scores = {"base": {"judged": 2, "skipped": 1, "answer": 6.0}}
+    assert plots.judge_table(scores).splitlines()[2] == "| base | 2 | 1 | - | 6.00 |"
+    side = plots.side_by_side(res, n=2)
+    assert side.startswith("**math** · 'q0' · gold `12`") and "- sft ✓: `<reasoning>r" in side
+    assert plots.bullets([], "- nothing") == "- nothing"
+
+
+def test_data_and_training_tables():
+    report = DataReport(input={"math": 4}, eval={"math": 1}, stages={"sft": {"count": {"math": 3}}},
+                        drops={"sft": Drops({"too long": 2}, {"too long": ["a:1", "a:2", "a:3"]})})
+    lines = plots.data_table(report).splitlines()
+    assert lines[0] == "| domain | input | eval | sft |" and len(lines) == 2 + len(DOMAINS)
+    assert "| math | 4 | 1 | 3 |" in lines
+    assert plots.drop_table(report).splitlines()[2] == "| sft | too long | 2 | a:1, a:2 |"
+    assert plots.drop_table(DataReport()) == "nothing was dropped"
+    records = [{"domain": "math"}, {"domain": "coding"}]
+    assert plots.reward_table(records, {"fmt": [1.0, 0.5]}).splitlines()[::2] == [
+        "| reward | math | coding |", "| fmt | 1.00 | 0.50 |"]
+
+
+def test_budget_table_drops_empty_columns():
+    rows = hardware.budget_table(get_preset("gemma3-1b"), hardware.from_name("tpu-v5e-8"))
+    lines = plots.budget_table(rows).splitlines()
+    assert lines[0].startswith("| stage | mesh | base params") and len(lines) == 6
+    assert "| KV cache |" in lines[0] and "| sft | 8x1 |" in lines[2]
+
+
+def test_every_figure_draws(tmp_path):
+    res = fake_results(base=(0.0, 0.1), sft=(0.9, 0.4))
+    figs = {"stages": plots.plot_stages(res, k=4), "domains": plots.plot_domains(res),
+            "lengths": plots.plot_lengths(res, max_length=8)}
+    assert "pass@4" in [t.get_text() for t in figs["stages"].axes[0].get_xticklabels()]
+    assert figs["lengths"].axes[0].get_title().endswith("(8)")
+    steps = ([1, 2, 3], [0.7, 0.6, 0.5])
+    events = ["train/loss", "eval/loss", "train/learning_rate", "rewards/train/fmt", "rewards/train/sum",
+              "actor/train/kl", *(f"train/rewards/{e}" for e in ("chosen", "rejected", "margin", "accuracy"))]
+    m = {e: steps for e in events}
+
+    def fmt():
+        pass
+
+    figs |= {"sft": plots.plot_sft(m), "dpo": plots.plot_dpo(m), "grpo": plots.plot_grpo(m, [fmt], 0.04)}
+    batch = {"input_tokens": np.array([[2, 5, 6, 0]]), "input_mask": np.array([[0, 0, 1, 0]], bool)}
+    figs["mask"] = plots.plot_loss_mask(batch, pad_id=0)
+    rows = hardware.budget_table(get_preset("tiny"), hardware.from_name("cpu-1"))
+    figs["memory"] = plots.plot_memory(rows, "tiny")
+    lengths = {"prompt": {"math": [3, 4], "coding": [5]}, "completion": {"math": [9], "coding": [7]}}
+    figs["token_lengths"] = plots.plot_token_lengths(lengths, {("prompt", 4): ["sft", "dpo"]}, 3)
+    report = DataReport(input={"math": 4, "coding": 2}, stages={"sft": {"count": {"math": 3}}},
+                        settings={"domain_weights": {"math": 1.0, "coding": 1.0}})
+    figs["mix"] = plots.plot_mix(report, "mix")
+    for name, fig in figs.items():
+        fig.savefig(tmp_path / f"{name}.png", dpi=40)
+        assert (tmp_path / f"{name}.png").stat().st_size > 500, name

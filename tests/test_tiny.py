@@ -1,0 +1,56 @@
+"""tiny: the tiny base model's pretraining. Run: pytest -q tests/test_tiny.py"""
+
+import dataclasses
+import json
+
+import numpy as np
+
+from reasonkit import data, models, tasks, template, tiny
+from reasonkit.config import get_preset
+from reasonkit.testing import forward
+
+TOKENS = np.array([[2, 17, 40, 5, 99, 7, 0, 0], [2, 300, 12, 8, 9, 11, 13, 21]])
+
+
+def test_shipped_tiny_base_model_is_the_current_recipe(tiny_dir):
+    cfg = get_preset("tiny").model
+    assert tiny_dir == tiny.ASSET  # shipped, not rebuilt: it matches config + recipe
+    assert models.check_checkpoint_dir(tiny_dir, cfg).vocab_size == cfg.vocab_size
+    log = json.loads((tiny_dir / "pretrain.json").read_text())
+    assert log["key"] == tiny.key(cfg)
+    assert log["final_loss"] < 0.1 * log["first_loss"]  # it learned the corpus
+    model, tok, _ = models.load_base(cfg)
+    assert model.num_embed == tok.GetPieceSize() == cfg.vocab_size
+    for sym in template.SPECIAL_TOKENS:  # tags and turn markers are single pieces
+        assert tok.EncodeAsPieces(sym) == [sym]
+
+
+def test_remat_does_not_rebuild_the_tiny_base_model():
+    # remat trades memory for compute (hardware.py suggests it): same weights, so the
+    # shipped checkpoint serves it instead of a ~30-minute rebuild.
+    cfg = dataclasses.replace(get_preset("tiny").model, remat=True)
+    assert tiny.key(cfg) == tiny.key(get_preset("tiny").model)
+    assert models.resolve_source(cfg) == tiny.ASSET
+
+
+def test_tiny_pretraining_never_sees_the_presets_data_pool():
+    records, excluded = tiny.pretraining_records()
+    cfg = get_preset("tiny").data
+    pool = {data.normalize_prompt(r["prompt"])
+            for r in tasks.generate_all(cfg.num_records, seed=cfg.seed, difficulty=cfg.difficulty)}
+    seen = {data.normalize_prompt(r["prompt"]) for r in records}
+    assert excluded > 0 and not pool & seen
+    assert len(records) + excluded == 6 * tiny.DOCS_PER_DOMAIN
+
+
+def test_tiny_build_script_runs_and_is_deterministic(tmp_path):
+    cfg = get_preset("tiny").model
+    a = models.build_tiny_checkpoint(cfg, steps=3, out_root=tmp_path / "a")
+    b = models.build_tiny_checkpoint(cfg, steps=3, out_root=tmp_path / "b")
+    assert a.name == b.name == f"tiny-{tiny.key(cfg, steps=3)}"
+    pieces = [[t.IdToPiece(i) for i in range(t.GetPieceSize())]
+              for t in (models.load_tokenizer(d / "tokenizer.model") for d in (a, b))]
+    assert pieces[0] == pieces[1]  # (the files differ only in the recorded output path)
+    np.testing.assert_array_equal(forward(models.load_model(a, cfg), TOKENS),
+                                  forward(models.load_model(b, cfg), TOKENS))
+    assert models.build_tiny_checkpoint(cfg, steps=3, out_root=tmp_path / "a") == a  # cached
