@@ -677,7 +677,7 @@ def _combine(preset: Preset, stage: str, hw: HardwareInfo,
 # --- the notebook's table -----------------------------------------------------------------
 
 COLUMNS = ("base params", "LoRA state", "activations", "attention scores", "logits",
-           "KV cache", "prefill logits")
+           "returned model state", "KV cache", "prefill logits")
 
 
 def budget_table(preset: Preset, hw: HardwareInfo | None = None,
