@@ -440,6 +440,27 @@ def test_lora_training_step_moves_adapters_only():
         np.testing.assert_array_equal(base0[k], base1[k], err_msg=k)
 
 
+@pytest.mark.parametrize("family", ["gemma3", "gemma2"])
+def test_a_remat_model_samples_with_remat_off(family, tokenizer_path):
+    # Tunix's sampler on a model with remat on (every Gemma preset) raises flax's
+    # TraceContextError while decoding; sampling_graphdef turns remat off for it.
+    import tunix
+
+    cfg = dataclasses.replace(G3 if family == "gemma3" else G2, remat=True)
+    model = models.apply_lora(models.new_model(cfg), LORA)
+    tok = models.load_tokenizer(tokenizer_path)
+    cache = tunix.CacheConfig(cache_size=32, num_layers=cfg.num_layers, num_kv_heads=cfg.num_kv_heads,
+                              head_dim=cfg.head_dim)
+    with pytest.raises(Exception, match="different trace level"):
+        tunix.Sampler(transformer=model, tokenizer=tok, cache_config=cache)(
+            ["apple pear"], max_generation_steps=3, max_prompt_length=16)
+    sampler = tunix.Sampler(transformer=models.without_remat(model), tokenizer=tok, cache_config=cache)
+    assert len(sampler(["apple pear"], max_generation_steps=3, max_prompt_length=16).tokens[0]) == 3
+    # the model itself keeps remat (training wants it), and the sampler shares its arrays
+    assert {layer.attn.remat_config.name for layer in model.layers} == {"BLOCK"}
+    np.testing.assert_array_equal(forward(models.without_remat(model), TOKENS), forward(model, TOKENS))
+
+
 def test_lora_targets_that_match_nothing():
     with pytest.raises(ValueError, match="matched no module"):
         models.apply_lora(models.new_model(G3), LoraConfig(rank=2, alpha=2.0, module_path=".*nope"))
