@@ -30,7 +30,9 @@ STAGES = ("sft", "dpo", "grpo")
 def e2e(tmp_path_factory):
     root = tmp_path_factory.mktemp("e2e")
     preset = e2e_real.prepare(root, quick=True)
-    return preset, e2e_real.pipeline(preset, root)
+    # the real rewards plus one on which a group's two random completions differ: GRPO moves
+    rewards = [*train.reward_functions(preset), e2e_real.distinct]
+    return preset, e2e_real.pipeline(preset, root, reward_fns=rewards)
 
 
 def test_the_model_is_the_presets_real_one(e2e):
@@ -72,6 +74,7 @@ def test_losses_are_finite_and_start_where_a_random_model_should(e2e):
     # GRPO's reference is the DPO policy it starts from: no divergence before the first update
     assert abs(grpo["actor/train/kl"][1][0]) < 1e-3
     assert all(math.isfinite(v) for k, (_, vs) in grpo.items() if k.startswith("actor/") for v in vs)
+    assert "rewards/train/distinct" in grpo and "rewards/train/answer_correct" in grpo
 
 
 def test_adapters_moved_and_the_base_did_not(e2e):
