@@ -46,13 +46,13 @@ LABELS = {"format_rate": "format pass", "accuracy": "accuracy", "partial": "part
 
 
 def make_sampler(model, tokenizer, model_cfg: ModelConfig, cfg: EvalConfig):
-    """A Tunix sampler whose KV cache covers prompt + generation."""
+    """A Tunix sampler whose KV cache covers prompt + generation (remat off: it cannot decode)."""
     import tunix
 
     cache = tunix.CacheConfig(cache_size=cfg.max_prompt_length + cfg.max_generation_length,
                               num_layers=model_cfg.num_layers, num_kv_heads=model_cfg.num_kv_heads,
                               head_dim=model_cfg.head_dim)
-    return tunix.Sampler(transformer=model, tokenizer=tokenizer, cache_config=cache)
+    return tunix.Sampler(transformer=models.without_remat(model), tokenizer=tokenizer, cache_config=cache)
 
 
 def prompt_lengths(sampler, prompts: Sequence[str]) -> list[int]:

@@ -623,6 +623,43 @@ def load_base(cfg: ModelConfig, mesh: jax.sharding.Mesh | None = None):
     return model, load_tokenizer(path / "tokenizer.model", vocab_size=cfg.vocab_size), path
 
 
+def sampling_graphdef(model: nnx.Module):
+    """``model``'s graphdef with rematerialisation off: what a Tunix sampler must trace.
+
+    Tunix 0.1.7's Gemma 2 and 3 wrap each attention and MLP block in ``nnx.remat`` when
+    their config asks (``model.remat``, on in every Gemma preset); inside the sampler's
+    decoding loop that raises flax's ``TraceContextError`` ("Cannot mutate Param from a
+    different trace level"). Without a backward pass remat saves nothing. The graphdef
+    merges with the model's own state (the same arrays); ``model`` is left as it was.
+    """
+    changed: list[tuple[Any, str, Any]] = []
+    configs: dict[int, Any] = {}
+    try:
+        for _, module in nnx.iter_graph(model):
+            if not isinstance(module, nnx.Module):
+                continue
+            remat = getattr(module, "remat_config", None)
+            if remat is not None and remat != type(remat).NONE:
+                changed.append((module, "remat_config", remat))
+                module.remat_config = type(remat).NONE
+            config = getattr(module, "config", None)
+            remat = getattr(config, "remat_config", None)
+            if remat is not None and remat != type(remat).NONE:
+                if id(config) not in configs:
+                    configs[id(config)] = dataclasses.replace(config, remat_config=type(remat).NONE)
+                changed.append((module, "config", config))
+                module.config = configs[id(config)]
+        return nnx.graphdef(model)
+    finally:
+        for module, name, value in reversed(changed):
+            setattr(module, name, value)
+
+
+def without_remat(model: nnx.Module) -> nnx.Module:
+    """``model`` for sampling (:func:`sampling_graphdef`): the same arrays, remat off."""
+    return nnx.merge(sampling_graphdef(model), nnx.state(model))
+
+
 # --- LoRA ------------------------------------------------------------------------------
 
 

@@ -717,6 +717,8 @@ def _grpo_learner(preset: Preset, run: RunDir | None, policy, reference, tok, me
                                                  rl.Role.ROLLOUT: mesh},
                                    rollout_engine="vanilla", offload_to_cpu=False,
                                    training_config=training, rollout_config=rollout))
+    # Tunix's sampler traces the actor's graph as given: with remat on it cannot decode
+    cluster.rollout._sampler._transformer_graphdef = models.sampling_graphdef(policy)
     reseed_rollouts(cluster, cfg.seed)
     learner_cls, algo = grpo_algorithm(preset)
     learner = learner_cls(rl_cluster=cluster, reward_fns=list(reward_fns or reward_functions(preset)),

@@ -14,7 +14,7 @@ from safetensors.numpy import save_file
 
 from reasonkit import data, masks, models, template
 from reasonkit.config import LoraConfig, ModelConfig
-from reasonkit.testing import forward
+from reasonkit.testing import forward, write_hf_checkpoint
 
 G3 = ModelConfig(family="gemma3", source="unused", num_layers=2, vocab_size=512, embed_dim=32,
                  hidden_dim=64, num_heads=2, head_dim=16, num_kv_heads=1, sliding_window=16,
@@ -50,30 +50,6 @@ def test_tokenizer_vocab_mismatch_and_garbage(tokenizer_path, tmp_path):
 
 
 # --- the real loading path on a checkpoint written here, in HF's layout ---------------
-
-def write_hf_checkpoint(path, cfg, tokenizer_path, seed=0, skip=(), reshape=None, extra=None):
-    """Gemma 3 / Gemma 2 tensors with HF key names and random weights, written by hand.
-
-    ``extra``: more config.json fields (``...`` removes one).
-    """
-    rng = np.random.default_rng(seed)
-    tensors = {k: rng.normal(0, 0.05, shape).astype(np.float32)
-               for k, shape in models.hf_shapes(cfg).items() if k not in skip}
-    for k, shape in (reshape or {}).items():
-        tensors[k] = np.zeros(shape, np.float32)
-    path.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(path / "model.safetensors"))
-    text = {"model_type": "gemma3_text" if cfg.family == "gemma3" else "gemma2",
-            "hidden_size": cfg.embed_dim, "intermediate_size": cfg.hidden_dim,
-            "num_hidden_layers": cfg.num_layers, "num_attention_heads": cfg.num_heads,
-            "num_key_value_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim,
-            "vocab_size": cfg.vocab_size, "sliding_window": cfg.sliding_window,
-            "query_pre_attn_scalar": cfg.head_dim}  # transformers' default is 256
-    text = {k: v for k, v in {**text, **(extra or {})}.items() if v is not ...}
-    (path / "config.json").write_text(json.dumps(text))
-    (path / "tokenizer.model").write_bytes(tokenizer_path.read_bytes())
-    return tensors
-
 
 @pytest.mark.parametrize("cfg", [G3, G2], ids=["gemma3", "gemma2"])
 def test_loader_places_every_hf_tensor(tmp_path, tokenizer_path, cfg):
@@ -455,6 +431,27 @@ def test_lora_training_step_moves_adapters_only():
     assert any(not np.array_equal(lora0[k], lora1[k]) for k in lora0)
     for k in base0:
         np.testing.assert_array_equal(base0[k], base1[k], err_msg=k)
+
+
+@pytest.mark.parametrize("family", ["gemma3", "gemma2"])
+def test_a_remat_model_samples_with_remat_off(family, tokenizer_path):
+    # Tunix's sampler on a model with remat on (every Gemma preset) raises flax's
+    # TraceContextError while decoding; sampling_graphdef turns remat off for it.
+    import tunix
+
+    cfg = dataclasses.replace(G3 if family == "gemma3" else G2, remat=True)
+    model = models.apply_lora(models.new_model(cfg), LORA)
+    tok = models.load_tokenizer(tokenizer_path)
+    cache = tunix.CacheConfig(cache_size=32, num_layers=cfg.num_layers, num_kv_heads=cfg.num_kv_heads,
+                              head_dim=cfg.head_dim)
+    with pytest.raises(Exception, match="different trace level"):
+        tunix.Sampler(transformer=model, tokenizer=tok, cache_config=cache)(
+            ["apple pear"], max_generation_steps=3, max_prompt_length=16)
+    sampler = tunix.Sampler(transformer=models.without_remat(model), tokenizer=tok, cache_config=cache)
+    assert len(sampler(["apple pear"], max_generation_steps=3, max_prompt_length=16).tokens[0]) == 3
+    # the model itself keeps remat (training wants it), and the sampler shares its arrays
+    assert {layer.attn.remat_config.name for layer in model.layers} == {"BLOCK"}
+    np.testing.assert_array_equal(forward(models.without_remat(model), TOKENS), forward(model, TOKENS))
 
 
 def test_lora_targets_that_match_nothing():
