@@ -9,7 +9,7 @@ proto from a small tokenizer. Encoding never produces an unused piece, so text e
 exactly as with the small tokenizer, while the model, the sampler and the exports see
 the real vocabulary.
 
->>> proto = padded_proto(models.TINY_ASSET / "tokenizer.model", 600)
+>>> proto = padded_proto(tiny.ASSET / "tokenizer.model", 600)
 >>> len(proto.pieces), proto.pieces[512].piece, proto.pieces[599].type == UNUSED
 (600, '<unused0>', True)
 
@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from sentencepiece import sentencepiece_model_pb2 as spm_pb2
 
-from reasonkit import evaluate, masks, models, runs
+from reasonkit import evaluate, masks, models, runs, tiny
 from reasonkit.config import ModelConfig, Preset, get_preset
 
 UNUSED = spm_pb2.ModelProto.SentencePiece.Type.UNUSED
@@ -131,7 +131,7 @@ def write_random_source(path: str | os.PathLike, cfg: ModelConfig, *, seed: int 
     Point ``model.source`` at the returned directory.
     """
     path = pathlib.Path(path)
-    write_padded_tokenizer(models.TINY_ASSET / "tokenizer.model", cfg.vocab_size, path)
+    write_padded_tokenizer(tiny.ASSET / "tokenizer.model", cfg.vocab_size, path)
     write_hf_checkpoint(path, cfg, None, seed=seed, std=std, keep=False, extra=models.hf_config(cfg))
     return path
 
