@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from reasonkit import evaluate, masks, models, runs, testing, train  # noqa: E402
+from reasonkit import evaluate, masks, models, plots, runs, testing, train  # noqa: E402
 from reasonkit.config import Preset, get_preset  # noqa: E402
 
 PRESET = "gemma3-270m"
@@ -161,7 +161,8 @@ def pipeline(preset: Preset, root: str | os.PathLike, stages=("grpo",), *,
         del result
         train.free()
     out["eval"], seconds = timed("eval", evaluate.evaluate_run, preset, run, stages)
-    evaluate.save_run(run, preset, out["eval"], seconds)
+    evaluate.save_run(run, preset, out["eval"], seconds,
+                      plots.eval_tables(out["eval"], preset.eval.num_samples))
     return out
 
 

@@ -15,7 +15,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from reasonkit import data, train
+from reasonkit import data, runs, train
 from reasonkit.config import get_preset
 
 _spec = importlib.util.spec_from_file_location(
@@ -55,7 +55,7 @@ def test_every_stage_finished(e2e):
         assert run.is_finished(stage), stage
     for stage in STAGES:
         assert out[stage]["finished"] and out[stage]["steps"] == getattr(preset, stage).max_steps
-        assert train.latest_step(run, stage) == out[stage]["steps"]
+        assert runs.latest_step(run, stage) == out[stage]["steps"]
         assert out[stage]["compiles"]["after_warmup"] in (0, None), stage  # one shape a stage
     assert (out["dpo"]["started_from"], out["grpo"]["started_from"]) == ("sft", "dpo")
 

@@ -607,7 +607,7 @@ def _wait_all(procs, timeout_s):
 
 def test_sft_on_two_processes_equals_one_process_on_four_devices(tmp_path):
     p = get_preset("tiny", **TWO_STEPS)
-    runs = {name: make_run(tmp_path / "runs", name, p) for name in ("one", "two")}
+    dirs = {name: make_run(tmp_path / "runs", name, p) for name in ("one", "two")}
     _wait_all(_start_workers(tmp_path, _free_port()), MULTI_TIMEOUT_S)
 
     info = {f: json.loads((tmp_path / f).read_text())
@@ -631,7 +631,7 @@ def test_sft_on_two_processes_equals_one_process_on_four_devices(tmp_path):
     assert all(np.array_equal(two0[k], two1[k]) for k in lora)
     # The checkpoint both processes wrote restores (in the single process, on its mesh) to
     # exactly those adapters.
-    run = runs["two"]
+    run = dirs["two"]
     assert run.is_finished("sft") and runs.latest_step(run, "sft") == 2
     for k in lora:
         np.testing.assert_array_equal(one[k.replace("lora/", "lora/two/")], two0[k], err_msg=k)
@@ -639,7 +639,7 @@ def test_sft_on_two_processes_equals_one_process_on_four_devices(tmp_path):
     from safetensors.numpy import load_file
 
     for f in ("adapter/adapter_model.safetensors", "merged/model.safetensors"):
-        a, b = (load_file(runs[name].stage("sft") / f) for name in ("one", "two"))
+        a, b = (load_file(dirs[name].stage("sft") / f) for name in ("one", "two"))
         assert a.keys() == b.keys()
         assert max(float(np.abs(a[k] - b[k]).max()) for k in a) <= MULTI_TOL, f
     # Process 0 wrote the run's files; process 1 none (its checkpoint shards aside).
