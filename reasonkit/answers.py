@@ -93,7 +93,7 @@ __all__ = [
     "NUMERIC_DOMAINS", "MAX_PARSE_CHARS", "MAX_SYMBOLIC_CHARS", "SYMBOLIC_SECONDS", "Answer",
     "read_answer", "canonical", "check_answer", "closeness", "normalize_number",
     "normalize_text", "is_hedged", "boxed_answer", "final_answer", "gold_problem",
-    "SymbolicBudget", "symbolic_budget",
+    "SymbolicBudget", "symbolic_budget", "terminates",
 ]
 
 NUMERIC_DOMAINS = ("math", "science")  # the rest compare as normalised text
@@ -558,8 +558,12 @@ def _candidates(value: _Value) -> tuple[Fraction, ...]:
     return (v, v / 100) if pct else (v,)
 
 
-def _terminates(x: Fraction) -> bool:
-    """Whether a decimal can write ``x`` exactly (its denominator is 2^a 5^b)."""
+def terminates(x: Fraction) -> bool:
+    """Whether a decimal can write ``x`` exactly (its denominator is 2^a 5^b).
+
+    >>> terminates(Fraction(3, 8)), terminates(Fraction(1, 3))
+    (True, False)
+    """
     d = x.denominator
     for p in (2, 5):
         while d % p == 0:
@@ -571,7 +575,7 @@ def _equal(pred: Fraction, gold: Fraction) -> bool:
     if pred == gold:
         return True
     # a float artefact: 0.0833333333333 for 1/12 (never for a gold a decimal can write)
-    return (not _terminates(gold) and _terminates(pred)
+    return (not terminates(gold) and terminates(pred)
             and abs(pred - gold) <= FLOAT_ARTEFACT * max(1, abs(gold)))
 
 

@@ -188,14 +188,6 @@ def _vote_text(answer: Any, index: int) -> str | None:
                     "expected the extracted answers: str, a number, or None for a failed one")
 
 
-def _terminates(x: Fraction) -> bool:
-    d = x.denominator
-    for p in (2, 5):
-        while d % p == 0:
-            d //= p
-    return d == 1
-
-
 def _approx(x: Fraction) -> float:
     try:
         return float(x)
@@ -242,7 +234,7 @@ def majority(found: Sequence[Any], domain: str = "general") -> str | None:
         near: set[int] = set(by_words.get(read.words, ())) if read.words else set()
         for v in values:
             near.update(by_value.get(v, ()))
-            if _terminates(v) and repeating:  # 0.333333333333 reads as 1/3 (a float artefact)
+            if answers.terminates(v) and repeating:  # 0.333333333333 reads as 1/3 (a float artefact)
                 x = _approx(v)
                 width = 2 * float(answers.FLOAT_ARTEFACT) * max(1.0, abs(x))
                 lo = bisect.bisect_left(repeating, (x - width, -1)) if math.isfinite(x) else 0
@@ -266,7 +258,7 @@ def majority(found: Sequence[Any], domain: str = "general") -> str | None:
                 by_words.setdefault(read.words, []).append(j)
             for v in values:
                 by_value.setdefault(v, []).append(j)
-                if not _terminates(v):
+                if not answers.terminates(v):
                     bisect.insort(repeating, (_approx(v), j))
             (symbolic if read.kind == "math" else numeric if read.kind == "number" else []).append(j)
     if not groups:
