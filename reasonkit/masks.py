@@ -1,7 +1,8 @@
 """Masks and positions from a 2-D padding mask: causal, [B, 1, 1, S], completion, packed.
 
 Every function takes numpy arrays (the main case: collators build batches on the host)
-or jax arrays (inside a jitted model input function) and returns the same kind.
+or jax arrays (inside a jitted model input function) and returns the same kind; nested
+Python lists are taken as numpy arrays.
 
 Shapes: B = batch, S = sequence (keys), T = queries (T = S here), N = heads.
 A padding mask is ``True`` on real tokens and ``False`` on padding.
@@ -19,9 +20,29 @@ def _xp(*arrays):
     return jnp if any(isinstance(a, jax.Array) for a in arrays) else np
 
 
-def _check_2d(x, name: str) -> None:
+def _row_lengths(rows) -> str:
+    """The lengths of ``rows`` for an error message (``?`` for a row without one)."""
+    lengths = [len(r) if hasattr(r, "__len__") else "?" for r in rows]
+    return str(lengths[:8])[:-1] + ", ...]" if len(lengths) > 8 else str(lengths)
+
+
+def _as_2d(x, name: str, fn: str):
+    """``x`` as a numeric [B, S] array (nested lists become numpy), or a clear error.
+
+    ``fn`` and ``name`` say which function and argument the error is about.
+    """
+    if not isinstance(x, (jax.Array, np.ndarray)):
+        try:
+            x = np.asarray(x)
+        except ValueError:  # numpy refuses rows of different lengths
+            raise ValueError(f"{fn}: {name} is ragged (row lengths {_row_lengths(x)}); "
+                             "expected a 2-D [B, S] array or a list of equal-length rows") from None
     if x.ndim != 2:
-        raise ValueError(f"{name} must be 2-D [B, S], got shape {tuple(x.shape)}")
+        raise ValueError(f"{fn}: {name} must be 2-D [B, S], got shape {tuple(x.shape)}")
+    if x.dtype.kind not in "biuf":
+        raise TypeError(f"{fn}: {name} has dtype {x.dtype}; expected a numeric [B, S] array "
+                        "(bool or int)")
+    return x
 
 
 def padding_mask(tokens, pad_id: int):
@@ -33,7 +54,7 @@ def padding_mask(tokens, pad_id: int):
     array([[1, 1, 1, 0, 0],
            [0, 0, 1, 1, 1]])
     """
-    _check_2d(tokens, "tokens")
+    tokens = _as_2d(tokens, "tokens", "padding_mask")
     return tokens != pad_id  # [B, S]
 
 
@@ -54,7 +75,7 @@ def expand_padding_mask(mask):
     >>> (np.zeros((2, 3, 4, 5)) + m).shape  # [B, T, N, S] logits
     (2, 3, 4, 5)
     """
-    _check_2d(mask, "mask")
+    mask = _as_2d(mask, "mask", "expand_padding_mask")
     return mask.astype(bool)[:, None, None, :]  # [B, 1, 1, S]
 
 
@@ -72,7 +93,7 @@ def causal_mask(mask):
            [0, 0, 1, 1, 0],
            [0, 0, 1, 1, 1]])
     """
-    _check_2d(mask, "mask")
+    mask = _as_2d(mask, "mask", "causal_mask")
     xp = _xp(mask)
     s = mask.shape[-1]
     lower = xp.tril(xp.ones((s, s), dtype=bool))  # [S, S]
@@ -92,10 +113,38 @@ def positions_from_mask(mask):
     array([[0, 1, 2, 2, 2],
            [0, 0, 0, 1, 2]], dtype=int32)
     """
-    _check_2d(mask, "mask")
+    mask = _as_2d(mask, "mask", "positions_from_mask")
     xp = _xp(mask)
     counts = xp.cumsum(mask.astype(xp.int32), axis=-1)  # [B, S]
     return xp.maximum(counts - 1, 0).astype(xp.int32)
+
+
+def _prompt_lengths(prompt_lengths, b: int, s: int, xp):
+    """``prompt_lengths`` as a [B] int array with every value in [0, S], or a clear error.
+
+    Shape and dtype are checked always; values only when they are known (not under jit).
+    """
+    where = "completion_mask: prompt_lengths"
+    try:
+        lengths = xp.asarray(prompt_lengths)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}={prompt_lengths!r}: expected a [B] array of ints") from None
+    if lengths.shape != (b,):
+        raise ValueError(f"{where} must have shape [B]=({b},), got {tuple(lengths.shape)}")
+    traced = isinstance(lengths, jax.core.Tracer)  # values unknown until the jitted call runs
+    values = None if traced else np.asarray(lengths)
+    if b and lengths.dtype.kind not in "iu":  # [] has a float dtype; nothing to check in it
+        shown = " (traced)" if traced else f"={values.tolist()!r:.80}"
+        raise TypeError(f"{where}{shown} has dtype {lengths.dtype}; expected ints "
+                        "(token counts)")
+    if traced:
+        return lengths
+    bad = np.flatnonzero((values < 0) | (values > s))
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(f"{where}[{i}]={int(values[i])} (row {i}): each must be >= 0 and "
+                         f"<= S={s}, the row length")
+    return lengths
 
 
 def completion_mask(mask, prompt_lengths):
@@ -111,14 +160,9 @@ def completion_mask(mask, prompt_lengths):
     array([[0, 0, 1, 1, 1, 0],
            [0, 0, 0, 0, 1, 1]])
     """
-    _check_2d(mask, "mask")
+    mask = _as_2d(mask, "mask", "completion_mask")
     xp = _xp(mask, prompt_lengths)
-    lengths = xp.asarray(prompt_lengths)
-    if lengths.shape != (mask.shape[0],):
-        raise ValueError(
-            f"prompt_lengths must have shape [B]=({mask.shape[0]},), got {tuple(lengths.shape)}")
-    if xp is np and (lengths < 0).any():
-        raise ValueError(f"prompt_lengths must be >= 0, got {lengths.tolist()}")
+    lengths = _prompt_lengths(prompt_lengths, *mask.shape, xp)
     real = mask.astype(bool)
     counts = xp.cumsum(real.astype(xp.int32), axis=-1)  # [B, S], 1-based rank of real tokens
     return real & (counts > lengths[:, None])  # [B, S]
@@ -146,7 +190,7 @@ def segment_causal_mask(segment_ids):
            [0, 0, 1, 1, 1, 0],
            [0, 0, 0, 0, 0, 0]])
     """
-    _check_2d(segment_ids, "segment_ids")
+    segment_ids = _as_2d(segment_ids, "segment_ids", "segment_causal_mask")
     xp = _xp(segment_ids)
     run = xp.cumsum(_segment_starts(segment_ids).astype(xp.int32), axis=-1)  # [B, S]
     same = run[:, :, None] == run[:, None, :]  # [B, S, S]
@@ -165,7 +209,7 @@ def segment_positions(segment_ids):
     array([[0, 1, 2, 0, 1, 0],
            [0, 1, 0, 1, 2, 3]], dtype=int32)
     """
-    _check_2d(segment_ids, "segment_ids")
+    segment_ids = _as_2d(segment_ids, "segment_ids", "segment_positions")
     xp = _xp(segment_ids)
     index = xp.broadcast_to(xp.arange(segment_ids.shape[-1]), segment_ids.shape)  # [B, S]
     starts = xp.where(_segment_starts(segment_ids), index, 0)  # [B, S]

@@ -2,7 +2,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from reasonkit import masks
@@ -164,6 +164,7 @@ def test_single_segment_equals_causal_padding_mask():
 @given(st.integers(1, 6), st.integers(0, 5), st.integers(0, 6))
 def test_left_padding_only_shifts_positions_and_completion(n_real, n_pad, prompt_len):
     """The same tokens padded left or right get the same positions and loss mask."""
+    assume(prompt_len <= n_real + n_pad)  # a prompt longer than the row is refused
     right = np.array([[1] * n_real + [0] * n_pad], dtype=bool)
     left = np.array([[0] * n_pad + [1] * n_real], dtype=bool)
     pos_r, pos_l = masks.positions_from_mask(right), masks.positions_from_mask(left)
@@ -228,12 +229,64 @@ def test_agrees_with_tunix_helpers():
                                 masks.positions_from_mask, masks.segment_causal_mask,
                                 masks.segment_positions])
 def test_non_2d_input_is_refused(fn):
-    with pytest.raises(ValueError, match=r"2-D \[B, S\].*\(5,\)"):
+    with pytest.raises(ValueError, match=fn.__name__ + r": \w+ must be 2-D \[B, S\].*\(5,\)"):
         fn(np.ones(5, dtype=bool))
 
 
+ALL_2D = [(masks.padding_mask, "tokens", (0,)), (masks.expand_padding_mask, "mask", ()),
+          (masks.causal_mask, "mask", ()), (masks.positions_from_mask, "mask", ()),
+          (masks.completion_mask, "mask", ([1, 1],)),
+          (masks.segment_causal_mask, "segment_ids", ()),
+          (masks.segment_positions, "segment_ids", ())]
+
+
+@pytest.mark.parametrize("fn, name, rest", ALL_2D)
+def test_nested_lists_are_taken_as_arrays(fn, name, rest):
+    rows = [[5, 5, 0], [0, 7, 7]]
+    np.testing.assert_array_equal(fn(rows, *rest), fn(np.array(rows), *rest))
+
+
+@pytest.mark.parametrize("fn, name, rest", ALL_2D)
+def test_ragged_and_non_numeric_lists_are_refused(fn, name, rest):
+    with pytest.raises(ValueError, match=rf"{fn.__name__}: {name} is ragged "
+                                         r"\(row lengths \[3, 2\]\).*equal-length rows"):
+        fn([[5, 5, 0], [7, 7]], *rest)
+    with pytest.raises(TypeError, match=rf"{fn.__name__}: {name} has dtype <U1"):
+        fn([["a", "b"], ["c", "d"]], *rest)
+
+
 def test_completion_mask_rejects_bad_prompt_lengths():
-    with pytest.raises(ValueError, match=">= 0"):
+    with pytest.raises(ValueError, match=r"prompt_lengths\[1\]=-1 \(row 1\): each must be >= 0"):
         masks.completion_mask(MASK, [1, -1])
-    with pytest.raises(ValueError, match=r"shape \[B\]"):
+    with pytest.raises(ValueError, match=r"completion_mask: prompt_lengths must have shape \[B\]"):
         masks.completion_mask(MASK, [1, 2, 3])
+
+
+@pytest.mark.parametrize("to_array", [np.asarray, jnp.asarray])
+def test_completion_mask_refuses_prompt_lengths_past_the_row(to_array):
+    """S=5 here: a length of 6 would silently mask the whole row out of the loss."""
+    with pytest.raises(ValueError, match=r"completion_mask: prompt_lengths\[0\]=6 \(row 0\): "
+                                         r"each must be >= 0 and <= S=5"):
+        masks.completion_mask(to_array(MASK), to_array([6, 2]))
+    np.testing.assert_array_equal(masks.completion_mask(to_array(MASK), to_array([5, 0])),
+                                  [[0, 0, 0, 0, 0], [0, 0, 1, 1, 1]])  # 5 = S is allowed
+
+
+def test_completion_mask_refuses_negative_jax_prompt_lengths():
+    with pytest.raises(ValueError, match=r"prompt_lengths\[1\]=-1 \(row 1\)"):
+        masks.completion_mask(jnp.asarray(MASK), jnp.asarray([1, -1]))
+
+
+@pytest.mark.parametrize("lengths", [[1.0, 2.0], np.array([1.5, 2.0]), [True, False]])
+def test_completion_mask_refuses_non_integer_prompt_lengths(lengths):
+    with pytest.raises(TypeError, match=r"completion_mask: prompt_lengths=\[.*\] has dtype "
+                                        r"(float|bool).*expected ints"):
+        masks.completion_mask(MASK, lengths)
+
+
+def test_completion_mask_checks_prompt_length_dtype_under_jit():
+    fn = jax.jit(masks.completion_mask)
+    np.testing.assert_array_equal(fn(jnp.asarray(MASK), jnp.asarray([1, 2])),
+                                  masks.completion_mask(MASK, [1, 2]))
+    with pytest.raises(TypeError, match=r"prompt_lengths \(traced\) has dtype float32"):
+        fn(jnp.asarray(MASK), jnp.asarray([1.0, 2.0]))
