@@ -15,7 +15,7 @@ Examples arrive tokenized (lists of ints); :func:`tokenize` turns texts into the
 A collator has two steps: ``fit`` applies the policy to one example (``None`` means
 dropped) and ``collate`` pads fitted rows into arrays. :func:`batches` runs ``fit``
 before grouping, so a dropped example never leaves a hole in a batch. Calling a
-collator on a list does both at once.
+collator on a list does both at once; it refuses an empty list.
 """
 
 from __future__ import annotations
@@ -333,6 +333,26 @@ def _unpack(example: Any, n: int, names: str, where: str) -> tuple:
     return tuple(example)
 
 
+def _fit_and_collate(collator: Any, examples: Iterable[Any], batch_size: int | None,
+                     expected: str) -> dict[str, np.ndarray]:
+    """What calling a collator does: ``fit`` each example, then ``collate`` the kept rows.
+
+    No examples at all is refused: it is a caller's mistake (an empty split, a spent
+    iterator), and the 0-row batch it used to give is a shape no step was compiled for.
+    Examples that were all dropped are a different case: they are counted in the stats
+    and give the usual batch (0 rows, or ``batch_size`` fully-masked rows).
+    """
+    cls = type(collator).__name__
+    if isinstance(examples, (str, bytes, Mapping)) or not isinstance(examples, Iterable):
+        raise TypeError(f"{cls}(examples=...) got a {type(examples).__name__}; "
+                        f"expected a list of {expected}")
+    rows = [collator.fit(ex, where=f"example {i}") for i, ex in enumerate(examples)]
+    if not rows:
+        raise ValueError(f"{cls} was called with no examples (examples={examples!r:.40}); "
+                         f"expected a non-empty list of {expected}")
+    return collator.collate([r for r in rows if r is not None], batch_size=batch_size)
+
+
 # ----------------------------------------------------------------------------- SFT
 
 
@@ -482,8 +502,7 @@ class SFTCollator:
 
     def __call__(self, examples: Iterable[Any], *,
                  batch_size: int | None = None) -> dict[str, np.ndarray]:
-        rows = [self.fit(ex, where=f"example {i}") for i, ex in enumerate(examples)]
-        return self.collate([r for r in rows if r is not None], batch_size=batch_size)
+        return _fit_and_collate(self, examples, batch_size, "(prompt_ids, completion_ids) pairs")
 
 
 # ----------------------------------------------------------------------------- DPO
@@ -572,8 +591,7 @@ class DPOCollator:
 
     def __call__(self, examples: Iterable[Any], *,
                  batch_size: int | None = None) -> dict[str, np.ndarray]:
-        rows = [self.fit(ex, where=f"example {i}") for i, ex in enumerate(examples)]
-        return self.collate([r for r in rows if r is not None], batch_size=batch_size)
+        return _fit_and_collate(self, examples, batch_size, "(prompt_ids, chosen_ids, rejected_ids) triples")
 
 
 # ----------------------------------------------------------------------------- GRPO
@@ -671,8 +689,7 @@ class GRPOCollator:
 
     def __call__(self, examples: Iterable[Any], *,
                  batch_size: int | None = None) -> dict[str, np.ndarray]:
-        rows = [self.fit(ex, where=f"example {i}") for i, ex in enumerate(examples)]
-        return self.collate([r for r in rows if r is not None], batch_size=batch_size)
+        return _fit_and_collate(self, examples, batch_size, "records (dicts with 'prompts' and 'answer')")
 
 
 # ----------------------------------------------------------------------------- batching

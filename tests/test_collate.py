@@ -310,6 +310,43 @@ def test_bad_configuration_names_field_and_value(make, match):
         make()
 
 
+@pytest.mark.parametrize("make, expected", [
+    (sft, r"\(prompt_ids, completion_ids\) pairs"),
+    (dpo, r"\(prompt_ids, chosen_ids, rejected_ids\) triples"),
+    (GRPOCollator, "records"),
+])
+def test_calling_a_collator_with_no_examples_is_refused(make, expected):
+    collator = make()
+    name = type(collator).__name__
+    for empty in ([], (), iter([])):
+        with pytest.raises(ValueError, match=rf"{name} was called with no examples.*"
+                                             rf"expected a non-empty list of {expected}"):
+            collator(empty)
+    with pytest.raises(ValueError, match=f"{name} was called with no examples"):
+        collator([], batch_size=2)
+    assert collator.stats == CollateStats()  # nothing was counted
+
+
+@pytest.mark.parametrize("make", [sft, dpo, GRPOCollator])
+def test_calling_a_collator_on_one_example_or_a_non_list_is_refused(make):
+    name = make().__class__.__name__
+    for wrong in (5, "abc", {"prompts": "2+2?", "answer": "4"}):
+        with pytest.raises(TypeError, match=rf"{name}\(examples=\.\.\.\) got a "
+                                            rf"{type(wrong).__name__}; expected a list of"):
+            make()(wrong)
+
+
+def test_all_examples_dropped_is_not_the_empty_call():
+    """Dropped examples are counted, and a fixed batch_size still gives a full-shape batch."""
+    c = sft(5)
+    batch = c([([5, 6, 9], [7, 8, 1])], batch_size=2)  # 6 tokens: dropped
+    assert batch["input_tokens"].shape == (2, 5) and not batch["input_mask"].any()
+    assert c.stats.dropped_too_long == 1
+    d = dpo(3, 4)
+    batch = d([([5], [7, 8, 9, 4, 1], [8, 1])], batch_size=1)  # chosen too long: dropped
+    assert batch["chosen_ids"].shape == (1, 4) and not batch["chosen_mask"].any()
+
+
 def test_bad_batching_arguments():
     with pytest.raises(ValueError, match="batch_size=0"):
         list(batches([], 0, sft()))
