@@ -693,8 +693,39 @@ class Limits:
     completion: int | None = None
     total: int | None = None
 
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            n = getattr(self, field.name)
+            if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+                raise ValueError(f"Limits.{field.name}={n!r}: must be None (no limit) or an "
+                                 "int >= 1 (tokens)")
+
 
 STAGES = ("eval", "sft", "dpo", "grpo")
+
+
+def _check_limits(limits: Any) -> dict[str, Limits]:
+    """``build_splits``'s ``limits`` as a dict of stage -> Limits, or a clear error."""
+    if limits is None:
+        return {}
+    if isinstance(limits, Limits):  # one budget for every stage is rarely right: say how
+        raise TypeError(f"build_splits: limits={limits!r} is a single Limits; expected a "
+                        f"mapping of stage name {STAGES} -> Limits, e.g. stage_limits(preset), "
+                        "or {stage: limits for stage in STAGES} to give every stage this one")
+    if not isinstance(limits, Mapping):
+        raise TypeError(f"build_splits: limits is a {type(limits).__name__} ({limits!r:.60}); "
+                        f"expected a mapping of stage name {STAGES} -> Limits, "
+                        "e.g. stage_limits(preset)")
+    unknown = sorted(set(limits) - set(STAGES), key=repr)
+    if unknown:
+        raise ValueError(f"build_splits: limits has unknown stage(s) {unknown}; "
+                         f"stages: {list(STAGES)}")
+    for stage, value in limits.items():
+        if not isinstance(value, Limits):
+            raise TypeError(f"build_splits: limits[{stage!r}]={value!r:.60} is a "
+                            f"{type(value).__name__}; expected a Limits, "
+                            "e.g. Limits(prompt=256, total=512)")
+    return dict(limits)
 
 
 def stage_limits(preset: "Preset") -> dict[str, Limits]:
@@ -1067,16 +1098,15 @@ def build_splits(records: Iterable[Any], config: DataConfig, *,
     """Filter, hold out eval (before rebalancing), rebalance each stage, build DPO pairs.
 
     ``limits`` maps stage names (``"eval"``, ``"sft"``, ``"dpo"``, ``"grpo"``) to
-    :class:`Limits` in tokens counted by ``count_tokens`` (see :func:`stage_limits`).
+    :class:`Limits` in tokens counted by ``count_tokens`` (see :func:`stage_limits`); a
+    stage left out has no limit. A single ``Limits`` is refused, not applied to every
+    stage (the stages' budgets differ); pass ``{s: limits for s in STAGES}`` for that.
     Each stage's set is filtered for that stage first, then rebalanced to
     ``config.train_size`` records in ``config.domain_weights``. No training set holds
     an evaluation prompt. Returns the splits and a report of every drop.
     """
     weights = check_weights(config.domain_weights)
-    limits = dict(limits or {})
-    if set(limits) - set(STAGES):
-        raise ValueError(f"limits: unknown stage(s) {sorted(set(limits) - set(STAGES))}; "
-                         f"stages: {list(STAGES)}")
+    limits = _check_limits(limits)
     if limits and count_tokens is None:
         raise ValueError("limits need count_tokens (a function: text -> number of tokens)")
     records = list(records)

@@ -719,6 +719,34 @@ def test_length_limits_per_stage(task_records):
                           limits={"pretrain": Limits()})
 
 
+def test_build_splits_refuses_limits_that_are_not_a_stage_mapping(task_records):
+    count = lambda text: len(text) // 4
+    one = Limits(prompt=96)
+    with pytest.raises(TypeError, match=r"build_splits: limits=Limits\(prompt=96, .*\) is a "
+                                        r"single Limits; expected a mapping of stage name.*"
+                                        r"stage_limits\(preset\).*for stage in STAGES"):
+        data.build_splits(task_records, DataConfig(), count_tokens=count, limits=one)
+    with pytest.raises(TypeError, match=r"build_splits: limits is a list \(\[\('sft', .*\); "
+                                        r"expected a mapping of stage name"):
+        data.build_splits(task_records, DataConfig(), count_tokens=count,
+                          limits=[("sft", one)])
+    with pytest.raises(TypeError, match=r"build_splits: limits\['sft'\]=\{'prompt': 96\} is a "
+                                        r"dict; expected a Limits"):
+        data.build_splits(task_records, DataConfig(), count_tokens=count,
+                          limits={"eval": one, "sft": {"prompt": 96}})
+    with pytest.raises(ValueError, match=r"limits has unknown stage\(s\) \['train', 3\]"):
+        data.build_splits(task_records, DataConfig(), count_tokens=count,
+                          limits={"train": one, 3: one})
+
+
+@pytest.mark.parametrize("field, value", [("prompt", 0), ("completion", -5), ("total", "512"),
+                                          ("prompt", 96.0), ("total", True)])
+def test_limits_fields_are_none_or_positive_ints(field, value):
+    with pytest.raises(ValueError, match=rf"Limits.{field}={value!r}: must be None \(no limit\) "
+                                         r"or an int >= 1"):
+        Limits(**{field: value})
+
+
 def test_shortfalls_are_reported_not_hidden(task_records):
     few = [r for r in task_records if r["domain"] != "general"] + [
         r for r in task_records if r["domain"] == "general"][:20]
