@@ -200,10 +200,32 @@ def epochs(items: Sequence[Any], seed: int, split: str = "training") -> Iterator
 
 
 def take(stream: Iterable[Any], n: int) -> Iterator[Any]:
-    for i, item in enumerate(stream):
-        if i >= n:
-            return
+    """The first ``n`` items of ``stream``, lazily; ``n`` is checked here, at the call.
+
+    A wrong ``n`` (a negative ``max_steps`` would silently train nothing) fails where it
+    is passed, not at the first ``next``. No item past the n-th is read: a batch stream
+    collates, and counts in its stats, every batch it yields.
+
+    >>> list(take(iter("abcdef"), 3)), list(take("ab", 5)), list(take("ab", 0))
+    (['a', 'b', 'c'], ['a', 'b'], [])
+    """
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
+        raise TypeError(f"take: n={n!r} is a {type(n).__name__}; expected an int >= 0 "
+                        "(how many items to take)")
+    if n < 0:
+        raise ValueError(f"take: n={n} is negative; expected an int >= 0 (how many items to take)")
+    if not isinstance(stream, Iterable):
+        raise TypeError(f"take: stream is a {type(stream).__name__}; expected an iterable")
+    return _take(stream, int(n))
+
+
+def _take(stream: Iterable[Any], n: int) -> Iterator[Any]:
+    if n == 0:
+        return
+    for i, item in enumerate(stream, start=1):
         yield item
+        if i == n:  # stop before asking the stream for one more
+            return
 
 
 def sft_examples(records: Sequence[dict], tok) -> list[tuple[list[int], list[int]]]:

@@ -202,6 +202,37 @@ def test_deadline_stops_the_stream_cleanly(monkeypatch):
     assert list(train.until(range(5), deadline=None)) == list(range(5))
 
 
+def test_take_gives_the_first_n_and_reads_no_further():
+    read = []
+
+    def stream():
+        for i in range(10):
+            read.append(i)
+            yield i
+
+    assert list(train.take(stream(), 3)) == [0, 1, 2] and read == [0, 1, 2]
+    read.clear()
+    assert list(train.take(stream(), 0)) == [] and read == []
+    assert list(train.take(range(2), np.int64(5))) == [0, 1]
+
+
+@pytest.mark.parametrize("n, error, match", [
+    (-1, ValueError, r"take: n=-1 is negative; expected an int >= 0"),
+    (2.0, TypeError, r"take: n=2\.0 is a float; expected an int >= 0"),
+    (True, TypeError, r"take: n=True is a bool; expected an int >= 0"),
+    (None, TypeError, r"take: n=None is a NoneType; expected an int >= 0"),
+    ("3", TypeError, r"take: n='3' is a str; expected an int >= 0"),
+])
+def test_take_refuses_a_bad_n_at_the_call(n, error, match):
+    with pytest.raises(error, match=match):
+        train.take(range(5), n)  # not iterated: the call itself raises
+
+
+def test_take_refuses_a_stream_that_is_not_iterable():
+    with pytest.raises(TypeError, match=r"take: stream is a int; expected an iterable"):
+        train.take(5, 2)
+
+
 @pytest.mark.parametrize("skip", [0, 3])
 def test_eta_after_warm_up_from_the_measured_steps(monkeypatch, capsys, skip):
     """The first step compiles (50 s), the others take 2 s; a resumed run skips ``skip`` batches
