@@ -19,6 +19,7 @@ import dataclasses
 import functools
 import gc
 import importlib
+import importlib.metadata
 import itertools
 import json
 import os
@@ -39,6 +40,71 @@ from reasonkit import mesh as mesh_lib
 from reasonkit.config import ModelConfig, Preset, TrainConfig
 from reasonkit.hardware import format_duration
 from reasonkit.runs import NOTEBOOK_OF, RunDir, from_writer, is_writer, open_jsonl, sync
+
+# --- Tunix internals ---------------------------------------------------------------------
+#
+# Written for google-tunix 0.1.7, the version requirements.txt and pyproject.toml pin. A few
+# things reasonkit needs are private in Tunix: a sampler's compiled prefill and decode, a DPO
+# trainer's input preparation, the RL cluster's metrics logger. Every such access goes
+# through tunix_private / set_tunix_private, so one grep finds them all, and a Tunix that
+# renamed one fails at once with the attribute's name instead of deep inside a stage.
+
+TUNIX_PINNED = "0.1.7"
+_MISSING = object()
+
+
+def tunix_version() -> str:
+    """The installed google-tunix version, or ``"not installed"``."""
+    try:
+        return importlib.metadata.version("google-tunix")
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _private_error(obj: Any, path: str, holder: Any, name: str) -> AttributeError:
+    where = type(holder).__module__ + "." + type(holder).__name__
+    inside = "" if holder is obj else f" (reached from a {type(obj).__name__})"
+    return AttributeError(
+        f"Tunix private attribute {path!r} not found: a {where}{inside} has no {name!r}. "
+        f"reasonkit reaches into this private part of Tunix as google-tunix {TUNIX_PINNED} "
+        f"has it; installed: google-tunix {tunix_version()}. Install google-tunix=="
+        f"{TUNIX_PINNED} (requirements.txt), or update reasonkit for this version.")
+
+
+def tunix_private(obj: Any, path: str) -> Any:
+    """``obj.<path>`` for a dotted ``path`` into Tunix's private attributes (Tunix 0.1.7).
+
+    A missing attribute raises an AttributeError naming the path, the type that lacks
+    it and the pinned and installed Tunix versions.
+
+    >>> class Trainer: _ref_model_exists = True
+    >>> tunix_private(Trainer(), "_ref_model_exists")
+    True
+    >>> tunix_private(Trainer(), "_sampler._transformer_graphdef")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    AttributeError: Tunix private attribute '_sampler._transformer_graphdef' not found: ...
+    """
+    value = obj
+    for name in path.split("."):
+        holder, value = value, getattr(value, name, _MISSING)
+        if value is _MISSING:
+            raise _private_error(obj, path, holder, name)
+    return value
+
+
+def set_tunix_private(obj: Any, path: str, value: Any) -> None:
+    """Set ``obj.<path>`` (:func:`tunix_private`'s dotted path) to ``value``.
+
+    Only an attribute Tunix has: setting one it lacks would change nothing Tunix reads,
+    so that raises :func:`tunix_private`'s error too.
+    """
+    head, _, name = path.rpartition(".")
+    holder = tunix_private(obj, head) if head else obj
+    if getattr(holder, name, _MISSING) is _MISSING:
+        raise _private_error(obj, path, holder, name)
+    setattr(holder, name, value)
+
 
 # --- optimisation ------------------------------------------------------------------------
 
@@ -101,10 +167,11 @@ def detached_after(logger: Any) -> Iterator[None]:
     Tunix leaves them registered: they would copy every metric logged later in the same
     process (a resumed run, the next stage) into this stage's metrics.jsonl.
     """
+    backends = tunix_private(logger, "_backends")  # before training: a missing one raises now
     try:
         yield
     finally:
-        for backend in getattr(logger, "_backends", []):
+        for backend in backends:
             try:
                 jax.monitoring.unregister_scalar_listener(backend.log_scalar)
             except Exception:  # noqa: BLE001 - it was not registered
@@ -569,12 +636,13 @@ class Stage:
             rows = [([5] * cfg.max_prompt_length, [6] * cfg.max_response_length,
                      [7] * cfg.max_response_length)] * cfg.batch_size
             batch = dpo_collator(self.preset, tok)(rows)
-            has_ref, self.trainer._ref_model_exists = self.trainer._ref_model_exists, False
+            has_ref = tunix_private(self.trainer, "_ref_model_exists")
+            set_tunix_private(self.trainer, "_ref_model_exists", False)
             try:  # Tunix's own preparation, traced; the reference's log-probs filled in below
                 with self.mesh:
-                    example = jax.eval_shape(self.trainer._prepare_inputs, batch)
+                    example = jax.eval_shape(tunix_private(self.trainer, "_prepare_inputs"), batch)
             finally:
-                self.trainer._ref_model_exists = has_ref
+                set_tunix_private(self.trainer, "_ref_model_exists", has_ref)
             if has_ref:
                 logps = jax.ShapeDtypeStruct((cfg.batch_size,), jnp.float32)
                 example = example.replace(ref_chosen_logps=logps, ref_rejected_logps=logps)
@@ -671,7 +739,7 @@ def _dpo_trainer(preset: Preset, run: RunDir | None, policy, reference):
             pbar_description=cfg.algorithm.upper(), **_io(run, "dpo", cfg)))
     # Tunix's loss and preparation (the reference's forward), with chunked log-probs
     trainer.with_loss_fn(_chunked(dpo_loss_fn), has_aux=True)
-    trainer._prepare_inputs = _chunked(trainer._prepare_inputs)
+    set_tunix_private(trainer, "_prepare_inputs", _chunked(tunix_private(trainer, "_prepare_inputs")))
     return trainer
 
 
@@ -718,7 +786,8 @@ def _grpo_learner(preset: Preset, run: RunDir | None, policy, reference, tok, me
                                    rollout_engine="vanilla", offload_to_cpu=False,
                                    training_config=training, rollout_config=rollout))
     # Tunix's sampler traces the actor's graph as given: with remat on it cannot decode
-    cluster.rollout._sampler._transformer_graphdef = models.sampling_graphdef(policy)
+    set_tunix_private(cluster.rollout, "_sampler._transformer_graphdef",
+                      models.sampling_graphdef(policy))
     reseed_rollouts(cluster, cfg.seed)
     learner_cls, algo = grpo_algorithm(preset)
     learner = learner_cls(rl_cluster=cluster, reward_fns=list(reward_fns or reward_functions(preset)),
@@ -870,7 +939,7 @@ def train_grpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
     with stage.mesh:
         train, collator = grpo_batches(grpo_records(splits.grpo), preset, tok)
         with compiles.CompileCounter() as counter, saves_land_on_interrupt(actor.checkpoint_manager), \
-                detached_after(cluster._rl_metrics_logger):
+                detached_after(tunix_private(cluster, "_rl_metrics_logger")):
             stream = counter.watch(until(train, deadline, total=cfg.max_steps, name="GRPO",
                                          skip=actor.train_steps), skip=actor.train_steps)
             first = next(stream, None)

@@ -354,6 +354,38 @@ def test_grpo_kl_term_pulls_towards_the_reference(preset):
     assert jnp.allclose(grad("low_var_kl", logp), 0.0)  # no pull at the reference itself
 
 
+def test_a_missing_tunix_private_attribute_names_itself_and_the_versions(monkeypatch):
+    """Tunix renamed something reasonkit reaches into: say what, where, and which Tunix."""
+    class Sampler:
+        _transformer_graphdef = "graph"
+
+    class Rollout:
+        _sampler = Sampler()
+
+    rollout = Rollout()
+    assert train.tunix_private(rollout, "_sampler._transformer_graphdef") == "graph"
+    train.set_tunix_private(rollout, "_sampler._transformer_graphdef", "ours")
+    assert rollout._sampler._transformer_graphdef == "ours"
+    monkeypatch.setattr(train, "tunix_version", lambda: "0.2.0")
+    with pytest.raises(AttributeError) as missing:
+        train.tunix_private(rollout, "_sampler._compiled_decode_fn")
+    assert str(missing.value) == (
+        "Tunix private attribute '_sampler._compiled_decode_fn' not found: a "
+        "test_train.Sampler (reached from a Rollout) has no '_compiled_decode_fn'. reasonkit "
+        "reaches into this private part of Tunix as google-tunix 0.1.7 has it; installed: "
+        "google-tunix 0.2.0. Install google-tunix==0.1.7 (requirements.txt), or update "
+        "reasonkit for this version.")
+    # Setting one Tunix does not have would change nothing Tunix reads: refused alike.
+    with pytest.raises(AttributeError, match=r"'_ref_model_exists' not found: a test_train\.Rollout "
+                                             r"has no '_ref_model_exists'.*installed: google-tunix 0\.2\.0"):
+        train.set_tunix_private(rollout, "_ref_model_exists", False)
+    assert not hasattr(rollout, "_ref_model_exists")
+    monkeypatch.undo()  # the pin the helper names is the one installed and required
+    requirements = (pathlib.Path(__file__).resolve().parents[1] / "requirements.txt").read_text()
+    assert train.tunix_version() == train.TUNIX_PINNED
+    assert f"google-tunix=={train.TUNIX_PINNED}\n" in requirements
+
+
 def test_schedule_warms_up_then_decays():
     s = train.schedule(SFTConfig(max_steps=100, warmup_ratio=0.1, learning_rate=1.0))
     assert float(s(0)) == 0.0 and abs(float(s(10)) - 1.0) < 1e-6 and float(s(100)) < 1e-6
