@@ -823,64 +823,111 @@ class StageResult:
                 "started_from": self.started_from, "seconds": round(self.seconds, 1), **self.stats}
 
 
-def _finish(run: RunDir, stage: str, cfg: TrainConfig, steps: int, t0: float, started: str | None,
-            stats: dict[str, Any], policy, tok, model_dir) -> StageResult:
-    done = steps >= cfg.max_steps
-    result = StageResult(stage, steps, done, started, time.time() - t0, stats, policy, tok, model_dir)
-    if done:
-        run.mark_finished(stage, **{k: v for k, v in result.summary().items() if k != "stage"})
-    else:
-        print(f"{stage}: stopped at step {steps}/{cfg.max_steps}; run the notebook again to resume")
-    return result
+@dataclasses.dataclass
+class _Run:
+    """What :func:`_running` gives a trainer: the built stage, the splits, its batch streams.
+
+    After the ``with`` block (training done) ``steps`` and ``policy`` are set, and
+    :meth:`finish` turns the run into a :class:`StageResult`.
+    """
+
+    preset: Preset
+    run: RunDir
+    name: str
+    deadline: float | None
+    t0: float
+    splits: data.Splits
+    started: str | None
+    stage: Stage
+    counter: compiles.CompileCounter
+    steps: int | None = None
+    policy: Any = None
+
+    @property
+    def config(self) -> TrainConfig:
+        return getattr(self.preset, self.name)
+
+    def batches(self, stream: Iterable[Any], label: str) -> Iterator[Any]:
+        """``stream`` until the deadline (:func:`until`), its compilations counted.
+
+        A resumed trainer first reads and discards the batches it already consumed
+        (``skip``, its restored step): they are neither timed nor counted as warm-up.
+        """
+        skip = self.stage.trainer.train_steps
+        return self.counter.watch(until(stream, self.deadline, total=self.config.max_steps,
+                                        name=label, skip=skip), skip=skip)
+
+    def finish(self, collator) -> StageResult:
+        """The stage's result, after the block; marks the stage finished when it ran all its steps."""
+        if self.steps is None:
+            raise RuntimeError(f"{self.name}: finish() comes after the `with _running(...)` block")
+        stats = {"collate": collator.stats.to_dict(),
+                 "compiles": log_compiles(self.run, self.name, self.counter, self.steps)}
+        done = self.steps >= self.config.max_steps
+        result = StageResult(self.name, self.steps, done, self.started, time.time() - self.t0, stats,
+                             self.policy, self.stage.tokenizer, self.stage.model_dir)
+        if done:
+            self.run.mark_finished(self.name, **{k: v for k, v in result.summary().items()
+                                                 if k != "stage"})
+        else:
+            print(f"{self.name}: stopped at step {self.steps}/{self.config.max_steps}; "
+                  "run the notebook again to resume")
+        return result
+
+
+@contextlib.contextmanager
+def _running(preset: Preset, run: RunDir, name: str, *, deadline: float | None, overwrite: bool,
+             reward_fns: Sequence[Callable] | None = None) -> Iterator[_Run]:
+    """What every training stage does around Tunix's own lines; the block is those lines.
+
+    Before: refuse a finished stage (or clear it: ``overwrite``), read the splits, find
+    the stage it starts from, record its settings (refusing a resume under other ones)
+    and build it. Around the block: the stage's mesh, a compile counter, checkpoint saves
+    that land on an interrupt, Tunix's metrics listeners detached however training ends.
+    After it: the step count and the trained policy, for :meth:`_Run.finish`.
+    """
+    runs.begin_stage(run, name, overwrite)
+    t0 = time.time()
+    splits, _ = data.read_splits(run.require("data"))
+    started = runs.start_from(run, name)  # None for SFT
+    runs.record_settings(run, name, runs.stage_settings(preset, run, name, started))
+    stage = build_stage(preset, name, run, started=started, reward_fns=reward_fns)
+    trainer = stage.trainer  # GRPO: the RL cluster's actor trainer
+    logger = (trainer.metrics_logger if stage.cluster is None
+              else tunix_private(stage.cluster, "_rl_metrics_logger"))
+    with stage.mesh:
+        with compiles.CompileCounter() as counter, saves_land_on_interrupt(trainer.checkpoint_manager), \
+                detached_after(logger):
+            r = _Run(preset, run, name, deadline, t0, splits, started, stage, counter)
+            yield r
+        r.steps, r.policy = trainer.train_steps, trainer.model
 
 
 def train_sft(preset: Preset, run: RunDir, *, deadline: float | None = None,
               overwrite: bool = False) -> StageResult:
     """Supervised fine-tuning with completion-only loss, resuming from the last checkpoint."""
-    runs.begin_stage(run, "sft", overwrite)
-    t0, cfg = time.time(), preset.sft
-    splits, _ = data.read_splits(run.require("data"))
-    runs.record_settings(run, "sft", runs.stage_settings(preset, run, "sft", None))
-    stage = build_stage(preset, "sft", run)
-    trainer, tok = stage.trainer, stage.tokenizer
-    with stage.mesh:
-        train, collator = sft_batches(sft_examples(splits.sft, tok), preset, tok)
-        train = mesh_lib.global_batches(train, stage.mesh)  # several processes: one global batch
-        held_out = collate.batches(sft_examples(splits.eval, tok), cfg.batch_size, collate.SFTCollator(
+    cfg = preset.sft
+    with _running(preset, run, "sft", deadline=deadline, overwrite=overwrite) as r:
+        trainer, tok, mesh = r.stage.trainer, r.stage.tokenizer, r.stage.mesh
+        train, collator = sft_batches(sft_examples(r.splits.sft, tok), preset, tok)
+        held_out = collate.batches(sft_examples(r.splits.eval, tok), cfg.batch_size, collate.SFTCollator(
             layout=collate.StaticLayout(max_length=cfg.max_target_length), pad_id=tok.pad_id(),
             bos_id=tok.bos_id()))
-        with compiles.CompileCounter() as counter, saves_land_on_interrupt(trainer.checkpoint_manager), \
-                detached_after(trainer.metrics_logger):
-            trainer.train(counter.watch(until(train, deadline, total=cfg.max_steps, name="SFT",
-                                              skip=trainer.train_steps), skip=trainer.train_steps),
-                          list(mesh_lib.global_batches(take(held_out, 2), stage.mesh)))
-        steps = trainer.train_steps
-    stats = {"collate": collator.stats.to_dict(),
-             "compiles": log_compiles(run, "sft", counter, steps)}
-    return _finish(run, "sft", cfg, steps, t0, None, stats, stage.policy, tok, stage.model_dir)
+        # global_batches: on several processes, each batch one global array
+        trainer.train(r.batches(mesh_lib.global_batches(train, mesh), "SFT"),
+                      list(mesh_lib.global_batches(take(held_out, 2), mesh)))
+    return r.finish(collator)
 
 
 def train_dpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
               overwrite: bool = False) -> StageResult:
     """DPO (or ORPO) from the SFT adapters; the reference is the SFT policy, frozen (no ORPO)."""
-    runs.begin_stage(run, "dpo", overwrite)
-    t0, cfg = time.time(), preset.dpo
-    splits, _ = data.read_splits(run.require("data"))
-    started = runs.start_from(run, "dpo")
-    runs.record_settings(run, "dpo", runs.stage_settings(preset, run, "dpo", started))
-    stage = build_stage(preset, "dpo", run, started=started)
-    trainer, tok = stage.trainer, stage.tokenizer
-    with stage.mesh:
-        train, collator = dpo_batches(dpo_examples(splits.dpo, tok), preset, tok)
-        train = mesh_lib.global_batches(train, stage.mesh)
-        with compiles.CompileCounter() as counter, saves_land_on_interrupt(trainer.checkpoint_manager), \
-                detached_after(trainer.metrics_logger):
-            trainer.train(counter.watch(until(train, deadline, total=cfg.max_steps, name=cfg.algorithm,
-                                              skip=trainer.train_steps), skip=trainer.train_steps))
-        steps = trainer.train_steps
-    stats = {"collate": collator.stats.to_dict(),
-             "compiles": log_compiles(run, "dpo", counter, steps)}
-    return _finish(run, "dpo", cfg, steps, t0, started, stats, stage.policy, tok, stage.model_dir)
+    with _running(preset, run, "dpo", deadline=deadline, overwrite=overwrite) as r:
+        tok = r.stage.tokenizer
+        train, collator = dpo_batches(dpo_examples(r.splits.dpo, tok), preset, tok)
+        r.stage.trainer.train(r.batches(mesh_lib.global_batches(train, r.stage.mesh),
+                                        preset.dpo.algorithm))
+    return r.finish(collator)
 
 
 def reward_functions(preset: Preset) -> list[Callable]:
@@ -929,29 +976,17 @@ def reseed_rollouts(cluster, seed: int) -> None:
 def train_grpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
                overwrite: bool = False, reward_fns: Sequence[Callable] | None = None) -> StageResult:
     """GRPO from the DPO (or SFT) adapters, KL-regularised towards where it started."""
-    runs.begin_stage(run, "grpo", overwrite)
-    t0, cfg = time.time(), preset.grpo
-    splits, _ = data.read_splits(run.require("data"))
-    started = runs.start_from(run, "grpo")
-    runs.record_settings(run, "grpo", runs.stage_settings(preset, run, "grpo", started))
-    stage = build_stage(preset, "grpo", run, started=started, reward_fns=reward_fns)
-    cluster, learner, actor, tok = stage.cluster, stage.learner, stage.trainer, stage.tokenizer
-    with stage.mesh:
-        train, collator = grpo_batches(grpo_records(splits.grpo), preset, tok)
-        with compiles.CompileCounter() as counter, saves_land_on_interrupt(actor.checkpoint_manager), \
-                detached_after(tunix_private(cluster, "_rl_metrics_logger")):
-            stream = counter.watch(until(train, deadline, total=cfg.max_steps, name="GRPO",
-                                         skip=actor.train_steps), skip=actor.train_steps)
-            first = next(stream, None)
-            if first is None:  # out of time before the first batch: Tunix's learner would
-                cluster.close()  # raise StopIteration; close as it does (saves the step)
-            else:
-                learner.train(itertools.chain([first], stream))
-        steps = actor.train_steps
-        policy = actor.model
-    stats = {"collate": collator.stats.to_dict(),
-             "compiles": log_compiles(run, "grpo", counter, steps)}
-    return _finish(run, "grpo", cfg, steps, t0, started, stats, policy, tok, stage.model_dir)
+    with _running(preset, run, "grpo", deadline=deadline, overwrite=overwrite,
+                  reward_fns=reward_fns) as r:
+        cluster, learner, tok = r.stage.cluster, r.stage.learner, r.stage.tokenizer
+        train, collator = grpo_batches(grpo_records(r.splits.grpo), preset, tok)
+        stream = r.batches(train, "GRPO")
+        first = next(stream, None)
+        if first is None:  # out of time before the first batch: Tunix's learner would
+            cluster.close()  # raise StopIteration; close as it does (saves the step)
+        else:
+            learner.train(itertools.chain([first], stream))
+    return r.finish(collator)
 
 
 def export(result: StageResult, preset: Preset, run: RunDir, *,
