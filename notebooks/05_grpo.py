@@ -66,7 +66,7 @@ import re
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
-from reasonkit import data, evaluate, hardware, mesh, plots, train
+from reasonkit import data, evaluate, hardware, mesh, plots, rewards, train
 from reasonkit.config import get_preset
 from reasonkit.runs import RunDir, start_from
 
@@ -122,10 +122,13 @@ print(batch["prompts"][0])
 # %% [markdown]
 # Reward functions are plain Python functions, `fn(prompts, completions, answer=...,
 # domain=..., ...) -> one float per completion`, passed to the trainer as a list. Tunix
-# adds them up, unweighted (wrap one in `rewards.weighted` to rescale it):
+# adds them up. Which ones, and their weights, is one config field, `grpo.rewards`: pairs
+# of a function of `reasonkit.rewards` and its weight, e.g. `get_preset(name,
+# **{"grpo.rewards": [["format_exact", 1.0], ["answer_correct", 2.0]]})` (a weight other
+# than 1 wraps the function in `rewards.weighted`). The preset's five, unweighted:
 
 # %%
-reward_fns = train.reward_functions(preset)
+reward_fns = rewards.from_config(preset.grpo.rewards)
 for fn in reward_fns:  # the first line of each docstring, without its reST markup
     print(f"  {fn.__name__:15s} {re.sub(r':func:|`', '', fn.__doc__.strip().splitlines()[0])}")
 
@@ -241,9 +244,9 @@ else:
 #   the same decoding: format pass, accuracy, pass@k, maj@k, and what regressed.
 # - Switch the loss variant: `get_preset(name, **{"grpo.loss": "dr-grpo"})` (or
 #   `"gspo-token"`, `"dapo"`), in a new run (`REASONKIT_RUN=...`) to compare them.
-# - Change the rewards: pass your own list, `train.train_grpo(preset, run,
-#   reward_fns=[...])`; rescale one with `rewards.weighted(fn, 0.5)`; try
-#   `rewards.multi_domain` for the non-math domains.
+# - Change the rewards: weigh them with `grpo.rewards` (`[["answer_correct", 2.0], ...]`),
+#   try `["multi_domain", 1.0]` for the non-math domains, or pass functions of your own,
+#   `train.train_grpo(preset, run, reward_fns=[...])`.
 # - Larger groups (`grpo.num_generations`) give steadier advantages; more steps let the
 #   accuracy reward move, not only the format ones.
 # - Expect a small gain on `tiny`: a million-parameter model learns its training prompts

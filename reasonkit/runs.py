@@ -53,7 +53,7 @@ from typing import IO, Any, Callable, Mapping, TypeVar
 import numpy as np
 
 from reasonkit import data
-from reasonkit.config import Preset, preset_name
+from reasonkit.config import DEFAULT_REWARDS, Preset, preset_name
 
 STAGES = ("data", "sft", "dpo", "grpo", "eval")
 NOTEBOOK_OF = {"data": "02_dataset_rebalance", "sft": "03_sft", "dpo": "04_dpo",
@@ -564,6 +564,9 @@ def start_from(run: RunDir, stage: str) -> str | None:
 SETTINGS_FILE = "settings.json"
 # How a stage is laid out, logged or rematerialised, not what it learns: free to change.
 LAYOUT_ONLY = ("mesh", "checkpoint_every", "log_every", "remat")
+# Settings added after runs first recorded theirs, and the value every run before them
+# trained with: a run that recorded none compares as if it had recorded that one.
+ADDED_SETTINGS: dict[str, Any] = {"grpo.rewards": [list(pair) for pair in DEFAULT_REWARDS]}
 
 
 def recorded_settings(run: RunDir, stage: str) -> dict[str, Any] | None:
@@ -626,7 +629,8 @@ def settings_changes(run: RunDir, stage: str, settings: dict[str, Any]) -> list[
     recorded = recorded_settings(run, stage)
     if recorded is None:
         return []  # a run from before settings were recorded: nothing to compare with
-    return settings_diff(recorded, settings)
+    before = {k: v for k, v in ADDED_SETTINGS.items() if k in settings and k not in recorded}
+    return settings_diff({**recorded, **before}, settings)
 
 
 def settings_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

@@ -690,8 +690,8 @@ def build_stage(preset: Preset, stage: str, run: RunDir | None = None, *,
     benchmarks look inside it. ``weights`` picks real (``"checkpoint"``), random or
     abstract weights (:func:`build_models`); ``started`` is the stage whose adapters to
     start from (and to freeze as the reference); ``run`` gives checkpoints and metrics
-    (none without it). A batch that does not split over the mesh's data axes is refused
-    here, before anything is built.
+    (none without it); ``reward_fns`` replaces GRPO's ``preset.grpo.rewards``. A batch that
+    does not split over the mesh's data axes is refused here, before anything is built.
     """
     import tunix
 
@@ -790,8 +790,8 @@ def _grpo_learner(preset: Preset, run: RunDir | None, policy, reference, tok, me
                       models.sampling_graphdef(policy))
     reseed_rollouts(cluster, cfg.seed)
     learner_cls, algo = grpo_algorithm(preset)
-    learner = learner_cls(rl_cluster=cluster, reward_fns=list(reward_fns or reward_functions(preset)),
-                          algo_config=algo)
+    fns = rewards.from_config(cfg.rewards) if reward_fns is None else list(reward_fns)
+    learner = learner_cls(rl_cluster=cluster, reward_fns=fns, algo_config=algo)
     # the learner's policy loss and the reference's forward, with chunked log-probs
     actor = cluster.actor_trainer
     actor.with_loss_fn(_chunked(actor.loss_fn), has_aux=True)
@@ -930,12 +930,6 @@ def train_dpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
     return r.finish(collator)
 
 
-def reward_functions(preset: Preset) -> list[Callable]:
-    """The GRPO rewards: format (exact, approximate) and answer (exact, close, numeric backup)."""
-    del preset
-    return list(rewards.MATH_REWARDS)
-
-
 def grpo_algorithm(preset: Preset):
     """``(learner class, algorithm config)`` for the preset's policy-loss variant."""
     from tunix.rl.grpo import dapo_learner, drgrpo_learner, grpo_learner
@@ -975,9 +969,14 @@ def reseed_rollouts(cluster, seed: int) -> None:
 
 def train_grpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
                overwrite: bool = False, reward_fns: Sequence[Callable] | None = None) -> StageResult:
-    """GRPO from the DPO (or SFT) adapters, KL-regularised towards where it started."""
-    with _running(preset, run, "grpo", deadline=deadline, overwrite=overwrite,
-                  reward_fns=reward_fns) as r:
+    """GRPO from the DPO (or SFT) adapters, KL-regularised towards where it started.
+
+    The reward is ``preset.grpo.rewards``; ``reward_fns`` (a list of reward functions)
+    replaces it, e.g. for a reward of your own (the settings still record the preset's).
+    """
+    # Resolved before anything starts: an unknown reward name is refused with the stage untouched.
+    fns = rewards.from_config(preset.grpo.rewards) if reward_fns is None else list(reward_fns)
+    with _running(preset, run, "grpo", deadline=deadline, overwrite=overwrite, reward_fns=fns) as r:
         cluster, learner, tok = r.stage.cluster, r.stage.learner, r.stage.tokenizer
         train, collator = grpo_batches(grpo_records(r.splits.grpo), preset, tok)
         stream = r.batches(train, "GRPO")

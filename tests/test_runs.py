@@ -300,3 +300,21 @@ def test_retraining_a_stage_names_the_later_stages_it_leaves_behind(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         runs.begin_stage(run, "dpo", overwrite=True)  # nothing started from DPO's adapters
+
+
+def test_grpo_settings_record_the_rewards_and_an_older_run_reads_as_the_default(tmp_path):
+    preset = small_preset()
+    run = make_run(tmp_path, "rewards", preset)
+    s = runs.stage_settings(preset, run, "grpo", None)
+    assert s["grpo.rewards"] == [[name, 1.0] for name in (
+        "format_exact", "format_approx", "answer_correct", "answer_close", "numeric_backup")]
+    fmt = preset.replace(**{"grpo.rewards": [["format_exact", 1.0], ["format_approx", 1.0]]})
+    assert runs.settings_diff(s, runs.stage_settings(fmt, run, "grpo", None)) == [
+        "grpo.rewards: " + repr(s["grpo.rewards"]) + " -> [['format_exact', 1.0], ['format_approx', 1.0]]"]
+    # A run recorded before the field existed trained with the default: the same settings.
+    run.write_json("grpo", "settings.json", {k: v for k, v in s.items() if k != "grpo.rewards"})
+    assert runs.settings_changes(run, "grpo", s) == []
+    assert runs.settings_changes(run, "grpo", runs.stage_settings(fmt, run, "grpo", None)) == [
+        "grpo.rewards: " + repr(s["grpo.rewards"]) + " -> [['format_exact', 1.0], ['format_approx', 1.0]]"]
+    run.write_json("sft", "settings.json", {"sft.max_steps": 4})  # not GRPO's: nothing added
+    assert runs.settings_changes(run, "sft", {"sft.max_steps": 4}) == []

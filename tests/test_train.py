@@ -226,6 +226,22 @@ def test_time_budget_stop_leaves_a_resumable_checkpoint(tmp_path, preset):
     assert train.train_sft(preset, run).finished  # the next session resumes and completes
 
 
+def test_grpo_rewards_come_from_the_config_and_a_wrong_name_is_refused_up_front(tmp_path, preset):
+    from reasonkit import rewards
+
+    built = train.build_stage(preset.replace(**{"grpo.rewards": [["format_exact", 1.0],
+                                                                 ["answer_correct", 2.0]]}),
+                              "grpo", weights="abstract")
+    assert [fn.__name__ for fn in built.learner.reward_manager.reward_fns] == [
+        "format_exact", "answer_correct_x2"]
+    assert train.build_stage(preset, "grpo", weights="abstract").learner.reward_manager.reward_fns == \
+        rewards.MATH_REWARDS  # the default: Tunix logs rewards/<name> as it always did
+    run = make_run(tmp_path, "typo", preset)
+    with pytest.raises(ValueError, match=r"grpo\.rewards\[0\]: unknown reward 'format'; known: "):
+        train.train_grpo(preset.replace(**{"grpo.rewards": [["format", 1.0]]}), run)
+    assert not (run.stage("grpo") / "settings.json").exists()  # refused before anything started
+
+
 def test_grpo_loss_variants_are_selectable(preset):
     from tunix.rl.grpo import dapo_learner, drgrpo_learner, grpo_learner
 
