@@ -358,10 +358,13 @@ class GRPOConfig(TrainConfig):
     temperature: float = 0.9  # T: sampling temperature of the rollouts (not of evaluation)
     top_p: float = 1.0  # nucleus sampling: keep the smallest set of tokens with this much mass
     top_k: int = 50  # sample among the k most likely tokens only
+    # --- bookkeeping: free to change between a checkpoint and its resume
+    show_every: int = 50  # steps between printouts of one sampled answer and its rewards; 0: never
 
     def __post_init__(self):
         super().__post_init__()
         object.__setattr__(self, "rewards", _reward_pairs(self.rewards))
+        _require(self, ("show_every",), lambda v: _is_int(v) and v >= 0, "must be an int >= 0 (0: never)")
         if self.loss not in ("grpo", "gspo-token", "dapo", "dr-grpo"):
             _fail("GRPOConfig", "loss", self.loss,
                   "must be one of 'grpo', 'gspo-token', 'dapo', 'dr-grpo'")

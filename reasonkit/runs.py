@@ -562,8 +562,8 @@ def start_from(run: RunDir, stage: str) -> str | None:
 
 
 SETTINGS_FILE = "settings.json"
-# How a stage is laid out, logged or rematerialised, not what it learns: free to change.
-LAYOUT_ONLY = ("mesh", "checkpoint_every", "log_every", "remat")
+# How a stage is laid out, logged, shown or rematerialised, not what it learns: free to change.
+LAYOUT_ONLY = ("mesh", "checkpoint_every", "log_every", "show_every", "remat")
 # Settings added after runs first recorded theirs, and the value every run before them
 # trained with: a run that recorded none compares as if it had recorded that one.
 ADDED_SETTINGS: dict[str, Any] = {"grpo.rewards": [list(pair) for pair in DEFAULT_REWARDS]}

@@ -37,7 +37,7 @@ from flax import nnx
 
 from reasonkit import collate, compiles, data, logprobs, masks, models, rewards, runs, template, tiny
 from reasonkit import mesh as mesh_lib
-from reasonkit.config import ModelConfig, Preset, TrainConfig
+from reasonkit.config import GRPOConfig, ModelConfig, Preset, TrainConfig
 from reasonkit.hardware import format_duration
 from reasonkit.runs import NOTEBOOK_OF, RunDir, from_writer, is_writer, open_jsonl, sync
 
@@ -791,7 +791,8 @@ def _grpo_learner(preset: Preset, run: RunDir | None, policy, reference, tok, me
     reseed_rollouts(cluster, cfg.seed)
     learner_cls, algo = grpo_algorithm(preset)
     fns = rewards.from_config(cfg.rewards) if reward_fns is None else list(reward_fns)
-    learner = learner_cls(rl_cluster=cluster, reward_fns=fns, algo_config=algo)
+    learner = learner_cls(rl_cluster=cluster, reward_fns=fns, algo_config=algo,
+                          metric_fns=[grpo_metrics(cluster, cfg, fns)])
     # the learner's policy loss and the reference's forward, with chunked log-probs
     actor = cluster.actor_trainer
     actor.with_loss_fn(_chunked(actor.loss_fn), has_aux=True)
@@ -965,6 +966,49 @@ def reseed_rollouts(cluster, seed: int) -> None:
         return generate(prompts, dataclasses.replace(rollout_config, seed=key), **kwargs)
 
     cluster.rollout.generate = reseeded
+
+
+def grpo_metrics(cluster, cfg: GRPOConfig, reward_fns: Sequence[Callable]) -> Callable:
+    """A metric function for Tunix's GRPO learner (its ``metric_fns``): what each step's
+    rewards can teach, and now and then one of the answers they scored.
+
+    Every step it logs ``rewards/frac_zero_std`` (``rewards/train/frac_zero_std`` in
+    metrics.jsonl): the fraction of prompts whose G answers all got the same reward
+    (:func:`reasonkit.rewards.frac_zero_std`), which move nothing. Every
+    ``cfg.show_every`` steps (0: never) it prints the first answer of the step, the end of
+    its prompt and what each reward gave it.
+    """
+    def metrics(prompts, completions, advantages, **columns) -> dict[str, tuple[float, Callable]]:
+        summed = np.asarray(columns.pop("rewards"), dtype=float)  # [B * G]: each answer's r_i
+        step = cluster.global_steps  # the step these rollouts train, as the metrics number it
+        if cfg.show_every and step % cfg.show_every == 0 and is_writer():
+            print(show_answer(step, prompts, completions, summed, columns, reward_fns,
+                              cfg.num_generations))
+        return {"rewards/frac_zero_std": (rewards.frac_zero_std(summed, cfg.num_generations), np.mean)}
+
+    return metrics
+
+
+def show_answer(step: int, prompts: Sequence[str], completions: Sequence[str], summed: np.ndarray,
+                columns: dict[str, Any], reward_fns: Sequence[Callable], num_generations: int,
+                index: int = 0, tail: int = 100) -> str:
+    """A few lines on answer ``index`` of a GRPO step: the end of its prompt, the answer, each
+    reward's score of it (scored again, alone) and its group's summed rewards."""
+    one = dict(prompts=[prompts[index]], completions=[completions[index]],
+               **{k: np.asarray(v)[index:index + 1] for k, v in columns.items()})
+    scores = []
+    for fn in reward_fns:
+        try:
+            scores.append(f"{fn.__name__} {fn(**one)[0]:.2f}")
+        except Exception as e:  # noqa: BLE001 - a printout must never stop training
+            scores.append(f"{fn.__name__} ? ({type(e).__name__})")
+    question = str(prompts[index]).rsplit(template.END_OF_TURN, 1)[0]
+    first = index - index % num_generations
+    group = " ".join(f"{r:g}" for r in summed[first:first + num_generations])
+    return (f"--- GRPO step {step}: one sampled answer of {len(completions)}\n"
+            f"prompt ends: ...{question[-tail:]!r}\n"
+            f"answer: {completions[index]!r}\n"
+            f"rewards: {', '.join(scores)}; sum {summed[index]:g} (its group of {num_generations}: {group})")
 
 
 def train_grpo(preset: Preset, run: RunDir, *, deadline: float | None = None,

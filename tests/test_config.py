@@ -89,6 +89,8 @@ def test_auto_on_this_cpu_is_tiny():
     (lambda: GRPOConfig(num_generations=1), "num_generations", "1"),
     (lambda: GRPOConfig(loss="ppo"), "loss", "'ppo'"),
     (lambda: GRPOConfig(kl_loss_mode="k2"), "kl_loss_mode", "'k2'"),
+    (lambda: GRPOConfig(show_every=-1), "show_every", "-1"),
+    (lambda: GRPOConfig(show_every=2.5), "show_every", "2.5"),
     (lambda: GRPOConfig(rewards=()), "rewards", r"\(\): must be a non-empty list"),
     (lambda: GRPOConfig(rewards="format_exact"), "rewards", "'format_exact'"),
     (lambda: GRPOConfig(rewards=[["format_exact", 1.0], "answer_correct"]), r"rewards\[1\]",

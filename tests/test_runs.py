@@ -308,6 +308,7 @@ def test_grpo_settings_record_the_rewards_and_an_older_run_reads_as_the_default(
     s = runs.stage_settings(preset, run, "grpo", None)
     assert s["grpo.rewards"] == [[name, 1.0] for name in (
         "format_exact", "format_approx", "answer_correct", "answer_close", "numeric_backup")]
+    assert "grpo.show_every" not in s  # printing is bookkeeping: free to change on a resume
     fmt = preset.replace(**{"grpo.rewards": [["format_exact", 1.0], ["format_approx", 1.0]]})
     assert runs.settings_diff(s, runs.stage_settings(fmt, run, "grpo", None)) == [
         "grpo.rewards: " + repr(s["grpo.rewards"]) + " -> [['format_exact', 1.0], ['format_approx', 1.0]]"]
