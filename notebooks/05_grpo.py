@@ -66,7 +66,7 @@ import re
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
-from reasonkit import data, evaluate, hardware, mesh, plots, rewards, train
+from reasonkit import data, evaluate, hardware, mesh, plots, rewards, runs, train
 from reasonkit.config import get_preset
 from reasonkit.runs import RunDir, start_from
 
@@ -237,6 +237,37 @@ else:
     exported = train.export_once(result, preset, run, again=RETRAIN)  # already there: says so
     for kind, path in exported.items():
         print(f"{kind}: {path}\n  {sorted(p.name for p in path.iterdir())}")
+
+# %% [markdown]
+# ## Try it: format rewards only
+# What does GRPO learn when its reward checks only the format? The cell below branches this
+# run (`runs.branch`: a new run `<run>-format-only` beside it, starting with copies of its
+# data, SFT and DPO stages; this run is left as it is) and trains GRPO there with
+# `grpo.rewards` set to the two format rewards, for an eighth of the steps (25 on `tiny`,
+# about two minutes on 2 cores).
+#
+# What to expect: nothing pays for a right answer any more, so nothing pushes accuracy
+# up; `06_evaluation` shows the branch as one more row of its stage table. On `tiny` SFT
+# has already taught the format (about 98% of greedy answers), so the format rewards have
+# little left to pay for: in half or more of the groups all G answers score alike (the
+# right-hand curve) and teach nothing; the rest reward the odd sampled answer that broke
+# the format. Format pass stays at the top, accuracy within noise of DPO's. A reward the
+# model can max out without solving the task is what reward hacking exploits: harmless
+# here; with a real model and a checker with a loophole, it is how GRPO learns to game it.
+
+# %%
+FORMAT_ONLY = [["format_exact", 1.0], ["format_approx", 1.0]]
+if not finished:
+    print("skipped: GRPO has not finished (run this notebook again to resume it first)")
+else:
+    fmt_preset = preset.replace(**{"grpo.rewards": FORMAT_ONLY,
+                                   "grpo.max_steps": max(1, preset.grpo.max_steps // 8)})
+    fmt_run = runs.branch(run, f"{run.name}-format-only",
+                          stages=[s for s in ("data", "sft", "dpo") if run.is_finished(s)])
+    fmt = train.train_or_load(fmt_preset, fmt_run, "grpo", deadline=run.deadline())
+    plots.plot_grpo(train.read_metrics(fmt_run, "grpo"), rewards.from_config(FORMAT_ONLY),
+                    beta=preset.grpo.beta)
+    plt.show()
 
 # %% [markdown]
 # ## What next

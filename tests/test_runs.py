@@ -319,3 +319,33 @@ def test_grpo_settings_record_the_rewards_and_an_older_run_reads_as_the_default(
         "grpo.rewards: " + repr(s["grpo.rewards"]) + " -> [['format_exact', 1.0], ['format_approx', 1.0]]"]
     run.write_json("sft", "settings.json", {"sft.max_steps": 4})  # not GRPO's: nothing added
     assert runs.settings_changes(run, "sft", {"sft.max_steps": 4}) == []
+
+
+def test_branch_copies_finished_stages_and_refuses_what_it_would_mix(tmp_path, capsys):
+    run = RunDir.create("main", root=tmp_path)
+    for stage in ("data", "sft", "dpo"):
+        (run.stage(stage) / "checkpoints" / "2").mkdir(parents=True)
+        (run.stage(stage) / "checkpoints" / "2" / "weights").write_text(stage)
+        run.mark_finished(stage, steps=2)
+    (run.stage("grpo") / "metrics.jsonl").write_text("{}\n")  # not branched
+    with pytest.raises(FileNotFoundError, match=r"stage 'grpo' of run 'main' has not finished.*05_grpo"):
+        runs.branch(run, "main-try", stages=("data", "grpo"))
+    assert not (tmp_path / "main-try").exists()  # refused before anything was made
+    with pytest.raises(ValueError, match="another name than 'main'"):
+        runs.branch(run, "main")
+    other = runs.branch(run, "main-try")
+    assert other.path == tmp_path / "main-try" and "copied data, sft, dpo" in capsys.readouterr().out
+    for stage in ("data", "sft", "dpo"):
+        assert other.is_finished(stage)
+        assert (other.stage(stage) / "checkpoints" / "2" / "weights").read_text() == stage
+    assert not any(other.stage("grpo").iterdir()) and not other.is_finished("grpo")
+    # The notebook run again: the copies are there, and what the branch trained since stays.
+    other.mark_finished("grpo", steps=1)
+    assert runs.branch(run, "main-try").is_finished("grpo")
+    assert "data, sft, dpo already there" in capsys.readouterr().out
+    # The source's DPO trained again: the branch's copy is another DPO; mixing them is refused.
+    time.sleep(1.1)  # finished_at has a resolution of a second
+    run.mark_finished("dpo", steps=3)
+    with pytest.raises(FileExistsError, match=r"run 'main-try' already has a dpo stage that is not "
+                                              r"run 'main''s .*delete .*main-try to branch 'main' again"):
+        runs.branch(run, "main-try")
