@@ -127,7 +127,7 @@ def pipeline(preset: Preset, root: str | os.PathLike, stages=("grpo",), *,
     export's logits on :data:`TOKENS`, and ``times``: ``{stage: (wall s, CPU s)}``. Each
     stage's model is freed before the next loads. ``stages``: the models 06 evaluates
     (``"base"``, ``"sft"``, ...: each costs a load and two compilations); ``reward_fns``:
-    GRPO's (default: the preset's, :func:`reasonkit.train.reward_functions`).
+    GRPO's (default: the preset's ``grpo.rewards``, :func:`reasonkit.rewards.from_config`).
     """
     out: dict[str, Any] = {"times": {}, "lora": {}, "base_differences": {}}
 

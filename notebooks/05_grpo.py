@@ -66,7 +66,7 @@ import re
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
-from reasonkit import data, evaluate, hardware, mesh, plots, train
+from reasonkit import data, evaluate, hardware, mesh, plots, rewards, runs, train
 from reasonkit.config import get_preset
 from reasonkit.runs import RunDir, start_from
 
@@ -122,10 +122,13 @@ print(batch["prompts"][0])
 # %% [markdown]
 # Reward functions are plain Python functions, `fn(prompts, completions, answer=...,
 # domain=..., ...) -> one float per completion`, passed to the trainer as a list. Tunix
-# adds them up, unweighted (wrap one in `rewards.weighted` to rescale it):
+# adds them up. Which ones, and their weights, is one config field, `grpo.rewards`: pairs
+# of a function of `reasonkit.rewards` and its weight, e.g. `get_preset(name,
+# **{"grpo.rewards": [["format_exact", 1.0], ["answer_correct", 2.0]]})` (a weight other
+# than 1 wraps the function in `rewards.weighted`). The preset's five, unweighted:
 
 # %%
-reward_fns = train.reward_functions(preset)
+reward_fns = rewards.from_config(preset.grpo.rewards)
 for fn in reward_fns:  # the first line of each docstring, without its reST markup
     print(f"  {fn.__name__:15s} {re.sub(r':func:|`', '', fn.__doc__.strip().splitlines()[0])}")
 
@@ -236,14 +239,45 @@ else:
         print(f"{kind}: {path}\n  {sorted(p.name for p in path.iterdir())}")
 
 # %% [markdown]
+# ## Try it: format rewards only
+# What does GRPO learn when its reward checks only the format? The cell below branches this
+# run (`runs.branch`: a new run `<run>-format-only` beside it, starting with copies of its
+# data, SFT and DPO stages; this run is left as it is) and trains GRPO there with
+# `grpo.rewards` set to the two format rewards, for an eighth of the steps (25 on `tiny`,
+# about two minutes on 2 cores).
+#
+# What to expect: nothing pays for a right answer any more, so nothing pushes accuracy
+# up; `06_evaluation` shows the branch as one more row of its stage table. On `tiny` SFT
+# has already taught the format (about 98% of greedy answers), so the format rewards have
+# little left to pay for: in half or more of the groups all G answers score alike (the
+# right-hand curve) and teach nothing; the rest reward the odd sampled answer that broke
+# the format. Format pass stays at the top, accuracy within noise of DPO's. A reward the
+# model can max out without solving the task is what reward hacking exploits: harmless
+# here; with a real model and a checker with a loophole, it is how GRPO learns to game it.
+
+# %%
+FORMAT_ONLY = [["format_exact", 1.0], ["format_approx", 1.0]]
+if not finished:
+    print("skipped: GRPO has not finished (run this notebook again to resume it first)")
+else:
+    fmt_preset = preset.replace(**{"grpo.rewards": FORMAT_ONLY,
+                                   "grpo.max_steps": max(1, preset.grpo.max_steps // 8)})
+    fmt_run = runs.branch(run, f"{run.name}-format-only",
+                          stages=[s for s in ("data", "sft", "dpo") if run.is_finished(s)])
+    fmt = train.train_or_load(fmt_preset, fmt_run, "grpo", deadline=run.deadline())
+    plots.plot_grpo(train.read_metrics(fmt_run, "grpo"), rewards.from_config(FORMAT_ONLY),
+                    beta=preset.grpo.beta)
+    plt.show()
+
+# %% [markdown]
 # ## What next
 # - Run `06_evaluation` to compare base, SFT, DPO and GRPO on the whole held-out set with
 #   the same decoding: format pass, accuracy, pass@k, maj@k, and what regressed.
 # - Switch the loss variant: `get_preset(name, **{"grpo.loss": "dr-grpo"})` (or
 #   `"gspo-token"`, `"dapo"`), in a new run (`REASONKIT_RUN=...`) to compare them.
-# - Change the rewards: pass your own list, `train.train_grpo(preset, run,
-#   reward_fns=[...])`; rescale one with `rewards.weighted(fn, 0.5)`; try
-#   `rewards.multi_domain` for the non-math domains.
+# - Change the rewards: weigh them with `grpo.rewards` (`[["answer_correct", 2.0], ...]`),
+#   try `["multi_domain", 1.0]` for the non-math domains, or pass functions of your own,
+#   `train.train_grpo(preset, run, reward_fns=[...])`.
 # - Larger groups (`grpo.num_generations`) give steadier advantages; more steps let the
 #   accuracy reward move, not only the format ones.
 # - Expect a small gain on `tiny`: a million-parameter model learns its training prompts

@@ -157,6 +157,31 @@ plt.show()
 # change when it is larger than two standard errors.
 
 # %% [markdown]
+# ## Try it: GRPO on format rewards only
+# The last section of `05_grpo` trains GRPO once more in a branch of this run,
+# `<run>-format-only`, from the same adapters but rewarded for the format alone. If it
+# ran, here it is as one more row. GRPO knows the task only through its reward: with
+# format rewards alone, every push goes towards well-formed answers, so format pass holds
+# or rises while accuracy stays where the stage before left it, or drifts (nothing holds
+# it up). The model satisfies the reward without getting better at the task: reward
+# hacking in miniature, and why the answer rewards (`answer_correct`, `answer_close`,
+# `numeric_backup`) are in `grpo.rewards`. On `tiny` expect both GRPO rows within noise
+# of DPO's accuracy (its short GRPO gains little either way, as `05_grpo` says); with
+# Gemma and the full steps, the gap between the two GRPO rows is the lesson.
+
+# %%
+FORMAT_ONLY_ROW = "grpo, format rewards only"
+fmt_run = RunDir(run.path.with_name(f"{run.name}-format-only"))
+if not fmt_run.is_finished("grpo"):
+    print(f"no finished GRPO in {fmt_run.path}: run the last section of 05_grpo to add this row")
+else:
+    fmt_results, _ = evaluate.evaluate_run(preset, fmt_run, ["grpo"], mesh=eval_mesh)
+    display(Markdown(plots.stage_table({**results, FORMAT_ONLY_ROW: fmt_results["grpo"]}, k=k)))
+    compared = [s for s in (fmt_run.finished_info("grpo").get("started_from"), "grpo") if s in results]
+    display(Markdown(plots.bullets([x for s in compared for x in evaluate.describe_changes(
+        {s: results[s], FORMAT_ONLY_ROW: fmt_results["grpo"]})], "- nothing to compare it with")))
+
+# %% [markdown]
 # ## GSM8K test, strict / lenient
 # The held-out set is a slice of this run's own data; nobody else has numbers on it.
 # GSM8K's test split (1319 grade-school problems, apart from the train split `02` may

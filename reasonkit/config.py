@@ -17,6 +17,7 @@ editing a cell. Only ``tiny`` has run on the hardware it was sized for (:data:`U
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from typing import Any, Callable, Mapping
 
@@ -287,15 +288,53 @@ class DPOConfig(TrainConfig):
         _buckets(self)
 
 
+# GRPO's default reward: reasonkit.rewards.MATH_REWARDS by name, unweighted.
+DEFAULT_REWARDS = (("format_exact", 1.0), ("format_approx", 1.0), ("answer_correct", 1.0),
+                   ("answer_close", 1.0), ("numeric_backup", 1.0))
+
+
+def _reward_pairs(value: Any) -> tuple[tuple[str, float], ...]:
+    """``GRPOConfig.rewards`` as a tuple of ``(name, float weight)``, or ValueError naming the entry."""
+    if not isinstance(value, (tuple, list)) or not value:
+        _fail("GRPOConfig", "rewards", value,
+              'must be a non-empty list of [name, weight] pairs, e.g. [["answer_correct", 1.0]]')
+    pairs: list[tuple[str, float]] = []
+    for i, pair in enumerate(value):
+        if not (isinstance(pair, (tuple, list)) and len(pair) == 2 and isinstance(pair[0], str)
+                and pair[0]):
+            _fail("GRPOConfig", f"rewards[{i}]", pair,
+                  'must be a [name, weight] pair, e.g. ["answer_correct", 1.0]')
+        name, weight = pair
+        if not (_is_number(weight) and math.isfinite(weight)):
+            _fail("GRPOConfig", f"rewards[{i}]", pair, "the weight must be a finite number")
+        if name in (n for n, _ in pairs):
+            _fail("GRPOConfig", f"rewards[{i}]", pair,
+                  f"{name!r} is named twice: give each reward once, with its total weight")
+        pairs.append((name, float(weight)))
+    return tuple(pairs)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class GRPOConfig(TrainConfig):
     """Group relative policy optimisation (Shao et al. 2024); ``loss`` picks the Tunix variant.
 
     Each prompt of a batch gets ``num_generations`` (G) sampled answers; an answer's
-    advantage is its reward less its group's mean, over the group's standard deviation.
-    The policy ratio is clipped to ``[1 - epsilon, 1 + epsilon]`` as in PPO, and ``beta``
-    weighs a KL penalty towards the reference (the adapters GRPO started from). The
-    inherited ``batch_size`` counts prompts: a step scores ``batch_size * G`` answers.
+    reward r_i is the weighted sum of the reward functions ``rewards`` names (functions of
+    :mod:`reasonkit.rewards`), and its advantage is r_i less its group's mean, over the
+    group's standard deviation. The policy ratio is clipped to ``[1 - epsilon, 1 + epsilon]``
+    as in PPO, and ``beta`` weighs a KL penalty towards the reference (the adapters GRPO
+    started from). The inherited ``batch_size`` counts prompts: a step scores
+    ``batch_size * G`` answers.
+
+    ``rewards`` comes from JSON as lists, e.g. ``{"grpo.rewards": [["format_exact", 1.0],
+    ["answer_correct", 2.0]]}``, and is kept as a tuple of ``(name, weight)`` pairs:
+
+    >>> GRPOConfig(rewards=[["format_exact", 1], ["answer_correct", 2.0]]).rewards
+    (('format_exact', 1.0), ('answer_correct', 2.0))
+    >>> GRPOConfig(rewards=[["format_exact", 1.0], ["answer_correct"]])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: GRPOConfig.rewards[1]=['answer_correct']: must be a [name, weight] pair, e.g. ...
     """
 
     # --- the objective (the paper's symbols: G, mu, beta, epsilon)
@@ -308,15 +347,24 @@ class GRPOConfig(TrainConfig):
     # towards the reference.
     kl_loss_mode: str = "low_var_kl"  # "low_var_kl" | "kl" | "mse_kl"
     epsilon: float = 0.2  # epsilon: clipping range of the importance ratio
+    # --- the reward: r_i = sum_k w_k * r_k(answer i), over (name of r_k, w_k) pairs
+    # Names of reasonkit.rewards' functions. Weight 1 logs a function as rewards/<name>, any
+    # other as rewards/<name>_x<w>; weight 0 logs it without training on it. These five,
+    # unweighted, are format (exact, approximate) and answer (exact, close, numeric backup).
+    rewards: tuple[tuple[str, float], ...] = DEFAULT_REWARDS  # (name of r_k, w_k) pairs, summed
     # --- rollouts: how the answers are sampled
     max_prompt_length: int = 128  # prompt tokens, BOS included; longer prompts are dropped from the split
     max_generation_length: int = 128  # tokens sampled per answer; Tunix pads every answer to it
     temperature: float = 0.9  # T: sampling temperature of the rollouts (not of evaluation)
     top_p: float = 1.0  # nucleus sampling: keep the smallest set of tokens with this much mass
     top_k: int = 50  # sample among the k most likely tokens only
+    # --- bookkeeping: free to change between a checkpoint and its resume
+    show_every: int = 50  # steps between printouts of one sampled answer and its rewards; 0: never
 
     def __post_init__(self):
         super().__post_init__()
+        object.__setattr__(self, "rewards", _reward_pairs(self.rewards))
+        _require(self, ("show_every",), lambda v: _is_int(v) and v >= 0, "must be an int >= 0 (0: never)")
         if self.loss not in ("grpo", "gspo-token", "dapo", "dr-grpo"):
             _fail("GRPOConfig", "loss", self.loss,
                   "must be one of 'grpo', 'gspo-token', 'dapo', 'dr-grpo'")

@@ -341,8 +341,10 @@ def plot_dpo(m: Metrics):
 
 
 def plot_grpo(m: Metrics, reward_fns: Sequence[Callable], beta: float):
-    """GRPO's mean reward per function, their total, and the KL to the reference, per step."""
-    fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
+    """GRPO's mean reward per function, their total, and the KL to the reference, per step;
+    and the fraction of groups with no signal (all G rewards equal) when it was logged."""
+    zero_std = "rewards/train/frac_zero_std"
+    fig, axes = plt.subplots(1, 4 if zero_std in m else 3, figsize=(18 if zero_std in m else 14, 3.8))
     for fn in reward_fns:
         axes[0].plot(*m[f"rewards/train/{fn.__name__}"], label=fn.__name__)
     axes[0].set(title="each reward (mean per answer)", ylabel="reward")
@@ -353,6 +355,9 @@ def plot_grpo(m: Metrics, reward_fns: Sequence[Callable], beta: float):
     if "actor/train/kl" in m:
         axes[2].plot(*m["actor/train/kl"])
     axes[2].set(title=f"KL to the reference (beta={beta})", ylabel="KL per token")
+    if zero_std in m:  # such a group's advantages are all 0: it teaches nothing
+        axes[3].plot(*m[zero_std])
+        axes[3].set(title="groups with all G rewards equal", ylabel="fraction of prompts", ylim=(-0.05, 1.05))
     for ax in axes:
         ax.set_xlabel("step")
     fig.tight_layout()

@@ -44,6 +44,8 @@ import numbers
 import re
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
 from reasonkit.answers import (
     check_answer,
     closeness,
@@ -56,8 +58,9 @@ from reasonkit.template import TAGS, Extraction, extract_answer, has_exact_forma
 
 __all__ = [
     "reasoning_quality", "format_exact", "format_approx", "answer_correct", "answer_close",
-    "numeric_backup", "multi_domain", "weighted", "MATH_REWARDS", "SYMBOLIC_BUDGET_SECONDS",
-    "SYMBOLIC_SKIPS",
+    "numeric_backup", "multi_domain", "weighted", "from_config", "frac_zero_std", "MATH_REWARDS",
+    "BY_NAME",
+    "SYMBOLIC_BUDGET_SECONDS", "SYMBOLIC_SKIPS",
 ]
 
 FORMAT_EXACT_SCORE = 3.0
@@ -316,6 +319,57 @@ def weighted(fn: Callable[..., list[float]], weight: float,
 
 
 MATH_REWARDS = [format_exact, format_approx, answer_correct, answer_close, numeric_backup]
+# The reward functions GRPOConfig.rewards can name (a lookup of this module's functions).
+BY_NAME = {fn.__name__: fn for fn in (*MATH_REWARDS, multi_domain)}
+
+
+def from_config(pairs: Sequence[tuple[str, float]]) -> list[Callable[..., list[float]]]:
+    """The functions ``GRPOConfig.rewards`` names, each with its weight, in its order.
+
+    Weight 1 gives the function itself, logged by Tunix as ``rewards/<name>``; another
+    weight :func:`weighted` (``rewards/<name>_x<weight>``); weight 0 logs a reward
+    without training on it.
+
+    >>> [fn.__name__ for fn in from_config([("format_exact", 1.0), ("answer_correct", 2.0),
+    ...                                     ("answer_close", 0.0)])]
+    ['format_exact', 'answer_correct_x2', 'answer_close_x0']
+    >>> from_config([("format_exact", 1.0), ("answer_right", 1.0)])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: grpo.rewards[1]: unknown reward 'answer_right'; known: answer_close, answer_correct, ...
+    """
+    fns = []
+    for i, (name, weight) in enumerate(pairs):
+        if name not in BY_NAME:
+            raise ValueError(f"grpo.rewards[{i}]: unknown reward {name!r}; known: "
+                             f"{', '.join(sorted(BY_NAME))}")
+        fn = BY_NAME[name]
+        fns.append(fn if weight == 1 else weighted(fn, weight))
+    return fns
+
+
+# --- what a GRPO step's rewards can teach ----------------------------------------------
+
+def frac_zero_std(rewards: Sequence[float], num_generations: int) -> float:
+    """The fraction of prompt groups whose ``num_generations`` (G) rewards are all equal.
+
+    Such a group has no spread, so every advantage in it is 0: it teaches nothing, however
+    high its rewards (TRL logs this as ``frac_reward_zero_std``). ``rewards`` is a GRPO
+    step's summed reward per answer, the G answers of a prompt side by side:
+
+    >>> frac_zero_std([3.0, 3.0,    # group 0: both answers scored 3: no signal
+    ...                0.0, 1.5,    # group 1
+    ...                0.0, 0.0,    # group 2: no signal
+    ...                2.0, 5.0],   # group 3
+    ...               num_generations=2)
+    0.5
+    """
+    scores = np.asarray(rewards, dtype=float)
+    if scores.ndim != 1 or not len(scores) or len(scores) % num_generations:
+        raise ValueError(f"frac_zero_std: {scores.shape} rewards do not split into groups of "
+                         f"num_generations={num_generations}")
+    groups = scores.reshape(-1, num_generations)  # [prompts, G]
+    return float(np.mean(np.all(groups == groups[:, :1], axis=1)))
 
 
 # --- plumbing ------------------------------------------------------------------------

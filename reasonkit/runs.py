@@ -48,12 +48,12 @@ import shutil
 import sys
 import time
 import warnings
-from typing import IO, Any, Callable, Mapping, TypeVar
+from typing import IO, Any, Callable, Mapping, Sequence, TypeVar
 
 import numpy as np
 
 from reasonkit import data
-from reasonkit.config import Preset, preset_name
+from reasonkit.config import DEFAULT_REWARDS, Preset, preset_name
 
 STAGES = ("data", "sft", "dpo", "grpo", "eval")
 NOTEBOOK_OF = {"data": "02_dataset_rebalance", "sft": "03_sft", "dpo": "04_dpo",
@@ -562,8 +562,11 @@ def start_from(run: RunDir, stage: str) -> str | None:
 
 
 SETTINGS_FILE = "settings.json"
-# How a stage is laid out, logged or rematerialised, not what it learns: free to change.
-LAYOUT_ONLY = ("mesh", "checkpoint_every", "log_every", "remat")
+# How a stage is laid out, logged, shown or rematerialised, not what it learns: free to change.
+LAYOUT_ONLY = ("mesh", "checkpoint_every", "log_every", "show_every", "remat")
+# Settings added after runs first recorded theirs, and the value every run before them
+# trained with: a run that recorded none compares as if it had recorded that one.
+ADDED_SETTINGS: dict[str, Any] = {"grpo.rewards": [list(pair) for pair in DEFAULT_REWARDS]}
 
 
 def recorded_settings(run: RunDir, stage: str) -> dict[str, Any] | None:
@@ -626,7 +629,8 @@ def settings_changes(run: RunDir, stage: str, settings: dict[str, Any]) -> list[
     recorded = recorded_settings(run, stage)
     if recorded is None:
         return []  # a run from before settings were recorded: nothing to compare with
-    return settings_diff(recorded, settings)
+    before = {k: v for k, v in ADDED_SETTINGS.items() if k in settings and k not in recorded}
+    return settings_diff({**recorded, **before}, settings)
 
 
 def settings_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
@@ -675,6 +679,51 @@ def check_hand_off(run: RunDir, stage: str, settings: dict[str, Any]) -> None:
             f"trained for another model or LoRA than now ({'; '.join(changes)}). Put those settings "
             f"back, train {started!r} again with these (retrain=True, notebooks/"
             f"{NOTEBOOK_OF[started]}), or use another run name.")
+
+
+def branch(run: RunDir, name: str, stages: Sequence[str] = ("data", "sft", "dpo")) -> RunDir:
+    """A run ``name`` beside ``run`` that starts with copies of ``run``'s finished ``stages``.
+
+    To try another setting of a later stage without training the earlier ones again
+    (05_grpo's GRPO on format rewards only). Refuses a stage of ``run`` that has not
+    finished, and a run ``name`` that holds another copy of one of ``stages`` (another
+    ``finished.json``); one that holds these copies already (the notebook run again) is
+    returned as it is, with what it trained since.
+
+    >>> import tempfile
+    >>> run = RunDir.create("main", root=tempfile.mkdtemp())
+    >>> run.mark_finished("data")
+    >>> branch(run, "main-try", stages=("data", "sft"))
+    Traceback (most recent call last):
+    ...
+    FileNotFoundError: stage 'sft' of run 'main' has not finished (no .../main/sft/finished.json);
+        run notebooks/03_sft first
+    >>> branch(run, "main-try", stages=("data",)).is_finished("data")
+    branched run 'main-try' from 'main': copied data
+    True
+    """
+    if name == run.name:
+        raise ValueError(f"branch: the new run needs another name than {run.name!r}")
+    sources = {stage: run.require(stage) for stage in stages}  # raises: which notebook to run
+    target = RunDir(run.path.parent / name)
+    copy = []
+    for stage, source in sources.items():
+        dest = target.path / stage
+        if _empty(dest):
+            copy.append(stage)
+        elif not (dest / "finished.json").is_file() or (
+                (dest / "finished.json").read_text() != (source / "finished.json").read_text()):
+            raise FileExistsError(
+                f"run {name!r} already has a {stage} stage that is not run {run.name!r}'s "
+                f"({dest}): delete {target.path} to branch {run.name!r} again, or use another name")
+    target = RunDir.create(name, root=run.path.parent)
+    if is_writer():
+        for stage in copy:
+            shutil.copytree(sources[stage], target.stage(stage), dirs_exist_ok=True)
+    sync(f"{name} branched")
+    print(f"branched run {name!r} from {run.name!r}: " + (f"copied {', '.join(copy)}" if copy else
+                                                       f"{', '.join(stages)} already there"))
+    return target
 
 
 # --- the data stage ----------------------------------------------------------------------

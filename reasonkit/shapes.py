@@ -141,13 +141,14 @@ def _sampler_programs(sampler, batch: int, prompt_len: int, gen_len: int, sampli
     # a static field holding an array: concrete in a real call, a leaked tracer here
     state = state.replace(num_input_tokens=jnp.array(prompt_len, dtype=jnp.int32))
     sampler.eos_ids = jnp.array([1])
-    params = sampler._flattened_transformer_state
-    prefill = sampler._compiled_prefill_fn.lower(params, state, None, echo=False)
+    params = train.tunix_private(sampler, "_flattened_transformer_state")
+    prefill = train.tunix_private(sampler, "_compiled_prefill_fn").lower(params, state, None, echo=False)
     compiled = prefill.compile()
     programs[f"{prefix}prefill"] = Memory.of(compiled).to_dict()
     after = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
                          prefill.out_info, compiled.output_shardings)
-    _compile(sampler._compiled_decode_fn.lower(params, after), f"{prefix}decode", programs)
+    _compile(train.tunix_private(sampler, "_compiled_decode_fn").lower(params, after),
+             f"{prefix}decode", programs)
 
 
 def _generation_programs(preset: Preset, stage: str, programs: dict[str, Any]) -> None:
@@ -155,7 +156,7 @@ def _generation_programs(preset: Preset, stage: str, programs: dict[str, Any]) -
         built = train.build_stage(preset, "grpo", weights="abstract")
         cfg = preset.grpo
         with built.mesh:
-            _sampler_programs(built.cluster.rollout._sampler,
+            _sampler_programs(train.tunix_private(built.cluster.rollout, "_sampler"),
                               cfg.batch_size * cfg.num_generations, cfg.max_prompt_length,
                               cfg.max_generation_length,
                               dict(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k),

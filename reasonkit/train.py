@@ -19,6 +19,7 @@ import dataclasses
 import functools
 import gc
 import importlib
+import importlib.metadata
 import itertools
 import json
 import os
@@ -36,9 +37,74 @@ from flax import nnx
 
 from reasonkit import collate, compiles, data, logprobs, masks, models, rewards, runs, template, tiny
 from reasonkit import mesh as mesh_lib
-from reasonkit.config import ModelConfig, Preset, TrainConfig
+from reasonkit.config import GRPOConfig, ModelConfig, Preset, TrainConfig
 from reasonkit.hardware import format_duration
 from reasonkit.runs import NOTEBOOK_OF, RunDir, from_writer, is_writer, open_jsonl, sync
+
+# --- Tunix internals ---------------------------------------------------------------------
+#
+# Written for google-tunix 0.1.7, the version requirements.txt and pyproject.toml pin. A few
+# things reasonkit needs are private in Tunix: a sampler's compiled prefill and decode, a DPO
+# trainer's input preparation, the RL cluster's metrics logger. Every such access goes
+# through tunix_private / set_tunix_private, so one grep finds them all, and a Tunix that
+# renamed one fails at once with the attribute's name instead of deep inside a stage.
+
+TUNIX_PINNED = "0.1.7"
+_MISSING = object()
+
+
+def tunix_version() -> str:
+    """The installed google-tunix version, or ``"not installed"``."""
+    try:
+        return importlib.metadata.version("google-tunix")
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _private_error(obj: Any, path: str, holder: Any, name: str) -> AttributeError:
+    where = type(holder).__module__ + "." + type(holder).__name__
+    inside = "" if holder is obj else f" (reached from a {type(obj).__name__})"
+    return AttributeError(
+        f"Tunix private attribute {path!r} not found: a {where}{inside} has no {name!r}. "
+        f"reasonkit reaches into this private part of Tunix as google-tunix {TUNIX_PINNED} "
+        f"has it; installed: google-tunix {tunix_version()}. Install google-tunix=="
+        f"{TUNIX_PINNED} (requirements.txt), or update reasonkit for this version.")
+
+
+def tunix_private(obj: Any, path: str) -> Any:
+    """``obj.<path>`` for a dotted ``path`` into Tunix's private attributes (Tunix 0.1.7).
+
+    A missing attribute raises an AttributeError naming the path, the type that lacks
+    it and the pinned and installed Tunix versions.
+
+    >>> class Trainer: _ref_model_exists = True
+    >>> tunix_private(Trainer(), "_ref_model_exists")
+    True
+    >>> tunix_private(Trainer(), "_sampler._transformer_graphdef")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    AttributeError: Tunix private attribute '_sampler._transformer_graphdef' not found: ...
+    """
+    value = obj
+    for name in path.split("."):
+        holder, value = value, getattr(value, name, _MISSING)
+        if value is _MISSING:
+            raise _private_error(obj, path, holder, name)
+    return value
+
+
+def set_tunix_private(obj: Any, path: str, value: Any) -> None:
+    """Set ``obj.<path>`` (:func:`tunix_private`'s dotted path) to ``value``.
+
+    Only an attribute Tunix has: setting one it lacks would change nothing Tunix reads,
+    so that raises :func:`tunix_private`'s error too.
+    """
+    head, _, name = path.rpartition(".")
+    holder = tunix_private(obj, head) if head else obj
+    if getattr(holder, name, _MISSING) is _MISSING:
+        raise _private_error(obj, path, holder, name)
+    setattr(holder, name, value)
+
 
 # --- optimisation ------------------------------------------------------------------------
 
@@ -101,10 +167,11 @@ def detached_after(logger: Any) -> Iterator[None]:
     Tunix leaves them registered: they would copy every metric logged later in the same
     process (a resumed run, the next stage) into this stage's metrics.jsonl.
     """
+    backends = tunix_private(logger, "_backends")  # before training: a missing one raises now
     try:
         yield
     finally:
-        for backend in getattr(logger, "_backends", []):
+        for backend in backends:
             try:
                 jax.monitoring.unregister_scalar_listener(backend.log_scalar)
             except Exception:  # noqa: BLE001 - it was not registered
@@ -591,12 +658,13 @@ class Stage:
             rows = [([5] * cfg.max_prompt_length, [6] * cfg.max_response_length,
                      [7] * cfg.max_response_length)] * cfg.batch_size
             batch = dpo_collator(self.preset, tok)(rows)
-            has_ref, self.trainer._ref_model_exists = self.trainer._ref_model_exists, False
+            has_ref = tunix_private(self.trainer, "_ref_model_exists")
+            set_tunix_private(self.trainer, "_ref_model_exists", False)
             try:  # Tunix's own preparation, traced; the reference's log-probs filled in below
                 with self.mesh:
-                    example = jax.eval_shape(self.trainer._prepare_inputs, batch)
+                    example = jax.eval_shape(tunix_private(self.trainer, "_prepare_inputs"), batch)
             finally:
-                self.trainer._ref_model_exists = has_ref
+                set_tunix_private(self.trainer, "_ref_model_exists", has_ref)
             if has_ref:
                 logps = jax.ShapeDtypeStruct((cfg.batch_size,), jnp.float32)
                 example = example.replace(ref_chosen_logps=logps, ref_rejected_logps=logps)
@@ -644,8 +712,8 @@ def build_stage(preset: Preset, stage: str, run: RunDir | None = None, *,
     benchmarks look inside it. ``weights`` picks real (``"checkpoint"``), random or
     abstract weights (:func:`build_models`); ``started`` is the stage whose adapters to
     start from (and to freeze as the reference); ``run`` gives checkpoints and metrics
-    (none without it). A batch that does not split over the mesh's data axes is refused
-    here, before anything is built.
+    (none without it); ``reward_fns`` replaces GRPO's ``preset.grpo.rewards``. A batch that
+    does not split over the mesh's data axes is refused here, before anything is built.
     """
     import tunix
 
@@ -693,7 +761,7 @@ def _dpo_trainer(preset: Preset, run: RunDir | None, policy, reference):
             pbar_description=cfg.algorithm.upper(), **_io(run, "dpo", cfg)))
     # Tunix's loss and preparation (the reference's forward), with chunked log-probs
     trainer.with_loss_fn(_chunked(dpo_loss_fn), has_aux=True)
-    trainer._prepare_inputs = _chunked(trainer._prepare_inputs)
+    set_tunix_private(trainer, "_prepare_inputs", _chunked(tunix_private(trainer, "_prepare_inputs")))
     return trainer
 
 
@@ -740,11 +808,13 @@ def _grpo_learner(preset: Preset, run: RunDir | None, policy, reference, tok, me
                                    rollout_engine="vanilla", offload_to_cpu=False,
                                    training_config=training, rollout_config=rollout))
     # Tunix's sampler traces the actor's graph as given: with remat on it cannot decode
-    cluster.rollout._sampler._transformer_graphdef = models.sampling_graphdef(policy)
+    set_tunix_private(cluster.rollout, "_sampler._transformer_graphdef",
+                      models.sampling_graphdef(policy))
     reseed_rollouts(cluster, cfg.seed)
     learner_cls, algo = grpo_algorithm(preset)
-    learner = learner_cls(rl_cluster=cluster, reward_fns=list(reward_fns or reward_functions(preset)),
-                          algo_config=algo)
+    fns = rewards.from_config(cfg.rewards) if reward_fns is None else list(reward_fns)
+    learner = learner_cls(rl_cluster=cluster, reward_fns=fns, algo_config=algo,
+                          metric_fns=[grpo_metrics(cluster, cfg, fns)])
     # the learner's policy loss and the reference's forward, with chunked log-probs
     actor = cluster.actor_trainer
     actor.with_loss_fn(_chunked(actor.loss_fn), has_aux=True)
@@ -776,70 +846,111 @@ class StageResult:
                 "started_from": self.started_from, "seconds": round(self.seconds, 1), **self.stats}
 
 
-def _finish(run: RunDir, stage: str, cfg: TrainConfig, steps: int, t0: float, started: str | None,
-            stats: dict[str, Any], policy, tok, model_dir) -> StageResult:
-    done = steps >= cfg.max_steps
-    result = StageResult(stage, steps, done, started, time.time() - t0, stats, policy, tok, model_dir)
-    if done:
-        run.mark_finished(stage, **{k: v for k, v in result.summary().items() if k != "stage"})
-    else:
-        print(f"{stage}: stopped at step {steps}/{cfg.max_steps}; run the notebook again to resume")
-    return result
+@dataclasses.dataclass
+class _Run:
+    """What :func:`_running` gives a trainer: the built stage, the splits, its batch streams.
+
+    After the ``with`` block (training done) ``steps`` and ``policy`` are set, and
+    :meth:`finish` turns the run into a :class:`StageResult`.
+    """
+
+    preset: Preset
+    run: RunDir
+    name: str
+    deadline: float | None
+    t0: float
+    splits: data.Splits
+    started: str | None
+    stage: Stage
+    counter: compiles.CompileCounter
+    steps: int | None = None
+    policy: Any = None
+
+    @property
+    def config(self) -> TrainConfig:
+        return getattr(self.preset, self.name)
+
+    def batches(self, stream: Iterable[Any], label: str) -> Iterator[Any]:
+        """``stream`` until the deadline (:func:`until`), its compilations counted.
+
+        A resumed trainer first reads and discards the batches it already consumed
+        (``skip``, its restored step): they are neither timed nor counted as warm-up.
+        """
+        skip = self.stage.trainer.train_steps
+        return self.counter.watch(until(stream, self.deadline, total=self.config.max_steps,
+                                        name=label, skip=skip), skip=skip)
+
+    def finish(self, collator) -> StageResult:
+        """The stage's result, after the block; marks the stage finished when it ran all its steps."""
+        if self.steps is None:
+            raise RuntimeError(f"{self.name}: finish() comes after the `with _running(...)` block")
+        stats = {"collate": collator.stats.to_dict(),
+                 "compiles": log_compiles(self.run, self.name, self.counter, self.steps)}
+        done = self.steps >= self.config.max_steps
+        result = StageResult(self.name, self.steps, done, self.started, time.time() - self.t0, stats,
+                             self.policy, self.stage.tokenizer, self.stage.model_dir)
+        if done:
+            self.run.mark_finished(self.name, **{k: v for k, v in result.summary().items()
+                                                 if k != "stage"})
+        else:
+            print(f"{self.name}: stopped at step {self.steps}/{self.config.max_steps}; "
+                  "run the notebook again to resume")
+        return result
+
+
+@contextlib.contextmanager
+def _running(preset: Preset, run: RunDir, name: str, *, deadline: float | None, overwrite: bool,
+             reward_fns: Sequence[Callable] | None = None) -> Iterator[_Run]:
+    """What every training stage does around Tunix's own lines; the block is those lines.
+
+    Before: refuse a finished stage (or clear it: ``overwrite``), read the splits, find
+    the stage it starts from, record its settings (refusing a resume under other ones)
+    and build it. Around the block: the stage's mesh, a compile counter, checkpoint saves
+    that land on an interrupt, Tunix's metrics listeners detached however training ends.
+    After it: the step count and the trained policy, for :meth:`_Run.finish`.
+    """
+    runs.begin_stage(run, name, overwrite)
+    t0 = time.time()
+    splits, _ = data.read_splits(run.require("data"))
+    started = runs.start_from(run, name)  # None for SFT
+    runs.record_settings(run, name, runs.stage_settings(preset, run, name, started))
+    stage = build_stage(preset, name, run, started=started, reward_fns=reward_fns)
+    trainer = stage.trainer  # GRPO: the RL cluster's actor trainer
+    logger = (trainer.metrics_logger if stage.cluster is None
+              else tunix_private(stage.cluster, "_rl_metrics_logger"))
+    with stage.mesh:
+        with compiles.CompileCounter() as counter, saves_land_on_interrupt(trainer.checkpoint_manager), \
+                detached_after(logger):
+            r = _Run(preset, run, name, deadline, t0, splits, started, stage, counter)
+            yield r
+        r.steps, r.policy = trainer.train_steps, trainer.model
 
 
 def train_sft(preset: Preset, run: RunDir, *, deadline: float | None = None,
               overwrite: bool = False) -> StageResult:
     """Supervised fine-tuning with completion-only loss, resuming from the last checkpoint."""
-    runs.begin_stage(run, "sft", overwrite)
-    t0, cfg = time.time(), preset.sft
-    splits, _ = data.read_splits(run.require("data"))
-    runs.record_settings(run, "sft", runs.stage_settings(preset, run, "sft", None))
-    stage = build_stage(preset, "sft", run)
-    trainer, tok = stage.trainer, stage.tokenizer
-    with stage.mesh:
-        train, collator = sft_batches(sft_examples(splits.sft, tok), preset, tok)
-        train = mesh_lib.global_batches(train, stage.mesh)  # several processes: one global batch
-        held_out = collate.batches(sft_examples(splits.eval, tok), cfg.batch_size, collate.SFTCollator(
+    cfg = preset.sft
+    with _running(preset, run, "sft", deadline=deadline, overwrite=overwrite) as r:
+        trainer, tok, mesh = r.stage.trainer, r.stage.tokenizer, r.stage.mesh
+        train, collator = sft_batches(sft_examples(r.splits.sft, tok), preset, tok)
+        held_out = collate.batches(sft_examples(r.splits.eval, tok), cfg.batch_size, collate.SFTCollator(
             layout=collate.StaticLayout(max_length=cfg.max_target_length), pad_id=tok.pad_id(),
             bos_id=tok.bos_id()))
-        with compiles.CompileCounter() as counter, saves_land_on_interrupt(trainer.checkpoint_manager), \
-                detached_after(trainer.metrics_logger):
-            trainer.train(counter.watch(until(train, deadline, total=cfg.max_steps, name="SFT",
-                                              skip=trainer.train_steps), skip=trainer.train_steps),
-                          list(mesh_lib.global_batches(take(held_out, 2), stage.mesh)))
-        steps = trainer.train_steps
-    stats = {"collate": collator.stats.to_dict(),
-             "compiles": log_compiles(run, "sft", counter, steps)}
-    return _finish(run, "sft", cfg, steps, t0, None, stats, stage.policy, tok, stage.model_dir)
+        # global_batches: on several processes, each batch one global array
+        trainer.train(r.batches(mesh_lib.global_batches(train, mesh), "SFT"),
+                      list(mesh_lib.global_batches(take(held_out, 2), mesh)))
+    return r.finish(collator)
 
 
 def train_dpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
               overwrite: bool = False) -> StageResult:
     """DPO (or ORPO) from the SFT adapters; the reference is the SFT policy, frozen (no ORPO)."""
-    runs.begin_stage(run, "dpo", overwrite)
-    t0, cfg = time.time(), preset.dpo
-    splits, _ = data.read_splits(run.require("data"))
-    started = runs.start_from(run, "dpo")
-    runs.record_settings(run, "dpo", runs.stage_settings(preset, run, "dpo", started))
-    stage = build_stage(preset, "dpo", run, started=started)
-    trainer, tok = stage.trainer, stage.tokenizer
-    with stage.mesh:
-        train, collator = dpo_batches(dpo_examples(splits.dpo, tok), preset, tok)
-        train = mesh_lib.global_batches(train, stage.mesh)
-        with compiles.CompileCounter() as counter, saves_land_on_interrupt(trainer.checkpoint_manager), \
-                detached_after(trainer.metrics_logger):
-            trainer.train(counter.watch(until(train, deadline, total=cfg.max_steps, name=cfg.algorithm,
-                                              skip=trainer.train_steps), skip=trainer.train_steps))
-        steps = trainer.train_steps
-    stats = {"collate": collator.stats.to_dict(),
-             "compiles": log_compiles(run, "dpo", counter, steps)}
-    return _finish(run, "dpo", cfg, steps, t0, started, stats, stage.policy, tok, stage.model_dir)
-
-
-def reward_functions(preset: Preset) -> list[Callable]:
-    """The GRPO rewards: format (exact, approximate) and answer (exact, close, numeric backup)."""
-    del preset
-    return list(rewards.MATH_REWARDS)
+    with _running(preset, run, "dpo", deadline=deadline, overwrite=overwrite) as r:
+        tok = r.stage.tokenizer
+        train, collator = dpo_batches(dpo_examples(r.splits.dpo, tok), preset, tok)
+        r.stage.trainer.train(r.batches(mesh_lib.global_batches(train, r.stage.mesh),
+                                        preset.dpo.algorithm))
+    return r.finish(collator)
 
 
 def grpo_algorithm(preset: Preset):
@@ -879,32 +990,68 @@ def reseed_rollouts(cluster, seed: int) -> None:
     cluster.rollout.generate = reseeded
 
 
+def grpo_metrics(cluster, cfg: GRPOConfig, reward_fns: Sequence[Callable]) -> Callable:
+    """A metric function for Tunix's GRPO learner (its ``metric_fns``): what each step's
+    rewards can teach, and now and then one of the answers they scored.
+
+    Every step it logs ``rewards/frac_zero_std`` (``rewards/train/frac_zero_std`` in
+    metrics.jsonl): the fraction of prompts whose G answers all got the same reward
+    (:func:`reasonkit.rewards.frac_zero_std`), which move nothing. Every
+    ``cfg.show_every`` steps (0: never) it prints the first answer of the step, the end of
+    its prompt and what each reward gave it.
+    """
+    def metrics(prompts, completions, advantages, **columns) -> dict[str, tuple[float, Callable]]:
+        summed = np.asarray(columns.pop("rewards"), dtype=float)  # [B * G]: each answer's r_i
+        step = cluster.global_steps  # the step these rollouts train, as the metrics number it
+        if cfg.show_every and step % cfg.show_every == 0 and is_writer():
+            print(show_answer(step, prompts, completions, summed, columns, reward_fns,
+                              cfg.num_generations))
+        return {"rewards/frac_zero_std": (rewards.frac_zero_std(summed, cfg.num_generations), np.mean)}
+
+    return metrics
+
+
+def show_answer(step: int, prompts: Sequence[str], completions: Sequence[str], summed: np.ndarray,
+                columns: dict[str, Any], reward_fns: Sequence[Callable], num_generations: int,
+                index: int = 0, tail: int = 100) -> str:
+    """A few lines on answer ``index`` of a GRPO step: the end of its prompt, the answer, each
+    reward's score of it (scored again, alone) and its group's summed rewards."""
+    one = dict(prompts=[prompts[index]], completions=[completions[index]],
+               **{k: np.asarray(v)[index:index + 1] for k, v in columns.items()})
+    scores = []
+    for fn in reward_fns:
+        try:
+            scores.append(f"{fn.__name__} {fn(**one)[0]:.2f}")
+        except Exception as e:  # noqa: BLE001 - a printout must never stop training
+            scores.append(f"{fn.__name__} ? ({type(e).__name__})")
+    question = str(prompts[index]).rsplit(template.END_OF_TURN, 1)[0]
+    first = index - index % num_generations
+    group = " ".join(f"{r:g}" for r in summed[first:first + num_generations])
+    return (f"--- GRPO step {step}: one sampled answer of {len(completions)}\n"
+            f"prompt ends: ...{question[-tail:]!r}\n"
+            f"answer: {completions[index]!r}\n"
+            f"rewards: {', '.join(scores)}; sum {summed[index]:g} (its group of {num_generations}: {group})")
+
+
 def train_grpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
                overwrite: bool = False, reward_fns: Sequence[Callable] | None = None) -> StageResult:
-    """GRPO from the DPO (or SFT) adapters, KL-regularised towards where it started."""
-    runs.begin_stage(run, "grpo", overwrite)
-    t0, cfg = time.time(), preset.grpo
-    splits, _ = data.read_splits(run.require("data"))
-    started = runs.start_from(run, "grpo")
-    runs.record_settings(run, "grpo", runs.stage_settings(preset, run, "grpo", started))
-    stage = build_stage(preset, "grpo", run, started=started, reward_fns=reward_fns)
-    cluster, learner, actor, tok = stage.cluster, stage.learner, stage.trainer, stage.tokenizer
-    with stage.mesh:
-        train, collator = grpo_batches(grpo_records(splits.grpo), preset, tok)
-        with compiles.CompileCounter() as counter, saves_land_on_interrupt(actor.checkpoint_manager), \
-                detached_after(cluster._rl_metrics_logger):
-            stream = counter.watch(until(train, deadline, total=cfg.max_steps, name="GRPO",
-                                         skip=actor.train_steps), skip=actor.train_steps)
-            first = next(stream, None)
-            if first is None:  # out of time before the first batch: Tunix's learner would
-                cluster.close()  # raise StopIteration; close as it does (saves the step)
-            else:
-                learner.train(itertools.chain([first], stream))
-        steps = actor.train_steps
-        policy = actor.model
-    stats = {"collate": collator.stats.to_dict(),
-             "compiles": log_compiles(run, "grpo", counter, steps)}
-    return _finish(run, "grpo", cfg, steps, t0, started, stats, policy, tok, stage.model_dir)
+    """GRPO from the DPO (or SFT) adapters, KL-regularised towards where it started.
+
+    The reward is ``preset.grpo.rewards``; ``reward_fns`` (a list of reward functions)
+    replaces it, e.g. for a reward of your own (the settings still record the preset's).
+    """
+    # Resolved before anything starts: an unknown reward name is refused with the stage untouched.
+    fns = rewards.from_config(preset.grpo.rewards) if reward_fns is None else list(reward_fns)
+    with _running(preset, run, "grpo", deadline=deadline, overwrite=overwrite, reward_fns=fns) as r:
+        cluster, learner, tok = r.stage.cluster, r.stage.learner, r.stage.tokenizer
+        train, collator = grpo_batches(grpo_records(r.splits.grpo), preset, tok)
+        stream = r.batches(train, "GRPO")
+        first = next(stream, None)
+        if first is None:  # out of time before the first batch: Tunix's learner would
+            cluster.close()  # raise StopIteration; close as it does (saves the step)
+        else:
+            learner.train(itertools.chain([first], stream))
+    return r.finish(collator)
 
 
 def export(result: StageResult, preset: Preset, run: RunDir, *,

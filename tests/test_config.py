@@ -89,6 +89,18 @@ def test_auto_on_this_cpu_is_tiny():
     (lambda: GRPOConfig(num_generations=1), "num_generations", "1"),
     (lambda: GRPOConfig(loss="ppo"), "loss", "'ppo'"),
     (lambda: GRPOConfig(kl_loss_mode="k2"), "kl_loss_mode", "'k2'"),
+    (lambda: GRPOConfig(show_every=-1), "show_every", "-1"),
+    (lambda: GRPOConfig(show_every=2.5), "show_every", "2.5"),
+    (lambda: GRPOConfig(rewards=()), "rewards", r"\(\): must be a non-empty list"),
+    (lambda: GRPOConfig(rewards="format_exact"), "rewards", "'format_exact'"),
+    (lambda: GRPOConfig(rewards=[["format_exact", 1.0], "answer_correct"]), r"rewards\[1\]",
+     "'answer_correct': must be a \\[name, weight\\] pair"),
+    (lambda: GRPOConfig(rewards=[["format_exact", "1"]]), r"rewards\[0\]", "the weight must be a finite"),
+    (lambda: GRPOConfig(rewards=[["format_exact", float("nan")]]), r"rewards\[0\]", "nan"),
+    (lambda: GRPOConfig(rewards=[["format_exact", True]]), r"rewards\[0\]", "True"),
+    (lambda: GRPOConfig(rewards=[["", 1.0]]), r"rewards\[0\]", "''"),
+    (lambda: GRPOConfig(rewards=[["format_exact", 1.0], ["format_exact", 2.0]]), r"rewards\[1\]",
+     "named twice"),
     (lambda: DataConfig(domain_weights={"poetry": 1.0}), "domain_weights", "poetry"),
     (lambda: DataConfig(domain_weights={"math": 0.0}), "domain_weights", "positive"),
     (lambda: dataclasses.replace(get_preset("tiny").model, num_kv_heads=3), "num_kv_heads", "3"),
@@ -135,6 +147,25 @@ def test_gsm8k_test_split_by_default_on_gemma_only():
     quick = EvalConfig(gsm8k_test="tfds:/data/tfds", gsm8k_limit=200)
     assert (quick.gsm8k_source(), quick.gsm8k_problems) == (("tfds", "/data/tfds"), 200)
     assert EvalConfig(gsm8k_test="hf:./gsm8k", gsm8k_limit=5000).gsm8k_problems == 1319
+
+
+def test_grpo_rewards_default_to_the_five_math_rewards_and_take_json_lists(monkeypatch):
+    """The field keeps every run as it was: the five rewards of rewards.MATH_REWARDS, unweighted."""
+    assert GRPOConfig().rewards == config.DEFAULT_REWARDS == (
+        ("format_exact", 1.0), ("format_approx", 1.0), ("answer_correct", 1.0),
+        ("answer_close", 1.0), ("numeric_backup", 1.0))
+    assert all(get_preset(name).grpo.rewards == config.DEFAULT_REWARDS for name in config.PRESETS)
+    monkeypatch.delenv("REASONKIT_PRESET", raising=False)
+    monkeypatch.setenv("REASONKIT_OVERRIDES",
+                       '{"grpo.rewards": [["format_exact", 1], ["answer_correct", 2]]}')
+    fmt = get_preset().grpo
+    assert fmt.rewards == (("format_exact", 1.0), ("answer_correct", 2.0))
+    # lists from a notebook's keyword override: the same config, hashable as any other
+    again = get_preset("tiny", **{"grpo.rewards": [["format_exact", 1.0], ["answer_correct", 2.0]]}).grpo
+    assert again.rewards == fmt.rewards and hash(again) == hash(fmt)
+    with pytest.raises(ValueError, match=r"preset 'tiny' with overrides .*GRPOConfig\.rewards\[0\]="):
+        monkeypatch.setenv("REASONKIT_OVERRIDES", '{"grpo.rewards": [["format_exact"]]}')
+        get_preset()
 
 
 def test_replace_nested_and_errors():

@@ -15,7 +15,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from reasonkit import data, runs, train
+from reasonkit import data, rewards, runs, train
 from reasonkit.config import get_preset
 
 _spec = importlib.util.spec_from_file_location(
@@ -31,8 +31,8 @@ def e2e(tmp_path_factory):
     root = tmp_path_factory.mktemp("e2e")
     preset = e2e_real.prepare(root, quick=True)
     # the real rewards plus one on which a group's two random completions differ: GRPO moves
-    rewards = [*train.reward_functions(preset), e2e_real.distinct]
-    return preset, e2e_real.pipeline(preset, root, reward_fns=rewards)
+    fns = [*rewards.from_config(preset.grpo.rewards), e2e_real.distinct]
+    return preset, e2e_real.pipeline(preset, root, reward_fns=fns)
 
 
 def test_the_model_is_the_presets_real_one(e2e):

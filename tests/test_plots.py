@@ -74,6 +74,9 @@ def test_every_figure_draws(tmp_path):
         pass
 
     figs |= {"sft": plots.plot_sft(m), "dpo": plots.plot_dpo(m), "grpo": plots.plot_grpo(m, [fmt], 0.04)}
+    assert len(figs["grpo"].axes) == 3  # a run from before frac_zero_std was logged
+    figs["grpo_zero_std"] = plots.plot_grpo({**m, "rewards/train/frac_zero_std": steps}, [fmt], 0.04)
+    assert figs["grpo_zero_std"].axes[3].get_title() == "groups with all G rewards equal"
     batch = {"input_tokens": np.array([[2, 5, 6, 0]]), "input_mask": np.array([[0, 0, 1, 0]], bool)}
     figs["mask"] = plots.plot_loss_mask(batch, pad_id=0)
     rows = hardware.budget_table(get_preset("tiny"), hardware.from_name("cpu-1"))

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from reasonkit import answers, template
 from reasonkit import rewards as R
-from reasonkit.config import DOMAINS
+from reasonkit.config import DOMAINS, get_preset
 from reasonkit.template import FAILURE_REASONS, TAGS, format_completion
 
 REWARDS = R.MATH_REWARDS + [R.multi_domain]
@@ -380,3 +380,20 @@ def test_closeness_is_answer_close_over_its_maximum(pred, gold):
 def test_math_rewards_list():
     assert [fn.__name__ for fn in R.MATH_REWARDS] == [
         "format_exact", "format_approx", "answer_correct", "answer_close", "numeric_backup"]
+
+
+def test_from_config_names_weights_and_refuses_an_unknown_name():
+    """GRPOConfig.rewards -> the functions Tunix sums; weight 1 keeps a function's own log name."""
+    default = R.from_config(get_preset("tiny").grpo.rewards)
+    assert default == R.MATH_REWARDS  # the very functions: Tunix logs rewards/<name> as before
+    fns = R.from_config((("format_exact", 1.0), ("answer_correct", 2.0), ("multi_domain", 0.0),
+                         ("format_approx", -0.5)))
+    assert [fn.__name__ for fn in fns] == ["format_exact", "answer_correct_x2", "multi_domain_x0",
+                                           "format_approx_x-0.5"]
+    completions = [RS + A(42)]
+    assert [fn(None, completions, answer=["42"])[0] for fn in fns] == [3.0, 6.0, 0.0, -1.0]
+    assert set(R.BY_NAME) == {fn.__name__ for fn in REWARDS}
+    with pytest.raises(ValueError, match=r"grpo\.rewards\[1\]: unknown reward 'answer'; known: "
+                                         r"answer_close, answer_correct, format_approx, format_exact, "
+                                         r"multi_domain, numeric_backup$"):
+        R.from_config([("format_exact", 1.0), ("answer", 1.0)])

@@ -300,3 +300,52 @@ def test_retraining_a_stage_names_the_later_stages_it_leaves_behind(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         runs.begin_stage(run, "dpo", overwrite=True)  # nothing started from DPO's adapters
+
+
+def test_grpo_settings_record_the_rewards_and_an_older_run_reads_as_the_default(tmp_path):
+    preset = small_preset()
+    run = make_run(tmp_path, "rewards", preset)
+    s = runs.stage_settings(preset, run, "grpo", None)
+    assert s["grpo.rewards"] == [[name, 1.0] for name in (
+        "format_exact", "format_approx", "answer_correct", "answer_close", "numeric_backup")]
+    assert "grpo.show_every" not in s  # printing is bookkeeping: free to change on a resume
+    fmt = preset.replace(**{"grpo.rewards": [["format_exact", 1.0], ["format_approx", 1.0]]})
+    assert runs.settings_diff(s, runs.stage_settings(fmt, run, "grpo", None)) == [
+        "grpo.rewards: " + repr(s["grpo.rewards"]) + " -> [['format_exact', 1.0], ['format_approx', 1.0]]"]
+    # A run recorded before the field existed trained with the default: the same settings.
+    run.write_json("grpo", "settings.json", {k: v for k, v in s.items() if k != "grpo.rewards"})
+    assert runs.settings_changes(run, "grpo", s) == []
+    assert runs.settings_changes(run, "grpo", runs.stage_settings(fmt, run, "grpo", None)) == [
+        "grpo.rewards: " + repr(s["grpo.rewards"]) + " -> [['format_exact', 1.0], ['format_approx', 1.0]]"]
+    run.write_json("sft", "settings.json", {"sft.max_steps": 4})  # not GRPO's: nothing added
+    assert runs.settings_changes(run, "sft", {"sft.max_steps": 4}) == []
+
+
+def test_branch_copies_finished_stages_and_refuses_what_it_would_mix(tmp_path, capsys):
+    run = RunDir.create("main", root=tmp_path)
+    for stage in ("data", "sft", "dpo"):
+        (run.stage(stage) / "checkpoints" / "2").mkdir(parents=True)
+        (run.stage(stage) / "checkpoints" / "2" / "weights").write_text(stage)
+        run.mark_finished(stage, steps=2)
+    (run.stage("grpo") / "metrics.jsonl").write_text("{}\n")  # not branched
+    with pytest.raises(FileNotFoundError, match=r"stage 'grpo' of run 'main' has not finished.*05_grpo"):
+        runs.branch(run, "main-try", stages=("data", "grpo"))
+    assert not (tmp_path / "main-try").exists()  # refused before anything was made
+    with pytest.raises(ValueError, match="another name than 'main'"):
+        runs.branch(run, "main")
+    other = runs.branch(run, "main-try")
+    assert other.path == tmp_path / "main-try" and "copied data, sft, dpo" in capsys.readouterr().out
+    for stage in ("data", "sft", "dpo"):
+        assert other.is_finished(stage)
+        assert (other.stage(stage) / "checkpoints" / "2" / "weights").read_text() == stage
+    assert not any(other.stage("grpo").iterdir()) and not other.is_finished("grpo")
+    # The notebook run again: the copies are there, and what the branch trained since stays.
+    other.mark_finished("grpo", steps=1)
+    assert runs.branch(run, "main-try").is_finished("grpo")
+    assert "data, sft, dpo already there" in capsys.readouterr().out
+    # The source's DPO trained again: the branch's copy is another DPO; mixing them is refused.
+    time.sleep(1.1)  # finished_at has a resolution of a second
+    run.mark_finished("dpo", steps=3)
+    with pytest.raises(FileExistsError, match=r"run 'main-try' already has a dpo stage that is not "
+                                              r"run 'main''s .*delete .*main-try to branch 'main' again"):
+        runs.branch(run, "main-try")

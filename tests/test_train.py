@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from reasonkit import evaluate, models, runs, template, train
+from reasonkit import evaluate, models, rewards, runs, template, train
 from reasonkit.config import SFTConfig, get_preset
 from reasonkit.hardware import format_duration
 from reasonkit.runs import RunDir
@@ -257,6 +257,61 @@ def test_time_budget_stop_leaves_a_resumable_checkpoint(tmp_path, preset):
     assert train.train_sft(preset, run).finished  # the next session resumes and completes
 
 
+def test_grpo_rewards_come_from_the_config_and_a_wrong_name_is_refused_up_front(tmp_path, preset):
+    built = train.build_stage(preset.replace(**{"grpo.rewards": [["format_exact", 1.0],
+                                                                 ["answer_correct", 2.0]]}),
+                              "grpo", weights="abstract")
+    assert [fn.__name__ for fn in built.learner.reward_manager.reward_fns] == [
+        "format_exact", "answer_correct_x2"]
+    assert train.build_stage(preset, "grpo", weights="abstract").learner.reward_manager.reward_fns == \
+        rewards.MATH_REWARDS  # the default: Tunix logs rewards/<name> as it always did
+    run = make_run(tmp_path, "typo", preset)
+    with pytest.raises(ValueError, match=r"grpo\.rewards\[0\]: unknown reward 'format'; known: "):
+        train.train_grpo(preset.replace(**{"grpo.rewards": [["format", 1.0]]}), run)
+    assert not (run.stage("grpo") / "settings.json").exists()  # refused before anything started
+
+
+def test_grpo_logs_the_groups_that_teach_nothing_and_shows_an_answer(pipeline, preset, tmp_path, capsys):
+    """Every step logs rewards/frac_zero_std, as computed from that step's rewards; with
+    show_every=1 every step prints one answer and what each reward gave it."""
+    p = preset.replace(**{"grpo.show_every": 1})
+    run = run_after(pipeline[0], tmp_path, "zero-std", p, "sft", "dpo")
+    steps_rewards, n = [], p.grpo.batch_size * p.grpo.num_generations
+
+    def first_prompt_only(prompts, completions, **kwargs):
+        """The first prompt's answers score their length (a spread), the other prompts' 0 (none)."""
+        scores = [float(len(c)) if q == prompts[0] else 0.0
+                  for q, c in zip(prompts, completions, strict=True)]
+        if len(scores) == n:  # a step's rollouts, not the printout scoring one answer again
+            steps_rewards.append(scores)
+        return scores
+
+    train.train_grpo(p, run, reward_fns=[first_prompt_only])
+    logged = train.read_metrics(run, "grpo")["rewards/train/frac_zero_std"][1]
+    want = [rewards.frac_zero_std(r, p.grpo.num_generations) for r in steps_rewards]
+    assert len(want) == p.grpo.max_steps and logged == pytest.approx(want)
+    assert all(0.0 <= v <= 1.0 for v in logged)
+    out = capsys.readouterr().out
+    assert out.count("--- GRPO step ") == p.grpo.max_steps, out
+    assert re.search(r"rewards: first_prompt_only \d+\.00; sum \d+ \(its group of 8: ", out), out
+
+
+def test_frac_zero_std_and_the_printout_of_one_answer():
+    summed = np.array([3.0, 3.0, 0.0, 1.5])  # 2 prompts x G = 2
+    assert rewards.frac_zero_std(summed, 2) == 0.5 and rewards.frac_zero_std(summed, 4) == 0.0
+    with pytest.raises(ValueError, match=r"\(4,\) rewards do not split into groups of num_generations=3"):
+        rewards.frac_zero_std(summed, 3)
+    prompt = template.format_prompt("What is 6 * 7?")
+    answers = ["<reasoning>6 * 7 = 42</reasoning><answer>42</answer>", "41", "x", "y"]
+    text = train.show_answer(7, [prompt] * 4, answers, summed, {"answer": np.array(["42"] * 4)},
+                             [rewards.format_exact, rewards.answer_correct], num_generations=2, tail=30)
+    assert text.splitlines() == [
+        "--- GRPO step 7: one sampled answer of 4",
+        "prompt ends: ...'wer> </answer>.\\nWhat is 6 * 7?'",  # its last 30 characters
+        "answer: '<reasoning>6 * 7 = 42</reasoning><answer>42</answer>'",
+        "rewards: format_exact 3.00, answer_correct 3.00; sum 3 (its group of 2: 3 3)"]
+
+
 def test_grpo_loss_variants_are_selectable(preset):
     from tunix.rl.grpo import dapo_learner, drgrpo_learner, grpo_learner
 
@@ -383,6 +438,38 @@ def test_grpo_kl_term_pulls_towards_the_reference(preset):
     assert jnp.allclose(grad("kl", near), grad("kl", far))  # why we do not use Tunix's default
     assert not jnp.allclose(grad("low_var_kl", near), grad("low_var_kl", far))
     assert jnp.allclose(grad("low_var_kl", logp), 0.0)  # no pull at the reference itself
+
+
+def test_a_missing_tunix_private_attribute_names_itself_and_the_versions(monkeypatch):
+    """Tunix renamed something reasonkit reaches into: say what, where, and which Tunix."""
+    class Sampler:
+        _transformer_graphdef = "graph"
+
+    class Rollout:
+        _sampler = Sampler()
+
+    rollout = Rollout()
+    assert train.tunix_private(rollout, "_sampler._transformer_graphdef") == "graph"
+    train.set_tunix_private(rollout, "_sampler._transformer_graphdef", "ours")
+    assert rollout._sampler._transformer_graphdef == "ours"
+    monkeypatch.setattr(train, "tunix_version", lambda: "0.2.0")
+    with pytest.raises(AttributeError) as missing:
+        train.tunix_private(rollout, "_sampler._compiled_decode_fn")
+    assert str(missing.value) == (
+        "Tunix private attribute '_sampler._compiled_decode_fn' not found: a "
+        "test_train.Sampler (reached from a Rollout) has no '_compiled_decode_fn'. reasonkit "
+        "reaches into this private part of Tunix as google-tunix 0.1.7 has it; installed: "
+        "google-tunix 0.2.0. Install google-tunix==0.1.7 (requirements.txt), or update "
+        "reasonkit for this version.")
+    # Setting one Tunix does not have would change nothing Tunix reads: refused alike.
+    with pytest.raises(AttributeError, match=r"'_ref_model_exists' not found: a test_train\.Rollout "
+                                             r"has no '_ref_model_exists'.*installed: google-tunix 0\.2\.0"):
+        train.set_tunix_private(rollout, "_ref_model_exists", False)
+    assert not hasattr(rollout, "_ref_model_exists")
+    monkeypatch.undo()  # the pin the helper names is the one installed and required
+    requirements = (pathlib.Path(__file__).resolve().parents[1] / "requirements.txt").read_text()
+    assert train.tunix_version() == train.TUNIX_PINNED
+    assert f"google-tunix=={train.TUNIX_PINNED}\n" in requirements
 
 
 def test_schedule_warms_up_then_decays():
