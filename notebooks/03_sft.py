@@ -233,10 +233,12 @@ train.free()
 # - **The optimizer**: `train.make_optimizer`, AdamW with global-norm clipping and the
 #   warm-up + cosine schedule, its learning rate logged.
 #
-# Watching it live: in Jupyter, Colab or Kaggle, a cell placed after the training cell
-# below shows TensorBoard in the notebook while SFT trains (it needs the `tensorboard`
-# package: `%pip install tensorboard` where the image lacks it; more in `docs/kaggle.md`).
-# It is not run here, because the tests run this notebook without TensorBoard:
+# Watching it live: in Jupyter, Colab or Kaggle, a cell with the two lines below, placed
+# before the training cell, shows TensorBoard in the notebook and keeps refreshing while
+# SFT trains (a kernel runs one cell at a time: after the training cell it would start
+# only once training ends). It needs the `tensorboard` package (`%pip install
+# tensorboard` where the image lacks it; more in `docs/kaggle.md`). It is not run here,
+# because the tests run this notebook without TensorBoard:
 #
 # ```python
 # %load_ext tensorboard

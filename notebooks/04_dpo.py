@@ -224,7 +224,14 @@ else:
 # %% [markdown]
 # ## What this stage left behind
 # `runs/<run>/dpo/` holds the Orbax checkpoints of the DPO adapters (what `05_grpo`
-# restores), `metrics.jsonl`, TensorBoard logs, the plot and `finished.json`.
+# restores), `metrics.jsonl`, TensorBoard logs, the plot and `finished.json`. To browse
+# the logs in Jupyter, Colab or Kaggle (with the `tensorboard` package installed; not run
+# here, the tests have none), in a cell of its own:
+#
+# ```python
+# %load_ext tensorboard
+# %tensorboard --logdir {run.stage("dpo") / "tensorboard"}
+# ```
 
 # %%
 print(sorted(p.name for p in run.stage("dpo").iterdir()))

@@ -255,6 +255,10 @@ train.free()  # the trainer loads its own copy onto the GRPO mesh
 #   traces the training graph, which with `model.remat` on (every Gemma preset) cannot
 #   decode.
 # - **The rewards**: plain functions (the list above), which Tunix sums unweighted.
+#
+# Tunix warns below that the reference and the actor "do not share the same backbone".
+# That is the abstract weights: shape-only stand-ins are separate objects, so its check
+# by identity fails. With real weights the two share every base array (`03_sft`, "LoRA").
 
 # %%
 stage = train.build_stage(preset, "grpo", None, weights="abstract")  # built, not trained
@@ -281,7 +285,12 @@ finished = result.finished
 # %% [markdown]
 # ## The curves
 # One point per step (`batch_size` prompts x `num_generations` answers). Left: the mean
-# of each reward over the step's answers; middle: their total; right: the KL.
+# of each reward over the step's answers; middle: their total; right: the KL. The same
+# metrics, and more (`completions/train/mean_length`, `actor/train/pg_clipfrac`), are in
+# TensorBoard; in Jupyter, Colab or Kaggle with the `tensorboard` package (not run here),
+# a cell with `%load_ext tensorboard` and
+# `%tensorboard --logdir {run.stage("grpo") / "tensorboard"}` shows them, and, placed
+# before the training cell, keeps refreshing while GRPO trains.
 
 # %%
 fig = plots.plot_grpo(train.read_metrics(run, "grpo"), reward_fns, beta=preset.grpo.beta)
@@ -328,18 +337,19 @@ else:
 # - **The policy moved**: the KL to the reference is larger at the end than at the start
 #   (0 at the first step, where policy and reference are the same). On `tiny` its mean
 #   goes from 0.0003 in the first quarter of 60 steps to 0.003 in the last, with
-#   `grpo.seed` 0 and 1.
+#   `grpo.seed` 0, 1 and 2.
 # - **The reward did not fall**: the mean total reward of the last quarter is no more
 #   than three standard errors below the first quarter's (the step-to-step spread of the
 #   total, about 0.45 on `tiny`, over a quarter of the steps: about ±0.5 for 60 steps).
 #   A collapse (a learning rate too high, a reward the model games) fails here.
 #
 # Not asserted: that the reward at the end is *above* its start. On `tiny` the rise is
-# smaller than its noise: over 60 steps the total went from 6.00 to 6.00 and from 5.77 to
-# 6.03 (`grpo.seed` 0 and 1, from the same DPO adapters); even 200 steps lift the
-# training `answer_correct` only from 1.01 to 1.06 of 3 (`docs/experiments.md`). GRPO's
-# gain on `tiny` shows on thousands of held-out prompts, not in one run's training curve
-# (`docs/results.md`). The cell prints the change and its noise band.
+# smaller than its noise: over 60 steps the total went from 6.00 to 6.00, 5.77 to 6.03
+# and 6.01 to 6.04 (`grpo.seed` 0, 1, 2, from the same DPO adapters), and 200 steps
+# from the SFT adapters lifted the training `answer_correct` only from 1.01 to 1.06 of 3
+# (`docs/experiments.md`). GRPO's gain on `tiny` shows on thousands of held-out prompts,
+# not in one run's training curve (`docs/results.md`). The cell prints the change and
+# its noise band.
 
 # %%
 if finished:

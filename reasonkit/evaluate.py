@@ -592,6 +592,7 @@ def rollout_groups(model, tokenizer, batch: Mapping[str, Any], preset: Preset,
     their ``total`` and the ``advantages`` (:func:`group_advantages`).
     """
     g = preset.grpo
+    prompts = min(prompts, len(batch["prompts"]))
     cfg = dataclasses.replace(preset.eval, batch_size=prompts * g.num_generations, buckets=1,
                               temperature=g.temperature, top_p=g.top_p, top_k=g.top_k,
                               max_prompt_length=g.max_prompt_length,

@@ -192,9 +192,12 @@ def has_outputs(nb: Any) -> bool:
 # --- the whole refresh ---------------------------------------------------------------------
 
 
-def local_paths(root: pathlib.Path = ROOT) -> list[tuple[str, str]]:
-    """This machine's paths and what to write instead: the checkout (relative), then home (``~``)."""
+def local_paths(root: pathlib.Path = ROOT, runs: pathlib.Path | None = None) -> list[tuple[str, str]]:
+    """This machine's paths and what to write instead: the checkout (relative), a runs folder
+    outside it (``runs``), then home (``~``)."""
     pairs = [(f"{root}/", ""), (str(root), ".")]
+    if runs is not None and not runs.is_relative_to(root):
+        pairs.append((str(runs), "runs"))
     home = str(pathlib.Path.home())
     if home not in ("", "/"):
         pairs.append((home, "~"))
@@ -219,7 +222,7 @@ def refresh(run: pathlib.Path, *, notebooks: pathlib.Path | None = None,
     pys = sorted(notebooks.glob("[0-9]*.py"))
     if not pys:
         raise RefreshError(f"no notebooks/*.py under {notebooks}")
-    replace = local_paths(root)
+    replace = local_paths(root, run.resolve().parent)
     out: dict[pathlib.Path, bytes] = {}
     for py in pys:
         ipynb, executed_path = py.with_suffix(".ipynb"), executed_dir / f"{py.stem}.ipynb"

@@ -499,3 +499,5 @@ def test_rollout_groups_samples_g_answers_a_prompt_and_scores_them(monkeypatch, 
     np.testing.assert_allclose(out["total"], np.sum(list(out["rewards"].values()), axis=0))
     np.testing.assert_allclose(out["advantages"], evaluate.group_advantages(out["total"], 4))
     assert out["advantages"][0] > 0 > out["advantages"][3]  # the right answer leads its group
+    assert len(evaluate.rollout_groups("a model", tok, batch, preset, rewards.MATH_REWARDS,
+                                       prompts=5)["completions"]) == 3 * 4  # the batch has 3 rows

@@ -120,6 +120,8 @@ def test_refresh_copies_outputs_and_cleans_them(repo):
     assert [c.id for c in nb.cells] == [c.id for c in before.cells]  # jupytext's cells, ids kept
     one, two = [c for c in nb.cells if c.cell_type == "code"]
     assert [o.get("text") for o in one.outputs] == ["A 100%|##########\n", "1 in runs/demo\n"]
+    assert refresh.local_paths(root, root.parent / "runs")[2] == (str(root.parent / "runs"), "runs")
+    assert (str(run.parent), "runs") not in refresh.local_paths(root, run.parent)  # made relative
     assert one.execution_count == 1 and "execution" not in one.metadata
     assert two.outputs[0].data["image/png"] == PNG  # images stay
     assert "characters cut by scripts/refresh_notebooks.py" in two.outputs[1].text
