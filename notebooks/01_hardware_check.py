@@ -183,6 +183,27 @@ m = mesh.stage_mesh(preset, "sft")
 print("SFT mesh:", dict(m.shape), [str(t) for t in m.axis_types])
 
 # %% [markdown]
+# ## Check: what this notebook found
+# The last cell asserts what this notebook is for, so a run that quietly found nothing
+# stops here (and fails the tests, which run every notebook under nbval): JAX sees at
+# least one device and the hardware check counted them all, the matmul benchmark measured
+# a positive rate, and the memory budget has a positive total for each of the four stages
+# (SFT, DPO, GRPO, evaluation). No margin is needed for these. One more, with a margin:
+# every stage fits the machine the preset was sized for (this one for `tiny`), by the
+# budget's arithmetic. The Gemma presets use 7% to 54% of their target's memory there,
+# so an override that breaks it (a larger batch, say) fails here before it fails on a TPU.
+
+# %%
+assert jax.device_count() >= 1 and hw.device_count == jax.device_count(), (hw, jax.devices())
+assert bench["flops_per_s"] > 0, bench
+assert [r["stage"] for r in rows] == ["sft", "dpo", "grpo", "eval"], [r["stage"] for r in rows]
+assert all(r["total"] > 0 and r["capacity"] > 0 for r in rows), rows
+sized_for = hw if preset.hardware == "cpu" else hardware.from_name(preset.hardware)
+too_big = [r["stage"] for r in hardware.budget_table(preset, sized_for) if not r["fits"]]
+assert not too_big, f"{too_big} do not fit {sized_for.name}, the machine {preset.name!r} is sized for"
+print(f"checked: {hw.device_count} device(s); a budget for every stage; all fit {sized_for.name}")
+
+# %% [markdown]
 # ## What next
 # - Run `02_dataset_rebalance` to build the data splits.
 # - If a stage does not fit, apply one of the suggestions with

@@ -247,6 +247,31 @@ plt.show()
 print("\n".join(demo.notes))
 
 # %% [markdown]
+# ## Check: every row accounted for, every domain in every split
+# The last cell asserts what this notebook promises the next ones, on the splits it wrote
+# (or read back): every domain with a weight above 0 is in the evaluation split and in
+# each training set, and no row went missing without a reason. Each source kept or
+# dropped (with a reason) every row it read, and for the SFT and GRPO sets every record
+# read is held out for evaluation, dropped with a reason, or available to rebalancing.
+# (DPO's pairs are made after rebalancing, so its drops count pairs as well: it is left
+# out of that sum.) These are exact counts; no margin is needed.
+
+# %%
+weighted = {d for d, w in report.settings["domain_weights"].items() if w > 0}
+for name in ("eval", "sft", "dpo", "grpo"):
+    missing = weighted - {r["domain"] for r in getattr(splits, name)}
+    assert not missing, f"the {name} split has no {sorted(missing)} record"
+for s in report.sources:
+    assert s["kept"] + sum(s["dropped"].values()) == s["read"], s
+read = sum(report.input.values())
+for stage in ("sft", "grpo"):
+    steps = ("clean", "eval", stage)
+    dropped = sum(report.drops[step].total for step in steps if step in report.drops)
+    available = sum(report.stages[stage]["available"].values())
+    assert sum(report.eval.values()) + dropped + available == read, (stage, read, dropped, available)
+print(f"checked: {len(weighted)} domains in every split; {read} records read, each kept or dropped")
+
+# %% [markdown]
 # ## What next
 # - Run `03_sft` to teach the format on `runs/<run>/data/sft.jsonl`.
 # - Add GSM8K to the tiny run: `get_preset("tiny", **{"data.sources": ("gsm8k:hf",

@@ -62,6 +62,7 @@ source = reasonkit_bootstrap.setup()  # reasonkit, the tested JAX stack, this se
 # %%
 import dataclasses
 import re
+import statistics
 
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
@@ -140,8 +141,6 @@ for fn in reward_fns:  # the first line of each docstring, without its reST mark
 # %%
 EXAMPLES = evaluate.pick_examples(splits.eval)  # math, coding, summarization if present
 before = evaluate.show_completions(model, tok, EXAMPLES, preset.model, preset.eval, start.upper())
-del model
-train.free()  # the trainer loads its own copy onto the GRPO mesh
 
 # %%
 texts = [s["completion"] for s in before]
@@ -188,6 +187,96 @@ display(Markdown(plots.reward_table(EXAMPLES, scored)))
 # retrained, unless you set `RETRAIN = True`; it stops cleanly before the session's
 # deadline, and running the notebook again (in a new session) resumes it.
 
+# %% [markdown]
+# ## One group, by the numbers
+# What one GRPO step sees, before any training. The starting policy answers the first
+# prompts of the first training batch `num_generations` times each, sampled the way the
+# rollouts sample (a Tunix sampler at GRPO's temperature, top-p, top-k and lengths); the
+# reward functions above score every answer; and each answer's advantage is computed as
+# Tunix 0.1.7's GRPO computes it (`evaluate.group_advantages`; the tests check it against
+# Tunix's own), with the group's sample standard deviation:
+#
+# $$A_i = \frac{r_i - \operatorname{mean}(r_1, \dots, r_G)}{\operatorname{std}(r_1, \dots, r_G) + 10^{-6}}$$
+#
+# A group's advantages sum to zero: the policy loss makes each token of an answer above
+# its group's mean more likely and each token of an answer below it less likely, in
+# proportion to $A_i$. The table shows the first group whose rewards differ.
+
+# %%
+G = preset.grpo.num_generations
+groups = evaluate.rollout_groups(model, tok, batch, preset, reward_fns, seed=preset.grpo.seed,
+                                 prompts=max(1, preset.eval.batch_size // G))  # one sampler batch
+totals = groups["total"].reshape(-1, G)  # [prompts, G]
+for i, row in enumerate(totals):
+    print(f"prompt {i + 1}: total rewards {[round(float(r), 2) for r in row]}, mean {row.mean():.2f}, "
+          f"std {row.std(ddof=1):.2f}")
+shown = next((i for i, row in enumerate(totals) if row.std() > 0), 0)  # the first with a spread
+part = slice(shown * G, (shown + 1) * G)
+print(f"\nprompt {shown + 1} (gold answer {str(batch['answer'][shown])!r}), its {G} answers:")
+display(Markdown(plots.advantage_table(groups["completions"][part], {
+    name: values[part] for name, values in groups["rewards"].items()}, groups["advantages"][part])))
+
+# %% [markdown]
+# A group whose answers all score the same has a standard deviation of 0, so every
+# advantage is 0 (the $10^{-6}$ is there for exactly this): the group adds nothing to the
+# policy gradient, and only the KL term acts on it. That is common. On `tiny`, 8 answers
+# of the SFT model at temperature 0.9 are all wrong on 33% of the GRPO prompts and all
+# right on 6% (`docs/experiments.md`): on about 39% of the groups `answer_correct` cannot
+# tell the answers apart, and unless the format or partial-credit rewards do, the group
+# teaches nothing. Larger groups make such groups rarer; so do prompts of the right
+# difficulty. A constructed one:
+
+# %%
+same = [5.0] * G  # every answer well-formed (format_exact 3 + format_approx 2) and wrong
+print("rewards:   ", same)
+print("advantages:", evaluate.group_advantages(same, G).tolist())
+print(f"here: {sum(row.std() == 0 for row in totals)} of the {len(totals)} sampled groups have no spread")
+del model
+train.free()  # the trainer loads its own copy onto the GRPO mesh
+
+# %% [markdown]
+# ## Under the hood: what `train_or_load` builds
+# As in `03_sft`, `train.build_stage` puts the stage together; here on abstract weights
+# (shapes only: nothing is loaded, compiled or written) and without a run directory, to
+# show the real Tunix objects: an `RLCluster` (its `ClusterConfig`, with the
+# `RLTrainingConfig` and the `RolloutConfig`) that holds the actor, the reference and
+# the rollout sampler on their meshes, and a `GRPOLearner` with its `GRPOConfig` (the
+# tables list the fields whose values differ from Tunix's defaults). What reasonkit puts
+# in place of Tunix's defaults:
+#
+# - **The KL estimator**: `kl_loss_mode="low_var_kl"` (`grpo.kl_loss_mode`) instead of
+#   Tunix 0.1.7's `"kl"`, whose gradient does not depend on the reference (above).
+# - **Reseeded rollouts**: `RolloutConfig.seed` stays unset, and `train.reseed_rollouts`
+#   wraps the rollout's `generate` so each step samples with its own key from
+#   `grpo.seed` and the step (unset, Tunix uses `PRNGKey(0)` every step).
+# - **Chunked log-probabilities**: the actor's policy loss and the reference's per-token
+#   log-probabilities (and the rollout's, with `num_iterations > 1`) run inside
+#   `train.chunked_log_probs`, which swaps Tunix's `compute_per_token_logps` and its
+#   entropy for `reasonkit.logprobs`' chunked ones: no `[B, S, V]` float32 logits.
+# - **The sampling graph**: the rollout sampler traces `models.sampling_graphdef(policy)`,
+#   the policy's graph with rematerialisation off over the same arrays; Tunix's sampler
+#   traces the training graph, which with `model.remat` on (every Gemma preset) cannot
+#   decode.
+# - **The rewards**: plain functions (the list above), which Tunix sums unweighted.
+#
+# Tunix warns below that the reference and the actor "do not share the same backbone".
+# That is the abstract weights: shape-only stand-ins are separate objects, so its check
+# by identity fails. With real weights the two share every base array (`03_sft`, "LoRA").
+
+# %%
+stage = train.build_stage(preset, "grpo", None, weights="abstract")  # built, not trained
+cluster, learner = stage.cluster, stage.learner
+display(Markdown(plots.parts_table({
+    "RL cluster": cluster, "learner": learner, "actor trainer": stage.trainer,
+    "policy loss": stage.trainer.loss_fn,
+    "reference log-probs": cluster.inference_worker.get_ref_per_token_logps,
+    "rollout": cluster.rollout, "rollout sampling": cluster.rollout.generate})))
+config = cluster.cluster_config
+for part in (config, config.training_config, config.rollout_config, learner.algo_config):
+    display(Markdown(f"`{type(part).__name__}`\n\n{plots.config_table(part)}"))
+del stage, cluster, learner, config
+train.free()
+
 # %%
 RETRAIN = False  # True: delete this run's GRPO checkpoints and metrics, and train again
 
@@ -199,7 +288,12 @@ finished = result.finished
 # %% [markdown]
 # ## The curves
 # One point per step (`batch_size` prompts x `num_generations` answers). Left: the mean
-# of each reward over the step's answers; middle: their total; right: the KL.
+# of each reward over the step's answers; middle: their total; right: the KL. The same
+# metrics, and more (`completions/train/mean_length`, `actor/train/pg_clipfrac`), are in
+# TensorBoard; in Jupyter, Colab or Kaggle with the `tensorboard` package (not run here),
+# a cell with `%load_ext tensorboard` and
+# `%tensorboard --logdir {run.stage("grpo") / "tensorboard"}` shows them, and, placed
+# before the training cell, keeps refreshing while GRPO trains.
 
 # %%
 fig = plots.plot_grpo(train.read_metrics(run, "grpo"), reward_fns, beta=preset.grpo.beta)
@@ -268,6 +362,43 @@ else:
     plots.plot_grpo(train.read_metrics(fmt_run, "grpo"), rewards.from_config(FORMAT_ONLY),
                     beta=preset.grpo.beta)
     plt.show()
+
+# %% [markdown]
+# ## Check: GRPO moved the policy, and did not break it
+# The last cell asserts what holds on every seed, from GRPO's own metrics averaged over
+# the first and the last quarter of its steps:
+#
+# - **The policy moved**: the KL to the reference is larger at the end than at the start
+#   (0 at the first step, where policy and reference are the same). On `tiny` its mean
+#   goes from 0.0003 in the first quarter of 60 steps to 0.003 in the last, with
+#   `grpo.seed` 0, 1 and 2.
+# - **The reward did not fall**: the mean total reward of the last quarter is no more
+#   than three standard errors below the first quarter's (the step-to-step spread of the
+#   total, about 0.45 on `tiny`, over a quarter of the steps: about ±0.5 for 60 steps).
+#   A collapse (a learning rate too high, a reward the model games) fails here.
+#
+# Not asserted: that the reward at the end is *above* its start. On `tiny` the rise is
+# smaller than its noise: over 60 steps the total went from 6.00 to 6.00, 5.77 to 6.03
+# and 6.01 to 6.04 (`grpo.seed` 0, 1, 2, from the same DPO adapters), and 200 steps
+# from the SFT adapters lifted the training `answer_correct` only from 1.01 to 1.06 of 3
+# (`docs/experiments.md`). GRPO's gain on `tiny` shows on thousands of held-out prompts,
+# not in one run's training curve (`docs/results.md`). The cell prints the change and
+# its noise band.
+
+# %%
+if finished:
+    metrics = train.read_metrics(run, "grpo")
+    total, kl = metrics["rewards/train/sum"][1], metrics["actor/train/kl"][1]
+    q = max(2, len(total) // 4)  # a quarter of the steps
+    early, late = statistics.mean(total[:q]), statistics.mean(total[-q:])
+    noise = 3 * statistics.stdev(total) * (2 / q) ** 0.5  # three standard errors of late - early
+    kl_early, kl_late = statistics.mean(kl[:q]), statistics.mean(kl[-q:])
+    assert kl_late > kl_early, f"KL {kl_early:.4f} -> {kl_late:.4f}: the policy did not move"
+    assert late >= early - noise, f"total reward fell: {early:.2f} -> {late:.2f} (noise {noise:.2f})"
+    print(f"checked: KL {kl_early:.4f} -> {kl_late:.4f}; total reward {early:.2f} -> {late:.2f} "
+          f"({late - early:+.2f}, noise ±{noise:.2f})")
+else:
+    print("GRPO has not finished: nothing to check yet")
 
 # %% [markdown]
 # ## What next

@@ -555,6 +555,59 @@ def show_completions(model, tokenizer, records: Sequence[dict], model_cfg: Model
     return rows
 
 
+# --- GRPO's groups, by the numbers (05_grpo) ---------------------------------------------
+
+
+def group_advantages(rewards: Sequence[float], num_generations: int) -> np.ndarray:
+    """GRPO's advantages: each reward minus its group's mean, over the group's standard deviation.
+
+    ``rewards`` holds groups of ``num_generations`` answers to one prompt, one group after
+    another, as Tunix's GRPO learner orders them. As ``tunix.rl.algo_core.compute_advantages``
+    does, the standard deviation is the sample one (``ddof=1``) plus 1e-6, so a group whose
+    answers all score the same gets advantages of 0: it moves nothing.
+
+    >>> group_advantages([3.0, 0.0, 0.0, 3.0,   5.0, 5.0, 5.0, 5.0], 4).round(3).tolist()
+    [0.866, -0.866, -0.866, 0.866, 0.0, 0.0, 0.0, 0.0]
+    """
+    r = np.asarray(rewards, dtype=np.float64)
+    if num_generations < 2:
+        raise ValueError(f"group_advantages: num_generations={num_generations}; a group needs "
+                         "at least 2 answers to have a spread")
+    if r.ndim != 1 or r.size % num_generations:
+        raise ValueError(f"group_advantages: {r.shape} rewards do not split into groups of "
+                         f"num_generations={num_generations}")
+    groups = r.reshape(-1, num_generations)  # [prompts, G]
+    mean, std = groups.mean(axis=1, keepdims=True), groups.std(axis=1, ddof=1, keepdims=True)
+    return ((groups - mean) / (std + 1e-6)).reshape(-1)
+
+
+def rollout_groups(model, tokenizer, batch: Mapping[str, Any], preset: Preset,
+                   reward_fns: Sequence[Callable], *, prompts: int = 1, seed: int = 0) -> dict[str, Any]:
+    """What one GRPO step sees for the first ``prompts`` rows of a GRPO ``batch``: ``G`` answers each.
+
+    Sampled with GRPO's settings (``preset.grpo``: ``num_generations``, temperature, top-p,
+    top-k, lengths) by a Tunix sampler, as the rollouts are, scored by ``reward_fns`` with the
+    batch's other columns as keyword arguments, as Tunix calls them. Returns the
+    ``completions`` (prompt by prompt, ``G`` each), ``rewards`` (``{fn name: [...]}``),
+    their ``total`` and the ``advantages`` (:func:`group_advantages`).
+    """
+    g = preset.grpo
+    prompts = min(prompts, len(batch["prompts"]))
+    cfg = dataclasses.replace(preset.eval, batch_size=prompts * g.num_generations, buckets=1,
+                              temperature=g.temperature, top_p=g.top_p, top_k=g.top_k,
+                              max_prompt_length=g.max_prompt_length,
+                              max_generation_length=g.max_generation_length)
+    repeat = lambda column: [x for x in column[:prompts] for _ in range(g.num_generations)]  # noqa: E731
+    sampler = make_sampler(model, tokenizer, preset.model, cfg)
+    texts = generate(sampler, [str(p) for p in repeat(batch["prompts"])], cfg,
+                     models.stop_token_ids(tokenizer), sample=True, seed=seed, desc="GRPO groups")
+    columns = {k: repeat(v) for k, v in batch.items() if k != "prompts"}
+    rewards = {fn.__name__: [float(x) for x in fn(None, texts, **columns)] for fn in reward_fns}
+    total = np.sum(list(rewards.values()), axis=0)  # [prompts * G]
+    return {"completions": texts, "rewards": rewards, "total": total,
+            "advantages": group_advantages(total, g.num_generations)}
+
+
 def standard_error(p: float, n: int) -> float:
     """Binomial standard error of a rate ``p`` measured on ``n`` prompts."""
     return math.sqrt(max(p * (1 - p), 1e-12) / max(n, 1))

@@ -15,6 +15,7 @@ A table is a header and rows of cells:
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 from typing import Any, Callable, Mapping, Sequence
 
@@ -26,7 +27,7 @@ import numpy as np
 from reasonkit import template
 from reasonkit.config import DOMAINS
 from reasonkit.data import DataReport
-from reasonkit.evaluate import LABELS, METRICS, ordered, standard_error
+from reasonkit.evaluate import LABELS, METRICS, extract, ordered, standard_error
 from reasonkit.hardware import COLUMNS, format_bytes
 
 GIB = 2**30
@@ -223,6 +224,185 @@ def side_by_side(results: dict[str, dict], n: int = 3, width: int = 160) -> str:
             lines.append(f"- {stage} {mark}: `{text}`")
         lines.append("")
     return "\n".join(lines)
+
+
+def advantage_table(completions: Sequence[str], rewards: Mapping[str, Sequence[float]],
+                    advantages: Sequence[float], width: int = 40) -> str:
+    """One GRPO group: each answer's start (``width`` characters), the answer read from its tag
+    (or why none could be), its rewards, their total and its advantage.
+
+    >>> print(advantage_table(["<reasoning>2 + 2 = 4</reasoning><answer>4</answer>", "<answer>5"],
+    ...                       {"answer_correct": [3.0, 0.0]}, [0.71, -0.71], width=24))
+    | # | completion | answer | answer_correct | total | advantage |
+    |---|---|---|---|---|---|
+    | 1 | `<reasoning>2 + 2 = 4</r…` | `4` | 3.00 | 3.00 | +0.71 |
+    | 2 | `<answer>5` | (unclosed_tag) | 0.00 | 0.00 | -0.71 |
+    """
+    totals = [sum(v) for v in zip(*rewards.values(), strict=True)]
+
+    def cell(text: str) -> str:  # in code style, one line, no table syntax
+        return "`" + text.replace("|", "/").replace("`", "'") + "`"
+
+    rows = []
+    for i, (text, total, adv) in enumerate(zip(completions, totals, advantages, strict=True)):
+        short = " ".join(str(text).split())
+        short = short if len(short) <= width else short[:width - 1] + "…"
+        found = extract(text)
+        answer = cell(" ".join(str(found.answer).split())[:width]) if found.ok else f"({found.reason})"
+        rows.append([i + 1, cell(short), answer, *(f"{v[i]:.2f}" for v in rewards.values()),
+                     f"{total:.2f}", f"{adv:+.2f}"])
+    return markdown_table(["#", "completion", "answer", *rewards, "total", "advantage"], rows)
+
+
+def qualified_name(obj: Any) -> str:
+    """Where a function, or an object's class, is defined; a wrapper as ``maker(what it wraps)``.
+
+    What a notebook prints to show which code a Tunix trainer will really call:
+
+    >>> qualified_name(markdown_table), qualified_name(DataReport())
+    ('reasonkit.plots.markdown_table', 'reasonkit.data.DataReport')
+    >>> import functools
+    >>> def logged(fn):
+    ...     @functools.wraps(fn)  # copies fn's name: the code object still says who wrapped it
+    ...     def wrapped(*args):
+    ...         return fn(*args)
+    ...     return wrapped
+    >>> qualified_name(logged(markdown_table))
+    'reasonkit.plots.logged(reasonkit.plots.markdown_table)'
+    """
+    fn = getattr(obj, "__func__", obj)  # a bound method: its function
+    code = getattr(fn, "__code__", None)
+    if code is None:  # a class, a callable without Python code (numpy's), or an object: its class
+        named = obj if isinstance(obj, type) or hasattr(obj, "__qualname__") else type(obj)
+        return f"{named.__module__}.{named.__qualname__}"
+    module = getattr(fn, "__globals__", {}).get("__name__", "?")
+    inner = getattr(fn, "__wrapped__", None)
+    if inner is not None:  # the function that made the wrapper: the code's qualname, one level up
+        return f"{module}.{code.co_qualname.rsplit('.<locals>.', 1)[0]}({qualified_name(inner)})"
+    return f"{module}.{code.co_qualname}"
+
+
+def parts_table(parts: Mapping[str, Any]) -> str:
+    """``{role: object or function}`` as a table of what each role really is (:func:`qualified_name`)."""
+    return markdown_table(["part", "is"], [[role.replace("|", "\\|"), f"`{qualified_name(obj)}`"]
+                                           for role, obj in parts.items()])
+
+
+def _short(value: Any, width: int = 72) -> str:
+    """A config value in a table cell: nested configs, meshes, optimizers by kind, the rest repr'd."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return f"{type(value).__name__}(…)"
+    if hasattr(value, "axis_names") and hasattr(value, "shape"):  # a jax Mesh
+        return "Mesh(" + ", ".join(f"{k}={n}" for k, n in dict(value.shape).items()) + ")"
+    if isinstance(value, Mapping):
+        text = ", ".join(f"{getattr(k, 'value', k)}: {_short(v, width)}" for k, v in value.items())
+        return "{" + text + "}"
+    if callable(value) or type(value).__module__.startswith("optax"):
+        return qualified_name(value)
+    text = repr(value)
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def _default(field: dataclasses.Field) -> Any:
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return dataclasses.MISSING
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - arrays, meshes: not comparable means "set"
+        return False
+
+
+def config_table(config: Any) -> str:
+    """The fields of a config dataclass that differ from its class's defaults: value and default.
+
+    How a notebook shows which of Tunix's defaults reasonkit sets, and to what:
+
+    >>> @dataclasses.dataclass
+    ... class Config:
+    ...     steps: int
+    ...     beta: float = 0.04
+    ...     mode: str = "kl"
+    >>> print(config_table(Config(steps=200, mode="low_var_kl")))
+    | field | value | default |
+    |---|---|---|
+    | steps | 200 | (required) |
+    | mode | 'low_var_kl' | 'kl' |
+    """
+    if not dataclasses.is_dataclass(config) or isinstance(config, type):
+        raise TypeError(f"config_table: {type(config).__name__} is not a dataclass instance")
+    rows = []
+    for field in dataclasses.fields(config):
+        value, default = getattr(config, field.name), _default(field)
+        if default is dataclasses.MISSING or not _same(value, default):
+            shown = "(required)" if default is dataclasses.MISSING else _short(default)
+            rows.append([field.name, _short(value).replace("|", "\\|"), shown.replace("|", "\\|")])
+    return markdown_table(["field", "value", "default"], rows) if rows else "every field at its default"
+
+
+def lora_table(model: Any) -> str:
+    """Trainable LoRA parameters against the frozen base, module by module for the first layer.
+
+    Each adapted weight ``W`` gets two small matrices, ``a`` (in x rank) and ``b`` (rank x
+    out); only they train. The last rows count every layer.
+
+    >>> import jax.numpy as jnp, qwix, warnings
+    >>> from flax import nnx
+    >>> class Net(nnx.Module):
+    ...     def __init__(self):
+    ...         self.up, self.down = nnx.Linear(4, 6, rngs=nnx.Rngs(0)), nnx.Linear(6, 4, rngs=nnx.Rngs(1))
+    ...     def __call__(self, x):
+    ...         return self.down(self.up(x))
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore")
+    ...     net = qwix.apply_lora_to_model(Net(), qwix.LoraProvider(module_path="up", rank=2, alpha=2.0),
+    ...                                    jnp.ones((1, 4)), rngs=nnx.Rngs(0))
+    >>> print(lora_table(net))
+    | module | base weight | LoRA a | LoRA b | base params | LoRA params |
+    |---|---|---|---|---|---|
+    | up | kernel [4, 6] | [4, 2] | [2, 6] | 24 | 20 |
+    | all 1 adapted modules | | | | 58 (frozen) | 20 (trained) |
+    | trainable | | | | | 20 of 78 (25.64%) |
+    """
+    from flax import nnx
+
+    params = {tuple(path): var for path, var in nnx.iter_graph(model) if isinstance(var, nnx.Param)}
+    adapters: dict[tuple, dict[str, Any]] = {}
+    for path, var in params.items():
+        name = str(path[-1])
+        if isinstance(var, nnx.LoRAParam) and name.endswith(("_lora_a", "_lora_b")):
+            adapters.setdefault(path[:-1], {})[name[-1]] = var
+            adapters[path[:-1]]["weight"] = name[:-len("_lora_a")]
+
+    def size(var) -> int:
+        return int(np.prod(var.shape))
+
+    def first_layer(path: tuple) -> bool:
+        ints = [p for p in path if isinstance(p, int)]
+        return not ints or ints[0] == 0
+
+    rows = []
+    for module, parts in adapters.items():
+        if not first_layer(module):
+            continue
+        weight = params.get((*module, parts["weight"]))
+        shape = lambda var: "[" + ", ".join(map(str, var.shape)) + "]"  # noqa: E731
+        rows.append([".".join(map(str, module)),
+                     f"{parts['weight']} {shape(weight)}" if weight is not None else "-",
+                     shape(parts["a"]), shape(parts["b"]),
+                     size(weight) if weight is not None else "-", size(parts["a"]) + size(parts["b"])])
+    trained = sum(size(v) for v in params.values() if isinstance(v, nnx.LoRAParam))
+    frozen = sum(size(v) for v in params.values() if not isinstance(v, nnx.LoRAParam))
+    rows.append([f"all {len(adapters)} adapted modules", "", "", "", f"{frozen} (frozen)",
+                 f"{trained} (trained)"])
+    rows.append(["trainable", "", "", "", "",
+                 f"{trained} of {trained + frozen} ({100 * trained / max(1, trained + frozen):.2f}%)"])
+    return markdown_table(["module", "base weight", "LoRA a", "LoRA b", "base params", "LoRA params"], rows)
 
 
 # --- figures: hardware and data --------------------------------------------------------

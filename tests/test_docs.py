@@ -1,5 +1,7 @@
 """README.md and docs/: the first page stays one, every link lands, the preset docs match the presets."""
 
+import importlib.util
+import json
 import pathlib
 import re
 
@@ -30,6 +32,17 @@ DOCUMENTED = {
 GEMMA = [name for name in config.PRESETS if name != "tiny"]
 
 
+def _exported_images() -> dict[str, tuple[str, str]]:
+    """The README images scripts/refresh_notebooks.py copies from a demo run (its IMAGES)."""
+    spec = importlib.util.spec_from_file_location("refresh_images", ROOT / "scripts" / "refresh_notebooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.IMAGES
+
+
+EXPORTED = _exported_images()
+
+
 def _value(preset, key: str):
     if key == "lora.alpha_over_rank":
         return preset.lora.alpha / preset.lora.rank
@@ -57,6 +70,8 @@ def test_relative_links_land_on_a_file(page):
     for target, _ in LINK.findall(page.read_text()):
         if not target or "://" in target or target.startswith("mailto:"):
             continue
+        if page == README and target in EXPORTED:  # made by a demo run: the test below
+            continue
         assert (page.parent / target).exists(), f"{page.relative_to(ROOT)} links to missing {target}"
 
 
@@ -71,3 +86,18 @@ def test_presets_page_matches_each_gemma_preset(name):
     preset = config.get_preset(name)
     wrong = {key: _value(preset, key) for key, want in DOCUMENTED.items() if _value(preset, key) != want}
     assert not wrong, f"{name} differs from docs/presets.md: {wrong}; update the page (source or untested)"
+
+
+def test_readme_shows_the_exported_images():
+    text = README.read_text()
+    for image in EXPORTED:
+        assert f"]({image})" in text, f"README.md does not show {image}"
+    # scripts/refresh_notebooks.py writes the notebooks' outputs and the images together:
+    # committed outputs without the images mean a refresh was only half committed.
+    refreshed = [p.name for p in sorted((ROOT / "notebooks").glob("*.ipynb"))
+                 if any(c.get("outputs") for c in json.loads(p.read_text())["cells"])]
+    missing = [image for image in EXPORTED if not (ROOT / image).is_file()]
+    if not refreshed and missing:
+        pytest.skip(f"{', '.join(missing)}: not exported yet (bash scripts/demo.sh, then "
+                    "python scripts/refresh_notebooks.py)")
+    assert not missing, f"{refreshed} hold outputs but {missing} are missing: commit what the script wrote"

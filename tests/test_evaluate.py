@@ -452,3 +452,52 @@ def test_evaluate_run_scores_the_gsm8k_test_split_beside_the_held_out_set(tmp_pa
     evaluate.save_run(run, preset, plain, seconds, files=plots.eval_tables(plain))
     assert not list(saved.glob("*gsm8k*")) and "gsm8k" not in json.loads(
         (saved / "results.json").read_text())
+
+
+# --- GRPO's groups (05_grpo) -------------------------------------------------------------
+
+
+def test_group_advantages_are_tunix_grpo_advantages():
+    from tunix.rl.algo_core import compute_advantages
+
+    rewards = np.random.default_rng(0).choice([0.0, 1.5, 3.0, 5.0, 8.0], size=32)
+    rewards[:8] = 5.0  # one group whose answers all score the same
+    ours = evaluate.group_advantages(rewards, 8)
+    np.testing.assert_allclose(ours, compute_advantages(rewards, 8), rtol=1e-6, atol=1e-9)
+    assert not ours[:8].any()  # no spread, no advantage: that group moves nothing
+    np.testing.assert_allclose(ours.reshape(4, 8).mean(axis=1), 0.0, atol=1e-9)
+    with pytest.raises(ValueError, match=r"\(6,\) rewards do not split into groups of num_generations=4"):
+        evaluate.group_advantages(rewards[:6], 4)
+    with pytest.raises(ValueError, match="num_generations=1; a group needs at least 2"):
+        evaluate.group_advantages(rewards, 1)
+
+
+def test_rollout_groups_samples_g_answers_a_prompt_and_scores_them(monkeypatch, tiny_dir):
+    tok = models.load_tokenizer(tiny_dir / "tokenizer.model", vocab_size=512)
+    preset = get_preset("tiny", **{"grpo.num_generations": 4, "grpo.temperature": 0.8})
+    answers = ["<reasoning>2 + 2 = 4</reasoning>\n<answer>4</answer>", "<answer>5</answer>", "4", "?"]
+    calls = []
+
+    class Sampler:
+        tokenizer = types.SimpleNamespace(encode=tok.EncodeAsIds)
+
+        def __call__(self, batch, max_generation_steps, max_prompt_length, eos_tokens, seed=None, **kw):
+            calls.append((list(batch), max_generation_steps, max_prompt_length, seed, kw))
+            return types.SimpleNamespace(text=[answers[i % 4] for i in range(len(batch))])
+
+    monkeypatch.setattr(evaluate, "make_sampler", lambda *args: Sampler())
+    batch = {"prompts": np.array(["What is 2 + 2?", "What is 3 + 3?", "unused"]),
+             "answer": np.array(["4", "6", "0"]), "domain": np.array(["math"] * 3)}
+    out = evaluate.rollout_groups("a model", tok, batch, preset, rewards.MATH_REWARDS, prompts=2, seed=7)
+    (prompts, steps, length, seed, kw), = calls  # one batch: 2 prompts x G = 4
+    assert prompts == ["What is 2 + 2?"] * 4 + ["What is 3 + 3?"] * 4
+    assert (steps, length, seed) == (preset.grpo.max_generation_length, preset.grpo.max_prompt_length,
+                                     7 * 100_003)
+    assert kw == {"temperature": 0.8, "top_p": preset.grpo.top_p, "top_k": preset.grpo.top_k}
+    assert out["completions"] == answers * 2
+    assert out["rewards"]["answer_correct"] == [3.0, 0.0, 0.0, 0.0] + [0.0] * 4
+    np.testing.assert_allclose(out["total"], np.sum(list(out["rewards"].values()), axis=0))
+    np.testing.assert_allclose(out["advantages"], evaluate.group_advantages(out["total"], 4))
+    assert out["advantages"][0] > 0 > out["advantages"][3]  # the right answer leads its group
+    assert len(evaluate.rollout_groups("a model", tok, batch, preset, rewards.MATH_REWARDS,
+                                       prompts=5)["completions"]) == 3 * 4  # the batch has 3 rows

@@ -89,3 +89,49 @@ def test_every_figure_draws(tmp_path):
     for name, fig in figs.items():
         fig.savefig(tmp_path / f"{name}.png", dpi=40)
         assert (tmp_path / f"{name}.png").stat().st_size > 500, name
+
+
+# --- what a stage is made of (03-05, "Under the hood") ------------------------------------
+
+
+def test_config_table_lists_what_differs_from_tunix_defaults():
+    from tunix.rl.grpo.grpo_learner import GRPOConfig
+    from tunix.rl.rollout.base_rollout import RolloutConfig
+
+    table = plots.config_table(GRPOConfig(num_generations=8, beta=0.04, kl_loss_mode="low_var_kl"))
+    assert table.splitlines()[2:] == ["| num_generations | 8 | 2 |", "| kl_loss_mode | 'low_var_kl' | 'kl' |"]
+    rollout = plots.config_table(RolloutConfig(max_prompt_length=96, eos_tokens=[1, 106]))
+    assert "| eos_tokens | [1, 106] | None |" in rollout and "temperature" not in rollout
+    assert plots.config_table(GRPOConfig()) == "every field at its default"
+    with pytest.raises(TypeError, match="dict is not a dataclass instance"):
+        plots.config_table({"beta": 0.1})
+
+
+def test_parts_table_names_wrappers_and_bound_methods():
+    import functools
+
+    class Worker:
+        def logps(self):
+            return 1
+
+    def chunked(fn):
+        @functools.wraps(fn)
+        def wrapped(*args):
+            return fn(*args)
+        return wrapped
+
+    worker = Worker()
+    table = plots.parts_table({"worker": worker, "log-probs": chunked(worker.logps), "a | b": np.mean})
+    here = f"{__name__}.test_parts_table_names_wrappers_and_bound_methods"
+    assert f"| worker | `{here}.<locals>.Worker` |" in table
+    assert f"| log-probs | `{here}.<locals>.chunked({here}.<locals>.Worker.logps)` |" in table
+    assert "| a \\| b | `numpy.mean` |" in table
+
+
+def test_advantage_table_shows_each_answer_and_its_advantage():
+    texts = ["<reasoning>r</reasoning><answer>4</answer>", "<reasoning>r</reasoning><answer>5</answer>"]
+    table = plots.advantage_table(texts, {"format_exact": [3.0, 3.0], "answer_correct": [3.0, 0.0]},
+                                  evaluate.group_advantages([6.0, 3.0], 2))
+    assert table.splitlines()[2:] == [
+        "| 1 | `<reasoning>r</reasoning><answer>4</answ…` | `4` | 3.00 | 3.00 | 6.00 | +0.71 |",
+        "| 2 | `<reasoning>r</reasoning><answer>5</answ…` | `5` | 3.00 | 0.00 | 3.00 | -0.71 |"]
