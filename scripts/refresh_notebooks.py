@@ -127,23 +127,50 @@ def _join(text: Any) -> str:
     return "".join(text) if isinstance(text, list) else text
 
 
+def merge_streams(outputs: Iterable[Any]) -> list[Any]:
+    """Consecutive outputs of one stream as one, as a notebook shows them.
+
+    A kernel sends each progress-bar update as its own output, starting with ``\\r``:
+    merged, :func:`collapse_carriage_returns` keeps the bar's last state only.
+
+    >>> outs = [{"output_type": "stream", "name": "stderr", "text": "eval   0%"},
+    ...         {"output_type": "stream", "name": "stderr", "text": "\\reval 100%\\n"},
+    ...         {"output_type": "stream", "name": "stdout", "text": "done\\n"}]
+    >>> [(o["name"], collapse_carriage_returns(o["text"])) for o in merge_streams(outs)]
+    [('stderr', 'eval 100%\\n'), ('stdout', 'done\\n')]
+    """
+    merged: list[Any] = []
+    for out in outputs:
+        last = merged[-1] if merged else None
+        if (out.get("output_type") == "stream" and last is not None
+                and last.get("output_type") == "stream" and last.get("name") == out.get("name")):
+            last["text"] = _join(last.get("text", "")) + _join(out.get("text", ""))
+        else:
+            merged.append(copy.deepcopy(out))
+    return merged
+
+
 def clean_outputs(outputs: Iterable[Any], *, max_chars: int = MAX_STREAM_CHARS,
                   replace: Sequence[tuple[str, str]] = ()) -> list[Any]:
-    """Outputs worth committing: progress bars collapsed, long streams cut, widgets and their
-    state dropped, ``replace`` pairs (a local path -> a portable one) applied to text; images kept."""
+    """Outputs worth committing: one output per stream run, progress bars collapsed, long
+    streams cut, widgets and their state dropped, ``replace`` pairs (a local path -> a
+    portable one) applied to text; images kept."""
     def portable(text: str) -> str:
         for old, new in replace:
             text = text.replace(old, new)
         return text
 
-    kept = []
-    for out in outputs:
-        out = copy.deepcopy(out)
+    shown = []  # streams as a terminal leaves them; a bar that cleared itself is gone
+    for out in merge_streams(outputs):
         if out.get("output_type") == "stream":
-            text = portable(collapse_carriage_returns(_join(out.get("text", ""))))
-            if not text.strip():
+            out["text"] = collapse_carriage_returns(_join(out.get("text", "")))
+            if not out["text"].strip():
                 continue
-            out["text"] = truncate_middle(text, max_chars)
+        shown.append(out)
+    kept = []
+    for out in merge_streams(shown):  # what was either side of a cleared bar is one run
+        if out.get("output_type") == "stream":
+            out["text"] = truncate_middle(portable(out["text"]), max_chars)
         elif out.get("output_type") in ("display_data", "execute_result"):
             data = out.get("data", {})
             if WIDGET_MIME in data:  # a live widget (a progress bar); its state is not committed

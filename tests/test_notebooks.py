@@ -57,6 +57,10 @@ def test_committed_outputs_are_clean(py):
     assert str(ROOT) not in text, "a local path in the outputs: refresh them with the script"
     for cell in nb.cells:
         assert "execution" not in cell.metadata, "execution timestamps are not committed"
+        streams = [o.get("name") if o.get("output_type") == "stream" else None
+                   for o in cell.get("outputs", [])]
+        assert not any(a and a == b for a, b in zip(streams, streams[1:], strict=False)), \
+            "one stream split over outputs (a progress bar's every update): refresh them"
 
 
 def test_committed_notebooks_stay_small():
