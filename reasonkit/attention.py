@@ -1,0 +1,233 @@
+"""Attention for training and full-sequence forwards that skips what Tunix 0.1.7 builds and drops.
+
+Tunix 0.1.7's Gemma 3 and Gemma 2 ``Attention.block`` compute, per layer, logits of shape
+[B, T, N, S] (grouped queries reshaped back to all N heads), build a local layer's
+sliding-window mask from two full [B, T, S] ones (``triu``/``tril`` of ``ones_like``),
+and run ``where`` + softmax over all of it, in the backward as well. Here the same numbers
+come from:
+
+- the grouped-query layout kept throughout: [B, K, G, T, S] logits against the K key /
+  value heads, never repeated to N = K * G heads;
+- the sliding window from two iotas (``|i - j| < window`` on indices for Gemma 3, on the
+  query's position for Gemma 2, as Tunix does each), and-ed into the [B, T, S] mask the
+  model already receives: no full-ones mask per layer;
+- with ``impl="chunked"``, queries in blocks of :data:`Q_BLOCK` under ``lax.map``, each
+  block's body rematerialised, so the forward and the backward hold one block of
+  [B, K, G, q_block, S] at a time instead of the whole [B, K, G, T, S].
+
+Everything around it (projections, query / key norms, RoPE, query scaling, the output
+projection, sharding constraints) is Tunix's own code, called as the block calls it.
+Masked logits take Tunix's ``K_MASK`` and the same ``where`` + softmax, so a row with
+nothing to see (a padding query) averages all values exactly as Tunix's does, and logits
+match everywhere, padding included.
+
+The one override, :func:`use`, swaps the class of each Tunix ``Attention`` module of a
+model for a subclass whose ``block`` is the one here. The choice travels with the model
+(``nnx.split`` / ``merge``, the trainers' jits), needs no context around tracing, and is
+undone with ``use(model, "tunix")``. A call with a KV cache (the sampler's prefill and
+decode) or a single query goes to Tunix's ``block`` unchanged.
+
+>>> import jax.numpy as jnp
+>>> window_mask(jnp.arange(5), jnp.arange(5), 2).astype(int)  # [T, S]: |i - j| < 2
+Array([[1, 1, 0, 0, 0],
+       [1, 1, 1, 0, 0],
+       [0, 1, 1, 1, 0],
+       [0, 0, 1, 1, 1],
+       [0, 0, 0, 1, 1]], dtype=int32)
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from tunix.models.gemma import model as gemma2_model
+from tunix.models.gemma3 import model as gemma3_model
+from tunix.utils import sharding_utils
+
+IMPLS = ("tunix", "dense", "chunked")  # use()'s choices; "tunix" restores Tunix's block
+Q_BLOCK = 64  # queries per block in "chunked" (a divisor of T is used; T itself if none)
+K_MASK = gemma3_model.K_MASK  # Tunix's masked-logit value (the same in Gemma 2's module)
+
+
+def window_mask(query_index, key_index, window: int):
+    """True where a key is within ``window`` of a query, either side: [T] x [S] -> bool [T, S].
+
+    Tunix keeps ``-window < i - j < window``; the causal part comes from the model's mask.
+    ``query_index`` may carry leading batch axes ([B, T] positions, as Gemma 2 uses).
+    """
+    diff = query_index[..., :, None] - key_index  # [..., T, S]
+    return (diff < window) & (diff > -window)
+
+
+def _block_size(t: int, q_block: int) -> int:
+    """The largest divisor of ``t`` at most ``q_block`` (``t`` when only 1 would do)."""
+    best = max(d for d in range(1, min(t, q_block) + 1) if t % d == 0)
+    return t if best == 1 else best
+
+
+def attend(q, k, v, attn_mask, *, window: int | None = None, window_on=None,
+           soft_cap: float | None = None, q_block: int | None = None):
+    """softmax(mask(cap(q k^T))) v without repeating k / v to every query head.
+
+    q [B, T, N, H] (RoPE'd and scaled), k / v [B, S, K, H] with K dividing N, attn_mask
+    bool [B, T, S]. ``window``: keep keys whose index is within ``window`` of the query's
+    ``window_on`` [B, T] (default: the query's index). ``soft_cap``: Gemma 2's
+    ``tanh(x / cap) * cap`` on the logits. ``q_block``: queries per block (None: all at
+    once). Returns [B, T, N, H] in v's dtype.
+    """
+    b, t, n, h = q.shape
+    s, kh = k.shape[1], k.shape[2]
+    if n % kh:
+        raise ValueError(f"attend: {kh} key heads must divide {n} query heads")
+    g = n // kh
+    key_index = jnp.arange(s)
+    query_at = jnp.broadcast_to(jnp.arange(t), (b, t)) if window_on is None else window_on
+
+    def one(q_blk, mask_blk, at_blk):  # [B, tq, K, G, H], [B, tq, S], [B, tq]
+        logits = jnp.einsum("BTKGH,BSKH->BKGTS", q_blk, k)  # [B, K, G, tq, S]
+        if soft_cap is not None:
+            logits = jnp.tanh(logits / soft_cap) * soft_cap
+        if window is not None:
+            mask_blk = mask_blk & window_mask(at_blk, key_index, window)  # [B, tq, S]
+        logits = jnp.where(mask_blk[:, None, None], logits, K_MASK)
+        probs = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
+        return jnp.einsum("BKGTS,BSKH->BTKGH", probs, v)  # [B, tq, K, G, H]
+
+    q = q.reshape(b, t, kh, g, h)
+    mask = attn_mask.astype(bool)
+    tq = t if q_block is None else _block_size(t, q_block)
+    if tq == t:
+        out = one(q, mask, query_at)
+    else:
+        nb = t // tq
+
+        def blocks(x):  # [B, T, ...] -> [nb, B, tq, ...]
+            return jnp.moveaxis(x.reshape(b, nb, tq, *x.shape[2:]), 1, 0)
+
+        # The body is rematerialised: the backward recomputes a block's probabilities
+        # instead of keeping all nb of them (which would be the whole [B, K, G, T, S]).
+        body = jax.checkpoint(lambda xs: one(*xs))
+        out = jax.lax.map(body, (blocks(q), blocks(mask), blocks(query_at)))
+        out = jnp.moveaxis(out, 0, 1).reshape(b, t, kh, g, h)
+    return out.reshape(b, t, n, h)
+
+
+def _q_block(impl: str) -> int | None:
+    return Q_BLOCK if impl == "chunked" else None
+
+
+def _gemma3_block(self, x, segment_pos, cache, attn_mask, *, impl: str):
+    """Tunix 0.1.7's Gemma 3 ``Attention.block`` for cache=None, with :func:`attend` inside."""
+    if cache is not None or x.shape[1] == 1:  # sampler prefill / decode: Tunix's own
+        return gemma3_model.Attention.block(self, x, segment_pos, cache, attn_mask)
+    if self.use_qkv_einsum:
+        query, key, value = self.qkv_einsum(x)
+    else:
+        query = self.q_einsum(x)
+        key, value = self.kv_einsum(x)
+    query = sharding_utils.shard(query, self.shd_config.act_btnh)
+    key = sharding_utils.shard(key, self.shd_config.act_btnh)
+    value = sharding_utils.shard(value, self.shd_config.act_btnh)
+    query, key = self._query_norm(query), self._key_norm(key)
+    rope = functools.partial(gemma3_model.apply_rope, positions=segment_pos,
+                             head_dim=self.head_dim, base_frequency=self.rope_base_frequency,
+                             scale_factor=self.rope_scale_factor)
+    query = rope(query) * self.query_pre_attn_scalar  # [B, T, N, H]
+    key = rope(key)  # [B, S, K, H]
+    local = self.attn_type == gemma3_model.AttentionType.LOCAL_SLIDING
+    encoded = attend(query, key, value, attn_mask,
+                     window=self.sliding_window_size if local else None,
+                     q_block=_q_block(impl))
+    out = sharding_utils.shard(self.attn_vec_einsum(encoded), self.shd_config.act_btd)
+    return None, out
+
+
+def _gemma2_block(self, x, segment_pos, cache, attn_mask, *, impl: str):
+    """Tunix 0.1.7's Gemma 2 ``Attention.block`` for cache=None, with :func:`attend` inside."""
+    if cache is not None or x.shape[1] == 1:
+        return gemma2_model.Attention.block(self, x, segment_pos, cache, attn_mask)
+    if self.use_qkv_einsum:
+        query, key, value = self.qkv_einsum(x)
+    else:
+        query = self.q_einsum(x)
+        key, value = self.kv_einsum(x)
+    query = gemma2_model.shard(query, self.shd_config.act_btnh)
+    key = gemma2_model.shard(key, self.shd_config.act_btnh)
+    value = gemma2_model.shard(value, self.shd_config.act_btnh)
+    query = gemma2_model.apply_rope(query, segment_pos, head_dim=self.head_dim)
+    query = query * self.head_dim**-0.5
+    key = gemma2_model.apply_rope(key, segment_pos, head_dim=self.head_dim)
+    # Gemma 2's window is on the query's position against the key's index (Tunix's
+    # _create_sliding_mask), not index against index as in Gemma 3.
+    local = self.attn_type == gemma2_model.AttentionType.LOCAL_SLIDING
+    encoded = attend(query, key, value, attn_mask,
+                     window=self.sliding_window_size if local else None,
+                     window_on=segment_pos, soft_cap=self.attn_logits_soft_cap,
+                     q_block=_q_block(impl))
+    out = gemma2_model.shard(self.attn_vec_einsum(encoded), self.shd_config.act_btd)
+    return None, out
+
+
+_BLOCKS: dict[type, Callable] = {gemma3_model.Attention: _gemma3_block,
+                                 gemma2_model.Attention: _gemma2_block}
+
+
+@functools.cache
+def _subclass(base: type, impl: str) -> type:
+    """``base`` (a Tunix Attention class) with ``block`` replaced by ``impl``'s."""
+    inner = _BLOCKS[base]
+
+    def block(self, x, segment_pos, cache, attn_mask):  # a plain function: Tunix's remat
+        return inner(self, x, segment_pos, cache, attn_mask, impl=impl)  # takes .__func__
+
+    return type(f"{impl.capitalize()}{base.__name__}", (base,),
+                {"block": block, "impl": impl, "__module__": __name__})
+
+
+def _tunix_base(module) -> type | None:
+    """The Tunix Attention class ``module`` is (or was swapped from), or None."""
+    for base in _BLOCKS:
+        if isinstance(module, base):
+            return base
+    return None
+
+
+def use(model: nnx.Module, impl: str = "chunked") -> nnx.Module:
+    """Swap every Tunix 0.1.7 Gemma 3 / Gemma 2 ``Attention`` of ``model`` to ``impl``, in place.
+
+    ``impl``: ``"chunked"`` (query blocks of :data:`Q_BLOCK`), ``"dense"`` (one block,
+    same layout and masks) or ``"tunix"`` (Tunix's own ``block`` back). Only the score /
+    mask / softmax / value part changes; calls with a KV cache keep Tunix's path. Apply
+    it before a jit traces the model (a traced program keeps the attention it was traced
+    with). Returns ``model``.
+    """
+    if impl not in IMPLS:
+        raise ValueError(f"attention.use: impl={impl!r}; expected one of {IMPLS}")
+    found = 0
+    for _, module in nnx.iter_graph(model):
+        base = _tunix_base(module)
+        if base is None:
+            continue
+        # nnx.Object's __setattr__ guards attributes; the class slot is plain Python's.
+        object.__setattr__(module, "__class__", base if impl == "tunix" else _subclass(base, impl))
+        found += 1
+    if not found:
+        raise ValueError(f"attention.use: {type(model).__name__} has no Tunix Gemma 3 / "
+                         "Gemma 2 Attention module to swap")
+    return model
+
+
+def impl_of(model: nnx.Module) -> str:
+    """Which attention ``model``'s Attention modules run: one of :data:`IMPLS`."""
+    impls = set()
+    for _, module in nnx.iter_graph(model):
+        base = _tunix_base(module)
+        if base is not None:
+            impls.add(getattr(type(module), "impl", "tunix"))
+    if len(impls) != 1:
+        raise ValueError(f"attention.impl_of: mixed or no attention implementations {sorted(impls)}")
+    return impls.pop()
