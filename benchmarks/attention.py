@@ -1,0 +1,97 @@
+"""Tunix's attention vs reasonkit.attention's, on the jitted forward + LoRA gradient.
+
+Run from the repository root: ``python benchmarks/attention.py`` (``--d512`` adds the
+tiny preset's architecture at width 512). Not run in CI. One process, one random model
+per width with the tiny preset's LoRA, the same weights and batch for every
+implementation; the implementations alternate step by step so that load on a shared
+machine falls on all of them alike. Prints the median step time of each and its ratio
+to Tunix's; compare ratios within one run, not across runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import pathlib
+import statistics
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from reasonkit import attention, masks, models  # noqa: E402
+from reasonkit.config import get_preset  # noqa: E402
+
+
+def batch(b: int, s: int, vocab: int, seed: int = 0) -> dict[str, jax.Array]:
+    """Random tokens, each row left-padded by a random amount up to a third of ``s``."""
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(3, vocab, (b, s))
+    for row, pad in enumerate(rng.integers(0, s // 3, b)):
+        tokens[row, :pad] = 0
+    valid = masks.padding_mask(tokens, 0)
+    return {"tokens": jnp.asarray(tokens), "positions": jnp.asarray(masks.positions_from_mask(valid)),
+            "mask": jnp.asarray(masks.causal_mask(valid)), "valid": jnp.asarray(valid)}
+
+
+def step_fn(graphdef):
+    """jit(LoRA params, rest, batch -> next-token loss, its gradient w.r.t. the LoRA params)."""
+    def loss(lora, rest, x):
+        model = nnx.merge(graphdef, lora, rest)
+        logits, _ = model(x["tokens"], x["positions"], None, x["mask"])  # [B, S, V]
+        nll = optax.softmax_cross_entropy_with_integer_labels(logits[:, :-1], x["tokens"][:, 1:])
+        w = x["valid"][:, 1:]
+        return jnp.sum(nll * w) / jnp.sum(w)
+    return jax.jit(jax.value_and_grad(loss))
+
+
+def compare(model_cfg, lora_cfg, b: int, s: int, steps: int, impls) -> dict[str, float]:
+    """Median seconds per step of each implementation in ``impls``, alternating."""
+    model = models.apply_lora(models.new_model(model_cfg, seed=0), lora_cfg, seed=0)
+    x = batch(b, s, model_cfg.vocab_size)
+    fns, states = {}, None
+    for impl in impls:
+        graphdef, lora, rest = nnx.split(attention.use(model, impl), nnx.LoRAParam, ...)
+        states = states or (lora, rest)  # the same arrays for every implementation
+        fns[impl] = step_fn(graphdef)
+        jax.block_until_ready(fns[impl](*states, x))  # compile
+    times = {impl: [] for impl in impls}
+    for _ in range(steps):
+        for impl in impls:
+            t0 = time.perf_counter()
+            jax.block_until_ready(fns[impl](*states, x))
+            times[impl].append(time.perf_counter() - t0)
+    return {impl: statistics.median(t) for impl, t in times.items()}
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=160, help="the tiny GRPO step's 96 + 64")
+    ap.add_argument("--d512", action="store_true", help="also the tiny architecture at width 512")
+    args = ap.parse_args(argv)
+    preset = get_preset("tiny")
+    widths = [preset.model]
+    if args.d512:
+        widths.append(dataclasses.replace(preset.model, embed_dim=512, hidden_dim=2048,
+                                          num_heads=8, head_dim=64))
+    impls = ("tunix", "dense", "chunked")
+    print(f"{jax.devices()[0].platform}, batch {args.batch} x seq {args.seq}, "
+          f"{args.steps} alternating steps, median s/step (ratio to tunix)")
+    for m in widths:
+        t = compare(m, preset.lora, args.batch, args.seq, args.steps, impls)
+        cells = "  ".join(f"{i} {t[i]:.4f} ({t['tunix'] / t[i]:.2f}x)" for i in impls)
+        print(f"d {m.embed_dim}, {m.num_layers} layers, {m.num_heads} heads / {m.num_kv_heads} kv, "
+              f"window {m.sliding_window}: {cells}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,142 @@
+"""reasonkit.attention against Tunix 0.1.7's own attention, on small random float32 models."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from reasonkit import attention, masks, models
+from reasonkit.config import LoraConfig, ModelConfig
+
+S = 64  # sequence; the window (16) is smaller, so local layers mask something
+TOL = 1e-5  # relative error: max |new - tunix| / max |tunix|
+
+
+def config(family: str, num_kv_heads: int) -> ModelConfig:
+    # Gemma 3 hard-codes 5 local : 1 global layers, so 6 layers cover both kinds;
+    # Gemma 2 alternates local / global, so 2 do.
+    return ModelConfig(family=family, source="tiny", num_layers=6 if family == "gemma3" else 2,
+                       vocab_size=64, embed_dim=32, hidden_dim=64, num_heads=4, head_dim=16,
+                       num_kv_heads=num_kv_heads, sliding_window=16, dtype="float32")
+
+
+def batch(seed: int = 0):
+    """Model inputs and real-token mask for five rows of S tokens.
+
+    Rows 0-2 are padded (left, right, none) with Tunix's causal mask and positions; rows
+    3-4 are packed (segments of 20 + 30 + padding, and 40 + 24) with a block-causal mask
+    and positions restarting per segment.
+    """
+    tokens = np.random.default_rng(seed).integers(3, 64, (5, S))
+    tokens[0, :10] = 0
+    tokens[1, 40:] = 0
+    valid = masks.padding_mask(tokens[:3], 0)
+    segments = np.zeros((2, S), np.int32)
+    segments[0, :20], segments[0, 20:50] = 1, 2
+    segments[1, :40], segments[1, 40:] = 1, 2
+    tokens[3:][segments == 0] = 0
+    positions = np.concatenate([masks.positions_from_mask(valid), masks.segment_positions(segments)])
+    mask = np.concatenate([masks.causal_mask(valid), masks.segment_causal_mask(segments)])
+    return (tokens, positions, mask), tokens != 0
+
+
+def logits(model, inputs):
+    tokens, positions, mask = map(jnp.asarray, inputs)
+    return model(tokens, positions, None, mask)[0]  # [B, S, V]
+
+
+def rel_err(new, ref) -> float:
+    return float(jnp.max(jnp.abs(new - ref)) / jnp.max(jnp.abs(ref)))
+
+
+@pytest.mark.parametrize("family,num_kv_heads", [("gemma3", 1), ("gemma3", 2), ("gemma2", 2),
+                                                 ("gemma2", 4)])
+def test_logits_match_tunix(family, num_kv_heads):
+    model = models.new_model(config(family, num_kv_heads), seed=0)
+    inputs, _ = batch()
+    ref = logits(model, inputs)
+    for impl in ("dense", "chunked"):
+        new = logits(attention.use(model, impl), inputs)
+        assert rel_err(new, ref) <= TOL, (family, num_kv_heads, impl)  # padding rows too
+    assert jnp.array_equal(logits(attention.use(model, "tunix"), inputs), ref)
+
+
+def lora_loss_and_grads(model, inputs, valid):
+    """Next-token loss over real tokens and its gradient w.r.t. the LoRA params."""
+    graphdef, lora, rest = nnx.split(model, nnx.LoRAParam, ...)
+
+    def loss(lora):
+        out = logits(nnx.merge(graphdef, lora, rest), inputs)
+        nll = optax.softmax_cross_entropy_with_integer_labels(out[:, :-1], jnp.asarray(inputs[0])[:, 1:])
+        w = jnp.asarray(valid)[:, 1:]
+        return jnp.sum(nll * w) / jnp.sum(w)
+
+    value, grads = jax.jit(jax.value_and_grad(loss))(lora)
+    return value, jax.tree.leaves(grads)
+
+
+@pytest.mark.parametrize("family", ["gemma3", "gemma2"])
+def test_lora_gradients_match_tunix(family):
+    lora = LoraConfig(rank=4, alpha=8.0)
+    model = models.apply_lora(models.new_model(config(family, 2), seed=0), lora, seed=0)
+    # qwix starts b at zero: give the adapters random values so every gradient is non-trivial.
+    state = nnx.state(model, nnx.LoRAParam)
+    keys = iter(jax.random.split(jax.random.key(1), len(jax.tree.leaves(state))))
+    nnx.update(model, jax.tree.map(lambda p: 0.1 * jax.random.normal(next(keys), p.shape), state))
+    inputs, valid = batch()
+    ref_loss, ref = lora_loss_and_grads(model, inputs, valid)
+    new_loss, new = lora_loss_and_grads(attention.use(model, "chunked"), inputs, valid)
+    assert abs(float(new_loss - ref_loss)) <= TOL * abs(float(ref_loss))
+    assert len(new) == len(ref) > 0
+    # Relative to the largest gradient entry: a leaf whose own gradient is ~1e-6 of the
+    # others' is a float32 cancellation either way, and is held to the common scale.
+    scale = max(float(jnp.max(jnp.abs(g))) for g in ref)
+    for g_new, g_ref in zip(new, ref, strict=True):
+        assert float(jnp.max(jnp.abs(g_ref))) > 0
+        assert float(jnp.max(jnp.abs(g_new - g_ref))) <= TOL * scale
+
+
+def test_use_travels_with_split_merge_and_reverts():
+    model = models.new_model(config("gemma3", 1), seed=0)
+    assert attention.impl_of(model) == "tunix"
+    attention.use(model, "chunked")
+    assert attention.impl_of(nnx.merge(*nnx.split(model))) == "chunked"
+    assert attention.impl_of(attention.use(model, "tunix")) == "tunix"
+    assert type(model.layers[0].attn).__name__ == "Attention"
+
+
+def test_cache_calls_keep_tunix_block():
+    """The sampler's path (a KV cache) runs Tunix's own block: same numbers, same cache."""
+    model = models.new_model(config("gemma3", 1), seed=0)
+    attn = model.layers[0].attn
+    x = jax.random.normal(jax.random.key(0), (1, 4, 32))
+    cache = {"k": jnp.zeros((1, 8, 1, 16)), "v": jnp.zeros((1, 8, 1, 16)),
+             "end_index": jnp.zeros((1,), jnp.int32)}
+    args = (x, jnp.arange(4)[None], cache, jnp.tril(jnp.ones((1, 4, 8), bool)))
+    ref_cache, ref = attn(*args)
+    new_cache, new = attention.use(model, "chunked").layers[0].attn(*args)
+    assert jnp.array_equal(new, ref)
+    assert jax.tree.all(jax.tree.map(jnp.array_equal, new_cache, ref_cache))
+
+
+def test_bad_use_names_the_choice():
+    model = models.new_model(config("gemma2", 2), seed=0)
+    with pytest.raises(ValueError, match="impl='flash'"):
+        attention.use(model, "flash")
+    with pytest.raises(ValueError, match="no Tunix Gemma 3 / Gemma 2 Attention"):
+        attention.use(model.final_norm, "chunked")
+
+
+def test_attend_blocks_equal_one_block():
+    """Query blocks (including a block size that does not divide T) give one block's numbers."""
+    kq, kk, kv = jax.random.split(jax.random.key(0), 3)
+    q = jax.random.normal(kq, (2, 12, 4, 8))
+    k, v = jax.random.normal(kk, (2, 12, 2, 8)), jax.random.normal(kv, (2, 12, 2, 8))
+    mask = jnp.tril(jnp.ones((12, 12), bool))[None].repeat(2, 0)
+    attend = jax.jit(attention.attend, static_argnames=("window", "soft_cap", "q_block"))
+    one = attend(q, k, v, mask, window=5, soft_cap=3.0)
+    for q_block in (5, 12):  # 5 -> 4 (the largest divisor of 12 at most 5); 12: one block
+        blocked = attend(q, k, v, mask, window=5, soft_cap=3.0, q_block=q_block)
+        assert rel_err(blocked, one) <= TOL
