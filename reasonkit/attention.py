@@ -77,43 +77,82 @@ def attend(q, k, v, attn_mask, *, window: int | None = None, window_on=None,
     bool [B, T, S]. ``window``: keep keys whose index is within ``window`` of the query's
     ``window_on`` [B, T] (default: the query's index). ``soft_cap``: Gemma 2's
     ``tanh(x / cap) * cap`` on the logits. ``q_block``: queries per block (None: all at
-    once). Returns [B, T, N, H] in v's dtype.
+    once; with blocks, see :func:`_blocked`). Returns [B, T, N, H] in v's dtype.
     """
     b, t, n, h = q.shape
     s, kh = k.shape[1], k.shape[2]
     if n % kh:
         raise ValueError(f"attend: {kh} key heads must divide {n} query heads")
-    g = n // kh
-    key_index = jnp.arange(s)
-    query_at = jnp.broadcast_to(jnp.arange(t), (b, t)) if window_on is None else window_on
-
-    def one(q_blk, mask_blk, at_blk):  # [B, tq, K, G, H], [B, tq, S], [B, tq]
-        logits = jnp.einsum("BTKGH,BSKH->BKGTS", q_blk, k)  # [B, K, G, tq, S]
-        if soft_cap is not None:
-            logits = jnp.tanh(logits / soft_cap) * soft_cap
-        if window is not None:
-            mask_blk = mask_blk & window_mask(at_blk, key_index, window)  # [B, tq, S]
-        logits = jnp.where(mask_blk[:, None, None], logits, K_MASK)
-        probs = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
-        return jnp.einsum("BKGTS,BSKH->BTKGH", probs, v)  # [B, tq, K, G, H]
-
-    q = q.reshape(b, t, kh, g, h)
+    q = q.reshape(b, t, kh, n // kh, h)
     mask = attn_mask.astype(bool)
+    query_at = jnp.broadcast_to(jnp.arange(t), (b, t)) if window_on is None else window_on
+    span = functools.partial(_span, window=window, soft_cap=soft_cap)
     tq = t if q_block is None else _block_size(t, q_block)
-    if tq == t:
-        out = one(q, mask, query_at)
+    if tq == t or t != s:
+        out = span(q, k, v, mask, query_at, jnp.arange(s))
     else:
-        nb = t // tq
+        out = _blocked(span, q, k, v, mask, query_at, tq,
+                       window=window if window_on is None else None)
+    return out.reshape(b, t, n, h)
 
+
+def _span(q, k, v, mask, query_at, key_index, *, window, soft_cap, v_mean=None):
+    """Queries q [B, tq, K, G, H] against keys k / v [B, sk, K, H] at ``key_index`` [sk].
+
+    ``v_mean`` [B, K, H]: what a query that sees none of these keys gets (the mean of all
+    values, as Tunix's softmax over all-masked logits gives) when the keys are a part of
+    the sequence; None when they are all of it (the softmax then does it by itself).
+    """
+    # Tunix's [B, T, K, G, S] layout: on XLA:CPU it measured faster than [B, K, G, T, S].
+    logits = jnp.einsum("BTKGH,BSKH->BTKGS", q, k)  # [B, tq, K, G, sk]
+    if soft_cap is not None:
+        logits = jnp.tanh(logits / soft_cap) * soft_cap
+    if window is not None:
+        mask = mask & window_mask(query_at, key_index, window)  # [B, tq, sk]
+    logits = jnp.where(mask[:, :, None, None, :], logits, K_MASK)
+    probs = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
+    out = jnp.einsum("BTKGS,BSKH->BTKGH", probs, v)  # [B, tq, K, G, H]
+    if v_mean is not None:
+        sees = jnp.any(mask, axis=-1)[:, :, None, None, None]  # [B, tq, 1, 1, 1]
+        out = jnp.where(sees, out, v_mean[:, None, :, None, :].astype(out.dtype))
+    return out
+
+
+def _blocked(span, q, k, v, mask, query_at, tq: int, *, window: int | None):
+    """Query blocks of ``tq``, each against only the keys it can see when the mask is causal.
+
+    Block [i0, i1) takes keys [lo, i1): nothing after its last query (causal), nothing
+    before ``i0 - window + 1`` (``window`` on indices, Gemma 3's local layers). Whether
+    the mask is causal is checked, not assumed: if any query may see a later block's key,
+    a ``lax.cond`` runs every block against all keys instead (``lax.map``). Each block is
+    rematerialised, so a backward holds one block's probabilities at a time.
+    """
+    b, t = mask.shape[:2]
+    nb = t // tq
+    key_index = jnp.arange(t)
+    block_end = (jnp.arange(t) // tq + 1) * tq  # [T]: first key index past the query's block
+    sees_ahead = jnp.any(mask & (key_index[None, None, :] >= block_end[None, :, None]))
+    v_mean = jnp.mean(v.astype(jnp.float32), axis=1)  # [B, K, H]
+    one = jax.checkpoint(span)
+
+    def causal(q, k, v, mask, query_at):
+        outs = []
+        for i0 in range(0, t, tq):
+            i1, lo = i0 + tq, 0 if window is None else max(0, i0 - window + 1)
+            outs.append(one(q[:, i0:i1], k[:, lo:i1], v[:, lo:i1], mask[:, i0:i1, lo:i1],
+                            query_at[:, i0:i1], key_index[lo:i1],
+                            v_mean=None if (lo, i1) == (0, t) else v_mean))
+        return jnp.concatenate(outs, axis=1)
+
+    def full(q, k, v, mask, query_at):
         def blocks(x):  # [B, T, ...] -> [nb, B, tq, ...]
             return jnp.moveaxis(x.reshape(b, nb, tq, *x.shape[2:]), 1, 0)
 
-        # The body is rematerialised: the backward recomputes a block's probabilities
-        # instead of keeping all nb of them (which would be the whole [B, K, G, T, S]).
-        body = jax.checkpoint(lambda xs: one(*xs))
-        out = jax.lax.map(body, (blocks(q), blocks(mask), blocks(query_at)))
-        out = jnp.moveaxis(out, 0, 1).reshape(b, t, kh, g, h)
-    return out.reshape(b, t, n, h)
+        out = jax.lax.map(lambda xs: one(xs[0], k, v, xs[1], xs[2], key_index),
+                          (blocks(q), blocks(mask), blocks(query_at)))
+        return jnp.moveaxis(out, 0, 1).reshape(q.shape)
+
+    return jax.lax.cond(sees_ahead, full, causal, q, k, v, mask, query_at)
 
 
 def _q_block(impl: str) -> int | None:

@@ -14,6 +14,12 @@ S = 64  # sequence; the window (16) is smaller, so local layers mask something
 TOL = 1e-5  # relative error: max |new - tunix| / max |tunix|
 
 
+@pytest.fixture(autouse=True)
+def small_blocks(monkeypatch):
+    """Query blocks of 16 in 64 positions: "chunked" skips keys (causal, window 16)."""
+    monkeypatch.setattr(attention, "Q_BLOCK", 16)
+
+
 def config(family: str, num_kv_heads: int) -> ModelConfig:
     # Gemma 3 hard-codes 5 local : 1 global layers, so 6 layers cover both kinds;
     # Gemma 2 alternates local / global, so 2 do.
@@ -134,9 +140,12 @@ def test_attend_blocks_equal_one_block():
     kq, kk, kv = jax.random.split(jax.random.key(0), 3)
     q = jax.random.normal(kq, (2, 12, 4, 8))
     k, v = jax.random.normal(kk, (2, 12, 2, 8)), jax.random.normal(kv, (2, 12, 2, 8))
-    mask = jnp.tril(jnp.ones((12, 12), bool))[None].repeat(2, 0)
+    causal = jnp.tril(jnp.ones((12, 12), bool))[None].repeat(2, 0)
+    causal = causal.at[0, :3].set(False)  # three queries that see nothing
+    ahead = causal.at[1, 2, 7].set(True)  # one query sees a later block: all keys are used
     attend = jax.jit(attention.attend, static_argnames=("window", "soft_cap", "q_block"))
-    one = attend(q, k, v, mask, window=5, soft_cap=3.0)
-    for q_block in (5, 12):  # 5 -> 4 (the largest divisor of 12 at most 5); 12: one block
-        blocked = attend(q, k, v, mask, window=5, soft_cap=3.0, q_block=q_block)
-        assert rel_err(blocked, one) <= TOL
+    for mask in (causal, ahead):
+        one = attend(q, k, v, mask, window=5, soft_cap=3.0)
+        for q_block in (5, 12):  # 5 -> 4 (the largest divisor of 12 at most 5); 12: one block
+            blocked = attend(q, k, v, mask, window=5, soft_cap=3.0, q_block=q_block)
+            assert rel_err(blocked, one) <= TOL
