@@ -103,15 +103,23 @@ def _span(q, k, v, mask, query_at, key_index, *, window, soft_cap, v_mean=None):
     values, as Tunix's softmax over all-masked logits gives) when the keys are a part of
     the sequence; None when they are all of it (the softmax then does it by itself).
     """
-    # Tunix's [B, T, K, G, S] layout: on XLA:CPU it measured faster than [B, K, G, T, S].
-    logits = jnp.einsum("BTKGH,BSKH->BTKGS", q, k)  # [B, tq, K, G, sk]
+    # Tunix's layouts, which measured fastest on XLA:CPU: [B, T, K, G, S], and with one
+    # key head (multi-query) that head squeezed out, so the dot has only B as batch axis.
+    mqa = k.shape[2] == 1
+    qk, pv = ("BTGH,BSH->BTGS", "BTGS,BSH->BTGH") if mqa else ("BTKGH,BSKH->BTKGS", "BTKGS,BSKH->BTKGH")
+    if mqa:
+        q, k, v = q[:, :, 0], k[:, :, 0], v[:, :, 0]
+    logits = jnp.einsum(qk, q, k)  # [B, tq, (K,) G, sk]
     if soft_cap is not None:
         logits = jnp.tanh(logits / soft_cap) * soft_cap
     if window is not None:
         mask = mask & window_mask(query_at, key_index, window)  # [B, tq, sk]
-    logits = jnp.where(mask[:, :, None, None, :], logits, K_MASK)
+    keep = mask[:, :, None, :] if mqa else mask[:, :, None, None, :]
+    logits = jnp.where(keep, logits, K_MASK)
     probs = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
-    out = jnp.einsum("BTKGS,BSKH->BTKGH", probs, v)  # [B, tq, K, G, H]
+    out = jnp.einsum(pv, probs, v)  # [B, tq, (K,) G, H]
+    if mqa:
+        out = out[:, :, None]  # [B, tq, 1, G, H]
     if v_mean is not None:
         sees = jnp.any(mask, axis=-1)[:, :, None, None, None]  # [B, tq, 1, 1, 1]
         out = jnp.where(sees, out, v_mean[:, None, :, None, :].astype(out.dtype))
