@@ -6,20 +6,22 @@ sliding-window mask from two full [B, T, S] ones (``triu``/``tril`` of ``ones_li
 and run ``where`` + softmax over all of it, in the backward as well. Here the same numbers
 come from:
 
-- the grouped-query layout kept throughout: [B, K, G, T, S] logits against the K key /
-  value heads, never repeated to N = K * G heads;
+- Tunix's own layouts, [B, T, K, G, S] logits against the K key / value heads (with one
+  key head, [B, T, G, S]): on XLA:CPU they measured faster than [B, K, G, T, S];
 - the sliding window from two iotas (``|i - j| < window`` on indices for Gemma 3, on the
   query's position for Gemma 2, as Tunix does each), and-ed into the [B, T, S] mask the
   model already receives: no full-ones mask per layer;
-- with ``impl="chunked"``, queries in blocks of :data:`Q_BLOCK` under ``lax.map``, each
-  block's body rematerialised, so the forward and the backward hold one block of
-  [B, K, G, q_block, S] at a time instead of the whole [B, K, G, T, S].
+- with ``impl="chunked"``, queries in blocks of :data:`Q_BLOCK`, each block against only
+  the keys it can see: none after its last query (the mask is causal; this is checked
+  at run time, with a fallback to all keys) and, in Gemma 3's local layers, none before
+  its first query's window. Each block is rematerialised, so a backward holds one
+  block's [B, tq, K, G, keys] probabilities at a time, not the whole [B, T, K, G, S].
 
 Everything around it (projections, query / key norms, RoPE, query scaling, the output
 projection, sharding constraints) is Tunix's own code, called as the block calls it.
-Masked logits take Tunix's ``K_MASK`` and the same ``where`` + softmax, so a row with
-nothing to see (a padding query) averages all values exactly as Tunix's does, and logits
-match everywhere, padding included.
+Masked logits take Tunix's ``K_MASK`` and the same ``where`` + softmax. A query with
+nothing to see (a padding query) gets the mean of all values, as Tunix's softmax over
+all-masked logits gives it, so logits match everywhere, padding rows included.
 
 The one override, :func:`use`, swaps the class of each Tunix ``Attention`` module of a
 model for a subclass whose ``block`` is the one here. The choice travels with the model
