@@ -1,7 +1,7 @@
 """Tunix's attention vs reasonkit.attention's, on the jitted forward + LoRA gradient.
 
-Run from the repository root: ``python benchmarks/attention.py`` (``--d512`` adds the
-tiny preset's architecture at width 512). Not run in CI. One process, one random model
+Run from the repository root: ``python benchmarks/attention.py`` (``--widths 128,512``
+adds the tiny preset's architecture at width 512). Not run in CI. One process, one random model
 per width with the tiny preset's LoRA, the same weights and batch for every
 implementation; the implementations alternate step by step so that load on a shared
 machine falls on all of them alike. Prints the median step time of each and its ratio
@@ -76,13 +76,13 @@ def main(argv=None) -> None:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=160, help="the tiny GRPO step's 96 + 64")
-    ap.add_argument("--d512", action="store_true", help="also the tiny architecture at width 512")
+    ap.add_argument("--widths", default="128", help="comma-separated model widths (the tiny "
+                    "preset is 128; others scale heads and MLP with it)")
     args = ap.parse_args(argv)
     preset = get_preset("tiny")
-    widths = [preset.model]
-    if args.d512:
-        widths.append(dataclasses.replace(preset.model, embed_dim=512, hidden_dim=2048,
-                                          num_heads=8, head_dim=64))
+    widths = [dataclasses.replace(preset.model, embed_dim=d, hidden_dim=4 * d,
+                                  num_heads=max(4, d // 64), head_dim=d // max(4, d // 64))
+              for d in map(int, args.widths.split(","))]  # d 128: the tiny preset's own
     impls = ("tunix", "dense", "chunked")
     print(f"{jax.devices()[0].platform}, batch {args.batch} x seq {args.seq}, "
           f"{args.steps} alternating steps, median s/step (ratio to tunix)")
