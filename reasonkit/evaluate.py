@@ -32,6 +32,7 @@ import numpy as np
 
 from reasonkit import answers, collate, data, models, template, train
 from reasonkit import mesh as mesh_lib
+from reasonkit import rewards as rewards_lib
 from reasonkit.config import EvalConfig, ModelConfig, Preset
 from reasonkit.runs import RunDir, is_writer, write_files
 
@@ -569,14 +570,10 @@ def group_advantages(rewards: Sequence[float], num_generations: int) -> np.ndarr
     >>> group_advantages([3.0, 0.0, 0.0, 3.0,   5.0, 5.0, 5.0, 5.0], 4).round(3).tolist()
     [0.866, -0.866, -0.866, 0.866, 0.0, 0.0, 0.0, 0.0]
     """
-    r = np.asarray(rewards, dtype=np.float64)
     if num_generations < 2:
         raise ValueError(f"group_advantages: num_generations={num_generations}; a group needs "
                          "at least 2 answers to have a spread")
-    if r.ndim != 1 or r.size % num_generations:
-        raise ValueError(f"group_advantages: {r.shape} rewards do not split into groups of "
-                         f"num_generations={num_generations}")
-    groups = r.reshape(-1, num_generations)  # [prompts, G]
+    groups = rewards_lib.grouped(rewards, num_generations, "group_advantages")  # [prompts, G]
     mean, std = groups.mean(axis=1, keepdims=True), groups.std(axis=1, ddof=1, keepdims=True)
     return ((groups - mean) / (std + 1e-6)).reshape(-1)
 

@@ -58,7 +58,8 @@ from reasonkit.template import TAGS, Extraction, extract_answer, has_exact_forma
 
 __all__ = [
     "reasoning_quality", "format_exact", "format_approx", "answer_correct", "answer_close",
-    "numeric_backup", "multi_domain", "weighted", "from_config", "frac_zero_std", "MATH_REWARDS",
+    "numeric_backup", "multi_domain", "weighted", "from_config", "frac_zero_std", "grouped",
+    "MATH_REWARDS",
     "BY_NAME",
     "SYMBOLIC_BUDGET_SECONDS", "SYMBOLIC_SKIPS",
 ]
@@ -364,12 +365,21 @@ def frac_zero_std(rewards: Sequence[float], num_generations: int) -> float:
     ...               num_generations=2)
     0.5
     """
-    scores = np.asarray(rewards, dtype=float)
-    if scores.ndim != 1 or not len(scores) or len(scores) % num_generations:
-        raise ValueError(f"frac_zero_std: {scores.shape} rewards do not split into groups of "
-                         f"num_generations={num_generations}")
-    groups = scores.reshape(-1, num_generations)  # [prompts, G]
+    groups = grouped(rewards, num_generations, "frac_zero_std")
     return float(np.mean(np.all(groups == groups[:, :1], axis=1)))
+
+
+def grouped(rewards: Sequence[float], num_generations: int, caller: str) -> np.ndarray:
+    """A GRPO step's rewards as ``[prompts, G]``, or a ValueError naming ``caller``.
+
+    >>> grouped([1, 2, 3, 4], 2, "f").tolist()
+    [[1.0, 2.0], [3.0, 4.0]]
+    """
+    scores = np.asarray(rewards, dtype=np.float64)
+    if scores.ndim != 1 or not len(scores) or len(scores) % num_generations:
+        raise ValueError(f"{caller}: {scores.shape} rewards do not split into groups of "
+                         f"num_generations={num_generations}")
+    return scores.reshape(-1, num_generations)  # [prompts, G]
 
 
 # --- plumbing ------------------------------------------------------------------------
