@@ -195,17 +195,31 @@ def check(preset: Preset, stage: str, hw: hardware.HardwareInfo | None = None) -
         else:
             _generation_programs(preset, stage, programs)
     peak = max(p["peak"] for p in programs.values())
-    budget = hardware.memory_budget(preset, BUDGET_STAGE[stage], n_devices=jax.device_count(),
-                                    hw=hw)
-    estimate = budget.phase_total(PHASE[stage])
+    estimates = estimate(preset, stage, jax.device_count(), hw)
     mesh = mesh_lib.resolve_shape(mesh_lib.stage_mesh_config(preset, BUDGET_STAGE[stage]).shape,
                                   jax.device_count())
     return {"preset": preset.name, "stage": stage, "hardware": hw.name,
             "devices": jax.device_count(), "mesh": list(mesh), "programs": programs,
-            "peak": peak, "estimate": estimate, "ratio": round(estimate / peak, 3),
+            "peak": peak, **estimates, "ratio": round(estimates["estimate"] / peak, 3),
             "capacity": hw.memory_per_device,
             "fits": peak <= hardware.FIT_FRACTION * hw.memory_per_device,
             "seconds": round(time.time() - t0, 1)}
+
+
+def estimate(preset: Preset, stage: str, devices: int,
+             hw: hardware.HardwareInfo) -> dict[str, int]:
+    """``hardware.memory_budget``'s bytes per device for a check's stage, two ways.
+
+    ``estimate``: as XLA:CPU compiles it (``backend="cpu"``: the float32 copies and the
+    rest of what only XLA:CPU holds), the figure a check compares to the compiler's.
+    ``estimate_tpu``: the same stage on an accelerator (what notebook 01 prints).
+    """
+    out = {}
+    for key, backend in (("estimate", "cpu"), ("estimate_tpu", "tpu")):
+        budget = hardware.memory_budget(preset, BUDGET_STAGE[stage], n_devices=devices, hw=hw,
+                                        backend=backend)
+        out[key] = budget.phase_total(PHASE[stage])
+    return out
 
 
 def device_count(preset: Preset) -> int:

@@ -138,15 +138,16 @@ def test_budget_by_hand_sft_fsdp():
     act = 20 * 2 * per_token_layer * 4
     scores = 2 * 2 * 2 * 2 * 10 * 10 * 4  # seqs x layers x copies x heads x T x T x 4 B
     # log-probs a chunk at a time: all 4 rows x all 10 positions (one chunk) x the device's
-    # 50 of the 100 vocabulary entries x 4 B, five such float32 buffers
-    logits = 5 * 4 * 10 * 50 * 4
+    # 50 of the 100 vocabulary entries x 4 B, four such float32 buffers, plus that slice of
+    # the embedding (50 x D = 8, fp32) the chunk is multiplied with
+    logits = 4 * 4 * 10 * 50 * 4 + 50 * 8 * 4
     returned = base + lora // 4  # the step returns base + LoRA params (not donated)
     assert b.items == {"base params": base, "LoRA params + grads + Adam": lora,
                        "activations": act, "attention scores": scores, "logits": logits,
                        "returned model state": returned}
-    assert (base, lora, act, scores, logits, returned) == (3904, 6144, 23040, 6400, 40000, 5440)
-    assert b.total == 84928 and b.capacity == 100_000
-    assert b.fits  # 84928 <= 0.9 * 100000
+    assert (base, lora, act, scores, logits, returned) == (3904, 6144, 23040, 6400, 33600, 5440)
+    assert b.total == 78528 and b.capacity == 100_000
+    assert b.fits  # 78528 <= 0.9 * 100000
     assert b.advice() == []
 
 
@@ -159,7 +160,7 @@ def test_budget_by_hand_grpo_tensor_parallel():
     tokens = 2 * 2 * 10  # 2 prompts x 2 generations, prompt 4 + generation 6
     train = {"activations": tokens * 2 * 144 * 4 // 2,
              "attention scores": 4 * 2 * 2 * 2 * 100 * 4 // 2,
-             "logits": 5 * 4 * 6 * 50 * 4,  # 4 rows x the 6 completion positions x V/2
+             "logits": 4 * 4 * 6 * 50 * 4 + 50 * 8 * 4,  # 4 rows x 6 completion positions x V/2
              "returned model state": base + lora // 4}
     rollout = {"KV cache": 4 * 2 * 2 * 1 * 4 * 10 * 4,  # seqs x (k,v) x L x K x h x S x 4 B
                "prefill logits": 4 * 4 * 50 * 4}  # seqs x prompt x V/tp x 4 B
@@ -206,9 +207,9 @@ def test_remat_and_qlora_shrink_their_items():
     v5e = from_name("tpu-v5e-8")
     b = memory_budget(p, "sft", hw=v5e)
     r = memory_budget(p.replace(**{"model.remat": True}), "sft", hw=v5e)
-    # remat keeps the residual stream (6 D a token, float32 on XLA:CPU) of every layer,
-    # not the 3 F + heads: 27.6 KB instead of 65.5 KB a token per layer
-    assert r.items["activations"] == pytest.approx(b.items["activations"] * 6 * 1152 * 4 / (
+    # remat keeps the residual stream (6 D a token, bf16) of every layer, not the 3 F +
+    # heads: 13.8 KB instead of 65.5 KB a token per layer
+    assert r.items["activations"] == pytest.approx(b.items["activations"] * 6 * 1152 * 2 / (
         (6 * 1152 + 3 * 6912 + 4 * (4 + 1) * 256) * 2), rel=1e-6)
     assert r.items["logits"] == b.items["logits"]
     q = memory_budget(p.replace(**{"lora.qlora": True}), "sft", hw=v5e)
@@ -219,8 +220,9 @@ def test_gemma3_1b_on_v5e_8():
     p, v5e = get_preset("gemma3-1b"), from_name("tpu-v5e-8")
     sft = memory_budget(p, "sft", hw=v5e)
     assert sft.mesh_shape == (8, 1)
-    # log-probs in chunks of 64 positions: 32 rows x 64 x 262144 / 8 x 4 B = 256 MiB, 5 buffers
-    assert sft.items["logits"] == 5 * 32 * 64 * 262144 // 8 * 4 == 5 * 256 * 2**20
+    # log-probs in chunks of 64 positions: 32 rows x 64 x 262144 / 8 x 4 B = 256 MiB, 4 buffers,
+    # and the device's 32768 rows of the embedding, whole along D = 1152, bf16 (72 MiB)
+    assert sft.items["logits"] == 4 * 256 * 2**20 + 262144 // 8 * 1152 * 2
     assert sft.items["base params"] == pytest.approx(p.model.num_params * 2 / 8, rel=1e-6)
     rows = hwmod.budget_table(p, v5e)
     assert [r["stage"] for r in rows] == ["sft", "dpo", "grpo", "eval"]
