@@ -333,3 +333,76 @@ def test_time_model_on_a_cpu_measures_its_peak():
     tm = hwmod.time_model(get_preset("tiny"), from_name("cpu-1"))
     assert tm.peak > 1e8 and "the measured matmul rate of 1 x cpu" in tm.report()
     assert "12% training" in tm.report()
+
+
+# --- what XLA:CPU holds beyond a TPU (backend="cpu") -----------------------------------------
+
+
+def _xla_cpu_items(b):
+    return {k: v for k, v in b.items.items() if k.startswith("XLA:CPU")}
+
+
+@pytest.mark.parametrize("stage", ["sft", "dpo", "grpo", "eval"])
+def test_tpu_estimate_is_the_cpu_one_less_its_xla_cpu_items(stage):
+    p, v5e = get_preset("gemma2-2b"), from_name("tpu-v5e-8")
+    tpu, cpu = (memory_budget(p, stage, hw=v5e, backend=k) for k in ("tpu", "cpu"))
+    assert tpu.backend == "tpu" and not _xla_cpu_items(tpu)
+    assert _xla_cpu_items(cpu) and "as XLA:CPU compiles it" in str(cpu)
+    # the accelerator's items are the same on both; XLA:CPU only adds its own
+    assert {k: v for k, v in cpu.items.items() if k in tpu.items} == tpu.items
+    assert cpu.total > tpu.total
+    assert memory_budget(p, stage, hw=v5e).total == tpu.total  # "tpu" is the default
+
+
+def test_float32_weight_copies_are_every_decoder_weight_and_lora_factor():
+    """On an FSDP mesh each copy is whole (made after the all-gather): 4 B x every decoder
+    parameter (the embedding is its own item) + every LoRA parameter, whatever the mesh size."""
+    m = get_preset("gemma2-2b").model  # D=2304, F=9216, H=8, K=4, h=256, L=26, rank 64
+    decoder = m.num_params - m.vocab_size * m.embed_dim
+    lora = 26 * 64 * ((2304 + 8 * 256) + (2304 + 2 * 4 * 256) + (8 * 256 + 2304)
+                      + 3 * (2304 + 9216))
+    for n in (1, 8):
+        p = get_preset("gemma2-2b", **{"sft.mesh": MeshConfig(shape=(n, 1))})
+        assert hwmod._cpu_weight_copies(p, {"fsdp": n, "tp": 1}) == 4 * (decoder + lora)
+    # tensor parallelism splits the copies as it splits the weights (heads, K=4 and F over 4);
+    # a LoRA factor's tp side is split, its D side (fsdp, gathered) and the rank are not
+    lora_tp = 26 * 64 * (3 * (2304 + 512) + 3 * (2304 + 2304))
+    p = get_preset("gemma2-2b")
+    assert hwmod._cpu_weight_copies(p, {"fsdp": 2, "tp": 4}) == 4 * (decoder // 4 + lora_tp)
+    tiny = get_preset("tiny")  # float32: XLA:CPU multiplies it as it is
+    assert hwmod._cpu_weight_copies(tiny, {"fsdp": 1, "tp": 1}) == 0
+    b = memory_budget(tiny, "sft", hw=from_name("cpu-1"), backend="cpu")
+    assert _xla_cpu_items(b) == {}
+
+
+def test_kv_cache_repeated_to_the_query_heads():
+    """Tunix repeats each KV head to its H / K query heads; XLA:CPU keeps every layer's."""
+    v5e = from_name("tpu-v5e-8")
+    g3 = memory_budget(get_preset("gemma3-1b"), "eval", hw=v5e, backend="cpu")  # H=4, K=1
+    assert g3.items["XLA:CPU KV per query head"] == 3 * g3.items["KV cache"]
+    g2 = memory_budget(get_preset("gemma2-2b"), "eval", hw=v5e, backend="cpu")  # H=8, K=4
+    assert g2.items["XLA:CPU KV per query head"] == g2.items["KV cache"]
+    # the gemma3-1b rollout's 52 bf16 [16, 768, 4, 256] (1.2 GiB) = cache + 3 more copies;
+    # on XLA:CPU the rollout, not the update, is GRPO's peak
+    grpo = memory_budget(get_preset("gemma3-1b"), "grpo", hw=v5e, backend="cpu")
+    assert grpo.phase == "rollout"
+    assert (grpo.items["KV cache"] + grpo.items["XLA:CPU KV per query head"]
+            == 52 * 16 * 768 * 4 * 256 * 2)
+
+
+def test_weights_at_the_start_count_only_beyond_the_activations():
+    """Two moments compete for XLA:CPU's peak: the item is the weights' excess, never < 0."""
+    v5e = from_name("tpu-v5e-8")
+    for name, stage, weights_win in (("gemma2-2b", "sft", True), ("gemma3-1b", "grpo", False)):
+        b = memory_budget(get_preset(name), stage, hw=v5e, backend="cpu")
+        train = b.items if b.phase == "train" else b.off_peak
+        assert (train["XLA:CPU f32 weights at start"] > 0) == weights_win
+    # more rows grow the activations, not the weights' moment: the peak moves to them
+    p = get_preset("gemma2-2b")
+    big = memory_budget(p.replace(**{"sft.batch_size": 256}), "sft", hw=v5e, backend="cpu")
+    assert big.items["XLA:CPU f32 weights at start"] == 0
+
+
+def test_backend_errors():
+    with pytest.raises(ValueError, match="backend='gpu'"):
+        memory_budget(toy_preset(), "sft", hw=TOY_HW, backend="gpu")

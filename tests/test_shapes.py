@@ -152,3 +152,20 @@ def test_tpu_sharding_constraints_are_scoped():
     with shapes.tpu_sharding_constraints():
         assert sharding_utils.shard is shapes._constrain
     assert (sharding_utils.shard, gemma2.shard) == before
+
+
+def test_every_committed_check_is_within_20_percent_of_the_estimate():
+    """benchmarks/shapes.json's compiler figures (no compiling here) against the estimate the
+    current ``hardware.memory_budget(..., backend="cpu")`` makes for the same stage."""
+    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "shapes.json")
+    with open(path) as f:
+        results = json.load(f)["results"]
+    assert len(results) == 30 and not any("error" in r for r in results)
+    for r in results:
+        preset = get_preset(r["preset"])
+        est = shapes.estimate(preset, r["stage"], r["devices"],
+                              hardware.from_name(preset.hardware))
+        assert 0.8 <= est["estimate"] / r["peak"] <= 1.2, (r["preset"], r["stage"], est)
+        assert est["estimate_tpu"] < est["estimate"]  # XLA:CPU holds float32 copies a TPU does not
+        assert est == {"estimate": r["estimate"], "estimate_tpu": r["estimate_tpu"]}, \
+            "benchmarks/shapes.json is stale: run python benchmarks/shapes.py --reestimate"
