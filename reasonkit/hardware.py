@@ -26,6 +26,24 @@ True
 >>> per_token_layer = 6 * 128 + 3 * 512 + 4 * (4 + 1) * 32  # ACT_D*D + ACT_F*F + ...
 >>> 16 * 160 * 6 * per_token_layer * 4 == b.items["activations"]
 True
+
+A bfloat16 model as XLA:CPU compiles it (``backend="cpu"``, what ``reasonkit.shapes``
+checks) holds what a TPU does and float32 copies of its weights on top:
+
+>>> g, v3 = get_preset("gemma2-2b-v3-8"), from_name("tpu-v3-8")
+>>> tpu, cpu = (memory_budget(g, "sft", hw=v3, backend=k) for k in ("tpu", "cpu"))
+>>> for name, n in cpu.items.items():
+...     print(f"{name:28s} {format_bytes(n):>9s}{'' if name in tpu.items else '  XLA:CPU only'}")
+base params                    623 MiB
+LoRA params + grads + Adam     451 MiB
+activations                   1.37 GiB
+attention scores              64.0 MiB
+logits                        1.11 GiB
+XLA:CPU f32 output layer       281 MiB  XLA:CPU only
+XLA:CPU f32 weights at start  6.05 GiB  XLA:CPU only
+returned model state           736 MiB
+>>> format_bytes(tpu.total), format_bytes(cpu.total)  # the compiler: 11.7 GiB
+('4.32 GiB', '10.6 GiB')
 """
 
 from __future__ import annotations
@@ -638,9 +656,10 @@ def memory_budget(preset: Preset, stage: str, n_devices: int | None = None,
     the items named "XLA:CPU ...": what XLA:CPU holds beyond it, mostly float32 copies of
     bfloat16 weights (its dot emitter takes no bfloat16). That is the figure
     :mod:`reasonkit.shapes` compares its CPU compile to, and a TPU does not need it: a
-    bfloat16 model on XLA:CPU needs up to 2.3x the TPU figure (gemma2-2b's SFT: 10.6 vs
-    4.6 GiB a device). Each XLA:CPU item comes from the compiler's buffers at the peak
-    (docs/presets.md#memory); a float32 model gets only the repeated KV cache.
+    bfloat16 model on XLA:CPU needs 1.05x to 3.9x the TPU figure (gemma2-2b-v3-8's SFT:
+    10.6 vs 4.32 GiB a device; its compiler says 11.7). Each XLA:CPU item comes from
+    the compiler's buffers at the peak (docs/presets.md#memory); a float32 model gets
+    only the repeated KV cache.
 
     Assumptions (Tunix 0.1.7, its default Gemma ShardingConfig, qwix LoRA):
 
