@@ -468,7 +468,8 @@ def _cpu_training_items(preset: Preset, seqs: int, mesh: dict[str, int],
     ``CPU_EMBED_COPIES`` of the embedding's slice) and ``CPU_CONSTANT_CHUNKS`` logits
     chunks. "XLA:CPU f32 weights at start" is what the second needs beyond the
     first: 0 when the activations are the larger (gemma3-1b's GRPO update on 2 x 4
-    devices), most of the peak when the weights are (gemma2-2b's SFT on 8: 7.5 GiB).
+    devices), most of the peak when the weights are (gemma2-2b-v3-8's SFT: 7.6 GiB of
+    float32 weights live at its peak, no activation yet; the item is 6.05 GiB).
     """
     m = preset.model
     if m.dtype != "bfloat16":
