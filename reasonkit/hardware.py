@@ -525,10 +525,12 @@ def _cpu_generation_items(preset: Preset, seqs: int, cache_len: int,
     - The float32 weight copies (:func:`_cpu_weight_copies`), and the embedding's: its
       tp slice of the vocabulary whole along D (the output layer, after the all-gather)
       and, in the decoding loop, the slice as stored (split over fsdp too), both float32.
-    - Tunix's attention repeats each KV head to its ``H / K`` query heads; XLA:CPU keeps
-      every layer's repeated cache live at once (gemma3-1b's rollout: 52 bf16
-      ``[16, 768, 4, 256]``, 1.2 GiB, 4 x the cache). The item is the ``H / K - 1``
-      copies beyond the cache itself.
+    - With a single KV head (Gemma 3 1B and 270M) Tunix's attention einsums broadcast
+      the cache to every query head ("BTNH,BSNH->BTNS"), and XLA:CPU keeps every
+      layer's broadcast cache live at once (gemma3-1b's rollout: 52 bf16
+      ``[16, 768, 4, 256]``, 1.2 GiB, 4 x the cache). The item is the ``H - 1`` copies
+      beyond the cache itself. With K > 1 (Gemma 2 2B) Tunix groups the query heads
+      over the KV heads instead, and no copy is live (gemma2-2b's rollout).
     """
     m = preset.model
     local = math.ceil(seqs / mesh["fsdp"])
@@ -537,10 +539,9 @@ def _cpu_generation_items(preset: Preset, seqs: int, cache_len: int,
         vocab = m.vocab_size / _split(m.vocab_size, "tp", mesh)
         weights += math.ceil(vocab * m.embed_dim * 4
                              * (1 + 1 / _split(m.embed_dim, "fsdp", mesh)))
-    kv_local = m.num_kv_heads // _kv_split(m, mesh)
-    heads_local = m.num_heads // _kv_split(m, mesh)  # the query heads each KV head serves
-    repeats = heads_local // kv_local - 1
-    cache = local * 2 * m.num_layers * kv_local * m.head_dim * cache_len * _dtype_bytes(m)
+    # a single KV head is replicated over tp, and broadcast to all H query heads
+    repeats = m.num_heads - 1 if m.num_kv_heads == 1 else 0
+    cache = local * 2 * m.num_layers * m.head_dim * cache_len * _dtype_bytes(m)
     return {"XLA:CPU f32 weights": weights,
             "XLA:CPU KV per query head": cache * repeats}
 
@@ -660,7 +661,7 @@ def memory_budget(preset: Preset, stage: str, n_devices: int | None = None,
     bfloat16 model on XLA:CPU needs 1.05x to 3.9x the TPU figure (gemma2-2b-v3-8's SFT:
     10.6 vs 4.32 GiB a device; its compiler says 11.7). Each XLA:CPU item comes from
     the compiler's buffers at the peak (docs/presets.md#memory); a float32 model gets
-    only the repeated KV cache.
+    only the broadcast KV cache.
 
     Assumptions (Tunix 0.1.7, its default Gemma ShardingConfig, qwix LoRA):
 
@@ -694,8 +695,8 @@ def memory_budget(preset: Preset, stage: str, n_devices: int | None = None,
       model shares the backbone. Evaluation generates ``eval.batch_size`` sequences.
     - ``backend="cpu"``: in training, the float32 copies of the output layer's slice,
       and of every weight at the step's start (:func:`_cpu_training_items`); in
-      sampling, the float32 weight copies and the KV cache repeated to every query head
-      (:func:`_cpu_generation_items`).
+      sampling, the float32 weight copies and a single KV head's cache broadcast to
+      every query head (:func:`_cpu_generation_items`).
     - Fits means total <= 90% of the device's memory.
     """
     if stage not in STAGES:
