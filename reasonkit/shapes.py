@@ -25,7 +25,9 @@ Two things differ from a TPU and are handled here, in one place:
   compiles the program a TPU runs. (It also asks LLVM for less optimised machine code,
   which changes no buffer and saves about 40% of the compile time.)
 - XLA:CPU computes bfloat16 matmuls in float32 (converted copies of their operands), so
-  its figure is an upper bound of a TPU's, by design.
+  its figure is an upper bound of a TPU's, by design. A check therefore compares it to
+  ``hardware.memory_budget(..., backend="cpu")``, which counts those copies as items of
+  their own, and reports the accelerator's estimate (``backend="tpu"``) beside it.
 
 Stages: ``sft``, ``dpo``, ``grpo`` (the policy update), ``rollout`` (GRPO's sampler:
 prefill, then the decoding loop, with the KV cache of batch x generations) and ``eval``
@@ -180,8 +182,10 @@ def check(preset: Preset, stage: str, hw: hardware.HardwareInfo | None = None) -
 
     Returns the compiler's bytes per device for each program (``programs``), the stage's
     ``peak`` (its largest program), ``hardware.memory_budget``'s estimate for the same
-    thing, their ratio, the device memory of ``hw`` (default: the preset's machine) and
-    whether the peak fits in ``hardware.FIT_FRACTION`` of it.
+    thing as XLA:CPU compiles it (``estimate``; :func:`estimate`) and on an accelerator
+    (``estimate_tpu``), ``ratio`` = estimate / peak, the device memory of ``hw``
+    (default: the preset's machine) and whether the peak fits in
+    ``hardware.FIT_FRACTION`` of it.
     """
     if stage not in CHECK_STAGES:
         raise ValueError(f"stage={stage!r}: must be one of {', '.join(CHECK_STAGES)}")
