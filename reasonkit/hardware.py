@@ -658,7 +658,7 @@ def memory_budget(preset: Preset, stage: str, n_devices: int | None = None,
     the items named "XLA:CPU ...": what XLA:CPU holds beyond it, mostly float32 copies of
     bfloat16 weights (its dot emitter takes no bfloat16). That is the figure
     :mod:`reasonkit.shapes` compares its CPU compile to, and a TPU does not need it: a
-    bfloat16 model on XLA:CPU needs 1.05x to 3.9x the TPU figure (gemma2-2b-v3-8's SFT:
+    bfloat16 model on XLA:CPU needs 1.05x to 3.7x the TPU figure (gemma2-2b-v3-8's SFT:
     10.6 vs 4.32 GiB a device; its compiler says 11.7). Each XLA:CPU item comes from
     the compiler's buffers at the peak (docs/presets.md#memory); a float32 model gets
     only the broadcast KV cache.
