@@ -2,6 +2,7 @@
 fits; LoRA goes on at any mesh size; base weights shard over fsdp; an indivisible batch is
 refused before training."""
 
+import collections
 import json
 import os
 import subprocess
@@ -169,3 +170,28 @@ def test_every_committed_check_is_within_20_percent_of_the_estimate():
         assert est["estimate_tpu"] < est["estimate"]  # XLA:CPU holds float32 copies a TPU does not
         assert est == {"estimate": r["estimate"], "estimate_tpu": r["estimate_tpu"]}, \
             "benchmarks/shapes.json is stale: run python benchmarks/shapes.py --reestimate"
+
+
+def test_peak_buffers_groups_the_values_live_at_a_programs_peak(tmp_path):
+    """benchmarks/peak_buffers.py on a real dump: at the peak of ``tanh(x @ x) @ x + x.sum()``
+    XLA:CPU holds the argument and one [512, 512] float32 temporary, each named by its op."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "peak_buffers.py"
+    spec = importlib.util.spec_from_file_location("peak_buffers", path)
+    peak_buffers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(peak_buffers)
+    code = ("import jax, jax.numpy as jnp\n"
+            "f = jax.jit(lambda x: jnp.tanh(x @ x) @ x + x.sum())\n"
+            "f.lower(jax.ShapeDtypeStruct((512, 512), jnp.float32)).compile()\n")
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_dump_to={tmp_path}")
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=300)
+    (live_range,) = tmp_path.glob("*jit__lambda*-live-range.txt")
+    hlo = live_range.with_name(live_range.name.replace("-live-range.txt", ".txt"))
+    groups = peak_buffers.peak_groups(live_range.read_text(), hlo.read_text())
+    ops = collections.Counter()
+    for (shape, op, _), (count, nbytes) in groups.items():
+        assert shape == "f32[512,512]" and nbytes == count * 512 * 512 * 4
+        ops["argument" if op == "parameter" else "temporary"] += count
+    assert ops == {"argument": 1, "temporary": 1}
