@@ -7,6 +7,8 @@ constraints on as on a TPU, and abstract weights (no checkpoint is downloaded). 
 ``benchmarks/shapes.json`` (every program's arguments, outputs, temporaries, aliased
 bytes) and ``benchmarks/shapes.md`` (the table the README quotes), after each check, so
 an interrupted run keeps what it measured; ``--resume`` skips the checks already there.
+``--reestimate`` compiles nothing: it recomputes the estimate columns from the stored
+compiler figures (seconds), after a change to ``hardware.memory_budget``.
 """
 
 from __future__ import annotations
@@ -43,30 +45,40 @@ def reuse(result: dict, name: str) -> dict:
     """``result`` (another preset's, same programs) judged against ``name``'s machine."""
     preset = get_preset(name)
     hw = hardware.from_name(preset.hardware)
-    budget = hardware.memory_budget(preset, shapes.BUDGET_STAGE[result["stage"]],
-                                    n_devices=result["devices"], hw=hw)
-    estimate = budget.phase_total(shapes.PHASE[result["stage"]])
-    return {**result, "preset": name, "hardware": hw.name, "capacity": hw.memory_per_device,
-            "estimate": estimate, "ratio": round(estimate / result["peak"], 3),
-            "fits": result["peak"] <= hardware.FIT_FRACTION * hw.memory_per_device,
-            "same_programs_as": result["preset"], "seconds": 0.0}
+    return reestimate({**result, "preset": name, "hardware": hw.name,
+                       "capacity": hw.memory_per_device,
+                       "fits": result["peak"] <= hardware.FIT_FRACTION * hw.memory_per_device,
+                       "same_programs_as": result["preset"], "seconds": 0.0})
+
+
+def reestimate(result: dict) -> dict:
+    """``result`` with its estimates and ratio recomputed by the current
+    :func:`reasonkit.hardware.memory_budget` (the compiler's figures kept as measured)."""
+    if "error" in result:
+        return result
+    preset = get_preset(result["preset"])
+    estimates = shapes.estimate(preset, result["stage"], result["devices"],
+                                hardware.from_name(preset.hardware))
+    return {**result, **estimates, "ratio": round(estimates["estimate"] / result["peak"], 3)}
 
 
 def table(results: list[dict]) -> str:
     """The Markdown table: one row per preset x stage."""
     fmt = hardware.format_bytes
-    head = ["preset", "stage", "devices", "mesh", "compiler peak / device", "of which temp",
-            "estimate", "estimate / compiler", "HBM / device", "fits (<= 90%)"]
+    head = ["preset", "stage", "devices", "mesh", "compiler peak / device (XLA:CPU)",
+            "of which temp", "estimate (XLA:CPU)", "estimate / compiler",
+            "estimate (TPU)", "HBM / device", "fits (<= 90%)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in results:
         if "error" in r:
             lines.append(f"| {r['preset']} | {r['stage']} | | | **failed**: "
-                         f"{r['error'].splitlines()[-1][:120]} | | | | | |")
+                         f"{r['error'].splitlines()[-1][:120]} | | | | | | |")
             continue
         top = max(r["programs"].values(), key=lambda p: p["peak"])
         cells = [r["preset"], r["stage"], str(r["devices"]), "x".join(map(str, r["mesh"])),
                  fmt(r["peak"]), fmt(top["temporaries"]), fmt(r["estimate"]),
-                 f"{r['ratio']:.2f}", fmt(r["capacity"]), "yes" if r["fits"] else "**no**"]
+                 f"{r['ratio']:.2f}", fmt(r["estimate_tpu"]) if "estimate_tpu" in r else "",
+                 fmt(r["capacity"]), "yes" if r["fits"] else "**no**"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -78,8 +90,18 @@ def main() -> None:
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "shapes.json"))
     parser.add_argument("--resume", action="store_true", help="keep the checks already in --out")
     parser.add_argument("--nice", type=int, default=10, help="niceness of each compile")
+    parser.add_argument("--reestimate", action="store_true",
+                        help="compile nothing: recompute the estimate columns of --out from "
+                             "its stored compiler figures (after a change to the estimate)")
     args = parser.parse_args()
     out = pathlib.Path(args.out)
+    if args.reestimate:
+        stored = json.loads(out.read_text())
+        stored["results"] = [reestimate(r) for r in stored["results"]]
+        out.write_text(json.dumps(stored, indent=1) + "\n")
+        out.with_suffix(".md").write_text(table(stored["results"]) + "\n")
+        print(table(stored["results"]))
+        return
     done = json.loads(out.read_text())["results"] if args.resume and out.is_file() else []
     have = {(r["preset"], r["stage"]) for r in done if "error" not in r}
     results = [r for r in done if (r["preset"], r["stage"]) in have]

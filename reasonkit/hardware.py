@@ -17,15 +17,33 @@ base params                    5,963,776
 LoRA params + grads + Adam     2,015,232
 activations                  180,879,360
 attention scores              78,643,200
-logits                        26,214,400
+logits                        20,971,520
 returned model state           6,467,584
 >>> 4 * p.model.num_params == b.items["base params"]  # fp32, nothing to shard on 1 device
 True
->>> 5 * 16 * 160 * 512 * 4 == b.items["logits"]  # 5 fp32 buffers of one chunk: all of it
+>>> 4 * 16 * 160 * 512 * 4 == b.items["logits"]  # 4 fp32 buffers of one chunk: all of it
 True
 >>> per_token_layer = 6 * 128 + 3 * 512 + 4 * (4 + 1) * 32  # ACT_D*D + ACT_F*F + ...
 >>> 16 * 160 * 6 * per_token_layer * 4 == b.items["activations"]
 True
+
+A bfloat16 model as XLA:CPU compiles it (``backend="cpu"``, what ``reasonkit.shapes``
+checks) holds what a TPU does and float32 copies of its weights on top:
+
+>>> g, v3 = get_preset("gemma2-2b-v3-8"), from_name("tpu-v3-8")
+>>> tpu, cpu = (memory_budget(g, "sft", hw=v3, backend=k) for k in ("tpu", "cpu"))
+>>> for name, n in cpu.items.items():
+...     print(f"{name:28s} {format_bytes(n):>9s}{'' if name in tpu.items else '  XLA:CPU only'}")
+base params                    623 MiB
+LoRA params + grads + Adam     451 MiB
+activations                   1.37 GiB
+attention scores              64.0 MiB
+logits                        1.11 GiB
+XLA:CPU f32 output layer       281 MiB  XLA:CPU only
+XLA:CPU f32 weights at start  6.05 GiB  XLA:CPU only
+returned model state           736 MiB
+>>> format_bytes(tpu.total), format_bytes(cpu.total)  # the compiler: 11.7 GiB
+('4.32 GiB', '10.6 GiB')
 """
 
 from __future__ import annotations
@@ -279,21 +297,36 @@ ACT_D, ACT_F, ACT_HEADS = 6, 3, 4
 # output (used by both backward einsums) and the masked logits (between 1 and 2 copies).
 ATTN_COPIES = 2
 # Under remat (``model.remat``) the backward keeps, per layer, the residual-stream-sized
-# tensors (ACT_D * D elements a token) and recomputes the F- and head-sized ones a block
-# at a time. The real-shape check compiles on XLA:CPU, which keeps them in float32 (it
-# computes bfloat16 matmuls in float32): REMAT_BYTES per element. Measured: gemma3-1b's
-# SFT step, 8 devices, 2 vs 26 layers: 29.3 KB per token per layer = 25.4 B x D.
-REMAT_BYTES = 4
+# tensors (ACT_D * D elements a token, in the model's dtype) and recomputes the F- and
+# head-sized ones a block at a time. Attributed in the compiler's buffers at the peak of
+# gemma3-1b's GRPO update (XLA:CPU, 2 x 4 devices): 156 bf16 [16, 768, 288], 6 a layer.
+# (An earlier reading, 25 B x D a token per layer from a 2- vs 26-layer difference, was
+# mostly the per-layer float32 weight copies, now their own XLA:CPU item.)
 # Log-probabilities are computed a chunk of positions at a time (reasonkit.logprobs), all
 # rows of the batch over each device's slice of the vocabulary, about logprobs.CHUNK_BYTES
-# of float32 logits a chunk; the step holds about five such buffers at once (the logits,
-# their exponent, the target pick, the gradient and its projection back). Measured: the
-# same compiles' batch-independent remainder, 1.31 GiB = 5.1 chunks of 256 MiB.
-LOGIT_CHUNK_COPIES = 5
+# of float32 logits a chunk; the step holds four such buffers at once. Attributed in the
+# compiler's buffers at the peak of gemma3-1b's GRPO update (2 x 4 devices): the one-hot's
+# int32 iota and float32 zeros, the exponent and the quotient, [32, 64, 32768] each.
+LOGIT_CHUNK_COPIES = 4
 # LoRA state per LoRA parameter: the parameter, its gradient and Adam's two moments, all
 # in the base dtype (qwix creates adapters in the frozen weight's dtype, optax keeps the
 # moments in the parameter's dtype).
 LORA_COPIES = 4
+# --- what XLA:CPU holds beyond an accelerator (``memory_budget(..., backend="cpu")``) ---
+# Attributed from the compiler's own buffer assignment (``--xla_dump_to``: the values live
+# at the peak of each program; docs/presets.md#memory has the figures):
+# XLA:CPU's dot emitter takes float32, so it converts every bfloat16 weight it multiplies
+# with to a float32 copy, gathered over fsdp (the copy is whole along the dimension FSDP
+# splits) and split over tp as the weight is. The copies depend on the parameters alone,
+# so XLA:CPU computes them all at the start of a program and every layer's stays live.
+# In a training step the embedding's copies are the device's vocabulary slice (the one
+# reasonkit.logprobs multiplies with), whole along D: CPU_EMBED_COPIES of them
+# (gemma2-2b-v3-8 SFT: f32[2304, 32000] x 2). Beside them, at the same moment, the
+# one-hot's iota (int32) and its float32 zeros for one logits chunk, which depend on
+# nothing and are computed early too: CPU_CONSTANT_CHUNKS chunk-sized buffers.
+CPU_EMBED_COPIES = 2
+CPU_CONSTANT_CHUNKS = 2
+BACKENDS = ("tpu", "cpu")  # an accelerator (TPU, GPU: bf16 matmuls) | XLA:CPU
 FIT_FRACTION = 0.9  # leave 10% for XLA's scratch buffers and fragmentation
 
 
@@ -402,16 +435,52 @@ def _training_items(m: ModelConfig, seqs: int, length: int, mesh: dict[str, int]
                  + ACT_HEADS * (m.num_heads + m.num_kv_heads) * m.head_dim)
     tp = _split(m.num_heads, "tp", mesh)  # feature / head dims of activations go over tp
     if m.remat:  # keep each layer's residual stream; recompute one block at a time
-        act = tokens * m.num_layers * ACT_D * m.embed_dim * REMAT_BYTES / tp
+        act = tokens * m.num_layers * ACT_D * m.embed_dim * nbytes / tp
         score_layers = 1
     else:
         act = tokens * m.num_layers * per_layer * nbytes / tp
         score_layers = m.num_layers
     scores = (local * score_layers * ATTN_COPIES * m.num_heads * length * length * nbytes
               / tp)
-    logits = LOGIT_CHUNK_COPIES * _chunk_bytes(m, seqs, scored or length, mesh)
+    logits = (LOGIT_CHUNK_COPIES * _chunk_bytes(m, seqs, scored or length, mesh)
+              + _output_slice(m, mesh) * nbytes)
     return {"activations": math.ceil(act), "attention scores": math.ceil(scores),
             "logits": math.ceil(logits)}
+
+
+def _output_slice(m: ModelConfig, mesh: dict[str, int]) -> int:
+    """Elements of the embedding a device multiplies its logits chunks with: its slice of
+    the vocabulary, whole along D (an all-to-all's copy; 0 on one device, which reads the
+    embedding as it is)."""
+    devices = math.prod(mesh.values())
+    if devices == 1 or m.vocab_size % devices:
+        return 0
+    return m.vocab_size // devices * m.embed_dim
+
+
+def _cpu_training_items(preset: Preset, seqs: int, mesh: dict[str, int],
+                        train: dict[str, int], scored: int) -> dict[str, int]:
+    """What XLA:CPU's training step holds beyond an accelerator's, per device.
+
+    Two moments compete for XLA:CPU's peak. Mid-step, the activation items ``train``
+    and a float32 copy of the output layer's slice. At the step's start, before any
+    activation exists, the float32 copies of every weight (:func:`_cpu_weight_copies`,
+    ``CPU_EMBED_COPIES`` of the embedding's slice) and ``CPU_CONSTANT_CHUNKS`` logits
+    chunks. "XLA:CPU f32 weights at start" is what the second needs beyond the
+    first: 0 when the activations are the larger (gemma3-1b's GRPO update on 2 x 4
+    devices), most of the peak when the weights are (gemma2-2b-v3-8's SFT: 7.6 GiB of
+    float32 weights live at its peak, no activation yet; the item is 6.05 GiB).
+    """
+    m = preset.model
+    if m.dtype != "bfloat16":
+        return {}
+    vocab = m.vocab_size // (math.prod(mesh.values()) if _output_slice(m, mesh) else 1)
+    embed = vocab * m.embed_dim * 4  # the device's vocabulary slice, whole along D, float32
+    mid = sum(train.values()) + embed
+    start = (_cpu_weight_copies(preset, mesh) + CPU_EMBED_COPIES * embed
+             + CPU_CONSTANT_CHUNKS * _chunk_bytes(m, seqs, scored, mesh))
+    return {"XLA:CPU f32 output layer": embed,
+            "XLA:CPU f32 weights at start": max(0, start - mid)}
 
 
 def _generation_items(m: ModelConfig, seqs: int, prompt_len: int, cache_len: int,
@@ -419,12 +488,62 @@ def _generation_items(m: ModelConfig, seqs: int, prompt_len: int, cache_len: int
     """Sampling ``seqs`` sequences: the KV cache and the prefill's logits, per device."""
     nbytes = _dtype_bytes(m)
     local = math.ceil(seqs / mesh["fsdp"])
-    kv_split = _split(m.num_kv_heads, "tp", mesh) if m.num_kv_heads > 1 else 1
-    cache = (local * 2 * m.num_layers * m.num_kv_heads * m.head_dim * cache_len * nbytes
-             / kv_split)
+    cache = local * 2 * m.num_layers * m.num_kv_heads * m.head_dim * cache_len * nbytes
     # Tunix's sampler computes [B, prompt, V] logits in the model dtype during prefill
     prefill = local * prompt_len * m.vocab_size * nbytes / _split(m.vocab_size, "tp", mesh)
-    return {"KV cache": math.ceil(cache), "prefill logits": math.ceil(prefill)}
+    return {"KV cache": math.ceil(cache / _kv_split(m, mesh)), "prefill logits": math.ceil(prefill)}
+
+
+def _kv_split(m: ModelConfig, mesh: dict[str, int]) -> int:
+    """How many ways tp splits the KV heads (Tunix replicates a single KV head)."""
+    return _split(m.num_kv_heads, "tp", mesh) if m.num_kv_heads > 1 else 1
+
+
+def _cpu_weight_copies(preset: Preset, mesh: dict[str, int]) -> int:
+    """Float32 copies XLA:CPU makes of the decoder's bf16 weights and LoRA factors, per device.
+
+    Every projection of every layer, whole along the dimension FSDP splits (the copy is
+    made after the all-gather) and split over tp as the weight is. 0 for a float32 model.
+    """
+    m, lora = preset.model, preset.lora
+    if m.dtype != "bfloat16":
+        return 0
+    n = 0.0
+    for mat in _layer_matrices(m):
+        tp_in = _split(mat.in_units, mat.in_axis, mesh) if mat.in_axis == "tp" else 1
+        tp_out = _split(mat.out_units, mat.out_axis, mesh) if mat.out_axis == "tp" else 1
+        n += mat.d_in * mat.d_out / tp_in / tp_out
+        if _targeted(mat.name, lora.module_path):
+            n += lora.rank * (mat.d_in / tp_in + mat.d_out / tp_out)
+    return math.ceil(m.num_layers * n * 4)
+
+
+def _cpu_generation_items(preset: Preset, seqs: int, cache_len: int,
+                          mesh: dict[str, int]) -> dict[str, int]:
+    """What XLA:CPU's sampler programs hold beyond an accelerator's, per device.
+
+    - The float32 weight copies (:func:`_cpu_weight_copies`), and the embedding's: its
+      tp slice of the vocabulary whole along D (the output layer, after the all-gather)
+      and, in the decoding loop, the slice as stored (split over fsdp too), both float32.
+    - With a single KV head (Gemma 3 1B and 270M) Tunix's attention einsums broadcast
+      the cache to every query head ("BTNH,BSNH->BTNS"), and XLA:CPU keeps every
+      layer's broadcast cache live at once (gemma3-1b's rollout: 52 bf16
+      ``[16, 768, 4, 256]``, 1.2 GiB, 4 x the cache). The item is the ``H - 1`` copies
+      beyond the cache itself. With K > 1 (Gemma 2 2B) Tunix groups the query heads
+      over the KV heads instead, and no copy is live (gemma2-2b's rollout).
+    """
+    m = preset.model
+    local = math.ceil(seqs / mesh["fsdp"])
+    weights = _cpu_weight_copies(preset, mesh)
+    if m.dtype == "bfloat16":
+        vocab = m.vocab_size / _split(m.vocab_size, "tp", mesh)
+        weights += math.ceil(vocab * m.embed_dim * 4
+                             * (1 + 1 / _split(m.embed_dim, "fsdp", mesh)))
+    # a single KV head is replicated over tp, and broadcast to all H query heads
+    repeats = m.num_heads - 1 if m.num_kv_heads == 1 else 0
+    cache = local * 2 * m.num_layers * m.head_dim * cache_len * _dtype_bytes(m)
+    return {"XLA:CPU f32 weights": weights,
+            "XLA:CPU KV per query head": cache * repeats}
 
 
 def format_bytes(n: float) -> str:
@@ -472,6 +591,7 @@ class Budget:
     phase: str  # "train" | "rollout" | "generate": which phase is the peak
     preset: Preset = dataclasses.field(repr=False)
     hw: HardwareInfo = dataclasses.field(repr=False)
+    backend: str = "tpu"  # "tpu" (an accelerator) | "cpu" (XLA:CPU's own figure)
 
     @property
     def total(self) -> int:
@@ -497,19 +617,22 @@ class Budget:
         """
         if self.fits:
             return []
-        out = _single_changes(self.preset, self.stage, self.hw, self.mesh_shape)
+        out = _single_changes(self.preset, self.stage, self.hw, self.mesh_shape,
+                              self.backend)
         out = [a for a in out if a.total < self.total]
         out.sort(key=lambda a: a.total)
         if out and not any(a.fits for a in out):
-            combined = _combine(self.preset, self.stage, self.hw, self.mesh_shape)
+            combined = _combine(self.preset, self.stage, self.hw, self.mesh_shape,
+                                self.backend)
             if combined is not None:
                 out.append(combined)
         return out
 
     def __str__(self) -> str:
         shape = "x".join(map(str, self.mesh_shape))
-        lines = [f"{self.preset.name} {self.stage} on {self.hw.name}, mesh (fsdp x tp) "
-                 f"{shape}, peak in the {self.phase} phase:"]
+        compiler = " as XLA:CPU compiles it" if self.backend == "cpu" else ""
+        lines = [f"{self.preset.name} {self.stage} on {self.hw.name}{compiler}, mesh "
+                 f"(fsdp x tp) {shape}, peak in the {self.phase} phase:"]
         lines += [f"  {k:28s} {format_bytes(v):>10s}" for k, v in self.items.items()]
         other = "rollout" if self.phase == "train" else "train"
         lines += [f"  ({k}, {other} phase: {format_bytes(v)})"
@@ -523,12 +646,22 @@ class Budget:
 
 
 def memory_budget(preset: Preset, stage: str, n_devices: int | None = None,
-                  hw: HardwareInfo | None = None) -> Budget:
+                  hw: HardwareInfo | None = None, *, backend: str = "tpu") -> Budget:
     """Estimated peak bytes per device for ``stage`` in ("sft", "dpo", "grpo", "eval").
 
     ``hw`` defaults to :func:`detect` (pass ``from_name(preset.hardware)`` to check the
     machine a preset was sized for); ``n_devices`` to ``hw.device_count``. The stage's
     mesh comes from the preset (``eval`` uses GRPO's) and must fit ``n_devices``.
+
+    ``backend="tpu"`` (the default) is what an accelerator that multiplies in bfloat16
+    needs: a TPU, or a GPU; notebook 01's "fits" is this figure. ``backend="cpu"`` adds
+    the items named "XLA:CPU ...": what XLA:CPU holds beyond it, mostly float32 copies of
+    bfloat16 weights (its dot emitter takes no bfloat16). That is the figure
+    :mod:`reasonkit.shapes` compares its CPU compile to, and a TPU does not need it: a
+    bfloat16 model on XLA:CPU needs 1.05x to 3.7x the TPU figure (gemma2-2b-v3-8's SFT:
+    10.6 vs 4.32 GiB a device; its compiler says 11.7). Each XLA:CPU item comes from
+    the compiler's buffers at the peak (docs/presets.md#memory); a float32 model gets
+    only the broadcast KV cache.
 
     Assumptions (Tunix 0.1.7, its default Gemma ShardingConfig, qwix LoRA):
 
@@ -541,17 +674,18 @@ def memory_budget(preset: Preset, stage: str, n_devices: int | None = None,
     - Training keeps ``ACT_D*D + ACT_F*F + ACT_HEADS*(H+K)*h`` elements per token per
       layer, plus the materialised ``[B, H, T, T]`` attention (``ATTN_COPIES`` copies):
       Tunix's Gemma has no flash attention. ``model.remat`` keeps ``ACT_D*D`` elements
-      a token per layer (``REMAT_BYTES`` each, as XLA:CPU keeps them) and one layer's
-      attention matrix.
-    - Log-probabilities are chunked over positions (:mod:`reasonkit.logprobs`): about
+      a token per layer in the model's dtype (gemma3-1b's GRPO update on XLA:CPU: 156
+      bf16 ``[16, 768, 288]``, 6 a layer) and one layer's attention matrix.
+    - Log-probabilities are chunked over positions (:mod:`reasonkit.logprobs`):
       ``LOGIT_CHUNK_COPIES`` float32 buffers of one chunk's logits, every row over the
       device's slice of the vocabulary (at most ``logprobs.CHUNK_BYTES`` each), never
-      the whole ``[B, S, V]``; GRPO scores the completion's positions only.
+      the whole ``[B, S, V]``, plus that slice of the embedding, whole along D (on more
+      than one device); GRPO scores the completion's positions only.
     - The step returns the model state it was given (base + LoRA; only the optimizer's
       state is donated, so it is counted once).
     - These are the compiler's terms (``reasonkit.shapes`` compiles the step on simulated
       devices and reads ``memory_analysis()``): arguments + outputs - donated +
-      temporaries. XLA:CPU computes bfloat16 in float32, so a TPU needs less.
+      temporaries.
     - DPO runs the policy on chosen + rejected (2 x batch sequences); the reference's
       log-probs come from an earlier forward without gradients on the same backbone
       (LoRA off: no second copy of the weights), so they are not at the peak.
@@ -559,10 +693,16 @@ def memory_budget(preset: Preset, stage: str, n_devices: int | None = None,
       ``2 * L * K * h * (prompt + generation)`` per sequence, prefill logits) and the
       policy step on those rollouts (as SFT). The peak is the larger; the reference
       model shares the backbone. Evaluation generates ``eval.batch_size`` sequences.
+    - ``backend="cpu"``: in training, the float32 copies of the output layer's slice,
+      and of every weight at the step's start (:func:`_cpu_training_items`); in
+      sampling, the float32 weight copies and a single KV head's cache broadcast to
+      every query head (:func:`_cpu_generation_items`).
     - Fits means total <= 90% of the device's memory.
     """
     if stage not in STAGES:
         raise ValueError(f"stage={stage!r}: must be one of {', '.join(STAGES)}")
+    if backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r}: must be one of {', '.join(BACKENDS)}")
     hw = hw or detect()
     n_devices = n_devices or hw.device_count
     cfg = stage_mesh_config(preset, stage)
@@ -570,31 +710,41 @@ def memory_budget(preset: Preset, stage: str, n_devices: int | None = None,
     mesh = dict(zip(cfg.axis_names, shape, strict=True))
     mesh.setdefault("fsdp", 1)
     mesh.setdefault("tp", 1)
+    cpu = backend == "cpu"
     base, lora = _params_bytes(preset, mesh)
     s = _sequences_and_lengths(preset, stage)
     items = {"base params": base}
     off_peak: dict[str, int] = {}
+
+    def generation() -> dict[str, int]:
+        out = _generation_items(preset.model, s["gen_seqs"], s["prompt_len"], s["cache_len"],
+                                mesh)
+        if cpu:
+            out.update(_cpu_generation_items(preset, s["gen_seqs"], s["cache_len"], mesh))
+        return out
+
     if stage == "eval":
         items["LoRA params"] = lora
-        items.update(_generation_items(preset.model, s["gen_seqs"], s["prompt_len"],
-                                       s["cache_len"], mesh))
+        items.update(generation())
         phase = "generate"
     else:
         items["LoRA params + grads + Adam"] = lora * LORA_COPIES
         train = _training_items(preset.model, s["train_seqs"], s["train_len"], mesh,
                                 s.get("scored"))
+        if cpu:
+            train.update(_cpu_training_items(preset, s["train_seqs"], mesh, train,
+                                             s.get("scored") or s["train_len"]))
         # the step returns the model state it was given (only the optimizer's is donated)
         train["returned model state"] = base + lora
         phase = "train"
         if stage == "grpo":
-            rollout = _generation_items(preset.model, s["gen_seqs"], s["prompt_len"],
-                                        s["cache_len"], mesh)
+            rollout = generation()
             if sum(rollout.values()) > sum(train.values()):
                 train, rollout, phase = rollout, train, "rollout"
             off_peak = rollout
         items.update(train)
     return Budget(stage=stage, mesh_shape=shape, capacity=hw.memory_per_device, items=items,
-                  off_peak=off_peak, phase=phase, preset=preset, hw=hw)
+                  off_peak=off_peak, phase=phase, preset=preset, hw=hw, backend=backend)
 
 
 # --- advice -------------------------------------------------------------------------------
@@ -636,12 +786,12 @@ def _candidates(preset: Preset, stage: str, n_devices: int,
 
 
 def _single_changes(preset: Preset, stage: str, hw: HardwareInfo,
-                    mesh_shape: tuple[int, ...]) -> list[Advice]:
+                    mesh_shape: tuple[int, ...], backend: str = "tpu") -> list[Advice]:
     n = math.prod(mesh_shape)
     out, best_mesh = [], None
     for change, overrides in _candidates(preset, stage, n, mesh_shape):
         try:
-            b = memory_budget(preset.replace(**overrides), stage, n, hw)
+            b = memory_budget(preset.replace(**overrides), stage, n, hw, backend=backend)
         except ValueError:  # e.g. a length that the config rejects
             continue
         advice = Advice(change, overrides, b.total, b.fits)
@@ -653,19 +803,19 @@ def _single_changes(preset: Preset, stage: str, hw: HardwareInfo,
     return out + ([best_mesh] if best_mesh else [])
 
 
-def _combine(preset: Preset, stage: str, hw: HardwareInfo,
-             mesh_shape: tuple[int, ...], max_steps: int = 5) -> Advice | None:
+def _combine(preset: Preset, stage: str, hw: HardwareInfo, mesh_shape: tuple[int, ...],
+             backend: str = "tpu", max_steps: int = 5) -> Advice | None:
     """Apply the best single change, then the best on top of it, ... until it fits."""
     overrides: dict[str, Any] = {}
     current, shape = preset, tuple(mesh_shape)
     for _ in range(max_steps):
-        options = _single_changes(current, stage, hw, shape)
+        options = _single_changes(current, stage, hw, shape, backend)
         if not options:
             return None
         best = min(options, key=lambda a: a.total)
         overrides.update(best.overrides)
         current = preset.replace(**overrides)
-        budget = memory_budget(current, stage, math.prod(mesh_shape), hw)
+        budget = memory_budget(current, stage, math.prod(mesh_shape), hw, backend=backend)
         shape = budget.mesh_shape
         if budget.fits:
             return Advice("together: " + ", ".join(

@@ -25,7 +25,9 @@ Two things differ from a TPU and are handled here, in one place:
   compiles the program a TPU runs. (It also asks LLVM for less optimised machine code,
   which changes no buffer and saves about 40% of the compile time.)
 - XLA:CPU computes bfloat16 matmuls in float32 (converted copies of their operands), so
-  its figure is an upper bound of a TPU's, by design.
+  its figure is an upper bound of a TPU's, by design. A check therefore compares it to
+  ``hardware.memory_budget(..., backend="cpu")``, which counts those copies as items of
+  their own, and reports the accelerator's estimate (``backend="tpu"``) beside it.
 
 Stages: ``sft``, ``dpo``, ``grpo`` (the policy update), ``rollout`` (GRPO's sampler:
 prefill, then the decoding loop, with the KV cache of batch x generations) and ``eval``
@@ -180,8 +182,10 @@ def check(preset: Preset, stage: str, hw: hardware.HardwareInfo | None = None) -
 
     Returns the compiler's bytes per device for each program (``programs``), the stage's
     ``peak`` (its largest program), ``hardware.memory_budget``'s estimate for the same
-    thing, their ratio, the device memory of ``hw`` (default: the preset's machine) and
-    whether the peak fits in ``hardware.FIT_FRACTION`` of it.
+    thing as XLA:CPU compiles it (``estimate``; :func:`estimate`) and on an accelerator
+    (``estimate_tpu``), ``ratio`` = estimate / peak, the device memory of ``hw``
+    (default: the preset's machine) and whether the peak fits in
+    ``hardware.FIT_FRACTION`` of it.
     """
     if stage not in CHECK_STAGES:
         raise ValueError(f"stage={stage!r}: must be one of {', '.join(CHECK_STAGES)}")
@@ -195,17 +199,31 @@ def check(preset: Preset, stage: str, hw: hardware.HardwareInfo | None = None) -
         else:
             _generation_programs(preset, stage, programs)
     peak = max(p["peak"] for p in programs.values())
-    budget = hardware.memory_budget(preset, BUDGET_STAGE[stage], n_devices=jax.device_count(),
-                                    hw=hw)
-    estimate = budget.phase_total(PHASE[stage])
+    estimates = estimate(preset, stage, jax.device_count(), hw)
     mesh = mesh_lib.resolve_shape(mesh_lib.stage_mesh_config(preset, BUDGET_STAGE[stage]).shape,
                                   jax.device_count())
     return {"preset": preset.name, "stage": stage, "hardware": hw.name,
             "devices": jax.device_count(), "mesh": list(mesh), "programs": programs,
-            "peak": peak, "estimate": estimate, "ratio": round(estimate / peak, 3),
+            "peak": peak, **estimates, "ratio": round(estimates["estimate"] / peak, 3),
             "capacity": hw.memory_per_device,
             "fits": peak <= hardware.FIT_FRACTION * hw.memory_per_device,
             "seconds": round(time.time() - t0, 1)}
+
+
+def estimate(preset: Preset, stage: str, devices: int,
+             hw: hardware.HardwareInfo) -> dict[str, int]:
+    """``hardware.memory_budget``'s bytes per device for a check's stage, two ways.
+
+    ``estimate``: as XLA:CPU compiles it (``backend="cpu"``: the float32 copies and the
+    rest of what only XLA:CPU holds), the figure a check compares to the compiler's.
+    ``estimate_tpu``: the same stage on an accelerator (what notebook 01 prints).
+    """
+    out = {}
+    for key, backend in (("estimate", "cpu"), ("estimate_tpu", "tpu")):
+        budget = hardware.memory_budget(preset, BUDGET_STAGE[stage], n_devices=devices, hw=hw,
+                                        backend=backend)
+        out[key] = budget.phase_total(PHASE[stage])
+    return out
 
 
 def device_count(preset: Preset) -> int:

@@ -138,15 +138,16 @@ def test_budget_by_hand_sft_fsdp():
     act = 20 * 2 * per_token_layer * 4
     scores = 2 * 2 * 2 * 2 * 10 * 10 * 4  # seqs x layers x copies x heads x T x T x 4 B
     # log-probs a chunk at a time: all 4 rows x all 10 positions (one chunk) x the device's
-    # 50 of the 100 vocabulary entries x 4 B, five such float32 buffers
-    logits = 5 * 4 * 10 * 50 * 4
+    # 50 of the 100 vocabulary entries x 4 B, four such float32 buffers, plus that slice of
+    # the embedding (50 x D = 8, fp32) the chunk is multiplied with
+    logits = 4 * 4 * 10 * 50 * 4 + 50 * 8 * 4
     returned = base + lora // 4  # the step returns base + LoRA params (not donated)
     assert b.items == {"base params": base, "LoRA params + grads + Adam": lora,
                        "activations": act, "attention scores": scores, "logits": logits,
                        "returned model state": returned}
-    assert (base, lora, act, scores, logits, returned) == (3904, 6144, 23040, 6400, 40000, 5440)
-    assert b.total == 84928 and b.capacity == 100_000
-    assert b.fits  # 84928 <= 0.9 * 100000
+    assert (base, lora, act, scores, logits, returned) == (3904, 6144, 23040, 6400, 33600, 5440)
+    assert b.total == 78528 and b.capacity == 100_000
+    assert b.fits  # 78528 <= 0.9 * 100000
     assert b.advice() == []
 
 
@@ -159,7 +160,7 @@ def test_budget_by_hand_grpo_tensor_parallel():
     tokens = 2 * 2 * 10  # 2 prompts x 2 generations, prompt 4 + generation 6
     train = {"activations": tokens * 2 * 144 * 4 // 2,
              "attention scores": 4 * 2 * 2 * 2 * 100 * 4 // 2,
-             "logits": 5 * 4 * 6 * 50 * 4,  # 4 rows x the 6 completion positions x V/2
+             "logits": 4 * 4 * 6 * 50 * 4 + 50 * 8 * 4,  # 4 rows x 6 completion positions x V/2
              "returned model state": base + lora // 4}
     rollout = {"KV cache": 4 * 2 * 2 * 1 * 4 * 10 * 4,  # seqs x (k,v) x L x K x h x S x 4 B
                "prefill logits": 4 * 4 * 50 * 4}  # seqs x prompt x V/tp x 4 B
@@ -206,9 +207,9 @@ def test_remat_and_qlora_shrink_their_items():
     v5e = from_name("tpu-v5e-8")
     b = memory_budget(p, "sft", hw=v5e)
     r = memory_budget(p.replace(**{"model.remat": True}), "sft", hw=v5e)
-    # remat keeps the residual stream (6 D a token, float32 on XLA:CPU) of every layer,
-    # not the 3 F + heads: 27.6 KB instead of 65.5 KB a token per layer
-    assert r.items["activations"] == pytest.approx(b.items["activations"] * 6 * 1152 * 4 / (
+    # remat keeps the residual stream (6 D a token, bf16) of every layer, not the 3 F +
+    # heads: 13.8 KB instead of 65.5 KB a token per layer
+    assert r.items["activations"] == pytest.approx(b.items["activations"] * 6 * 1152 * 2 / (
         (6 * 1152 + 3 * 6912 + 4 * (4 + 1) * 256) * 2), rel=1e-6)
     assert r.items["logits"] == b.items["logits"]
     q = memory_budget(p.replace(**{"lora.qlora": True}), "sft", hw=v5e)
@@ -219,8 +220,9 @@ def test_gemma3_1b_on_v5e_8():
     p, v5e = get_preset("gemma3-1b"), from_name("tpu-v5e-8")
     sft = memory_budget(p, "sft", hw=v5e)
     assert sft.mesh_shape == (8, 1)
-    # log-probs in chunks of 64 positions: 32 rows x 64 x 262144 / 8 x 4 B = 256 MiB, 5 buffers
-    assert sft.items["logits"] == 5 * 32 * 64 * 262144 // 8 * 4 == 5 * 256 * 2**20
+    # log-probs in chunks of 64 positions: 32 rows x 64 x 262144 / 8 x 4 B = 256 MiB, 4 buffers,
+    # and the device's 32768 rows of the embedding, whole along D = 1152, bf16 (72 MiB)
+    assert sft.items["logits"] == 4 * 256 * 2**20 + 262144 // 8 * 1152 * 2
     assert sft.items["base params"] == pytest.approx(p.model.num_params * 2 / 8, rel=1e-6)
     rows = hwmod.budget_table(p, v5e)
     assert [r["stage"] for r in rows] == ["sft", "dpo", "grpo", "eval"]
@@ -331,3 +333,77 @@ def test_time_model_on_a_cpu_measures_its_peak():
     tm = hwmod.time_model(get_preset("tiny"), from_name("cpu-1"))
     assert tm.peak > 1e8 and "the measured matmul rate of 1 x cpu" in tm.report()
     assert "12% training" in tm.report()
+
+
+# --- what XLA:CPU holds beyond a TPU (backend="cpu") -----------------------------------------
+
+
+def _xla_cpu_items(b):
+    return {k: v for k, v in b.items.items() if k.startswith("XLA:CPU")}
+
+
+@pytest.mark.parametrize("stage", ["sft", "dpo", "grpo", "eval"])
+def test_tpu_estimate_is_the_cpu_one_less_its_xla_cpu_items(stage):
+    p, v5e = get_preset("gemma2-2b"), from_name("tpu-v5e-8")
+    tpu, cpu = (memory_budget(p, stage, hw=v5e, backend=k) for k in ("tpu", "cpu"))
+    assert tpu.backend == "tpu" and not _xla_cpu_items(tpu)
+    assert _xla_cpu_items(cpu) and "as XLA:CPU compiles it" in str(cpu)
+    # the accelerator's items are the same on both; XLA:CPU only adds its own
+    assert {k: v for k, v in cpu.items.items() if k in tpu.items} == tpu.items
+    assert cpu.total > tpu.total
+    assert memory_budget(p, stage, hw=v5e).total == tpu.total  # "tpu" is the default
+
+
+def test_float32_weight_copies_are_every_decoder_weight_and_lora_factor():
+    """On an FSDP mesh each copy is whole (made after the all-gather): 4 B x every decoder
+    parameter (the embedding is its own item) + every LoRA parameter, whatever the mesh size."""
+    m = get_preset("gemma2-2b").model  # D=2304, F=9216, H=8, K=4, h=256, L=26, rank 64
+    decoder = m.num_params - m.vocab_size * m.embed_dim
+    lora = 26 * 64 * ((2304 + 8 * 256) + (2304 + 2 * 4 * 256) + (8 * 256 + 2304)
+                      + 3 * (2304 + 9216))
+    for n in (1, 8):
+        p = get_preset("gemma2-2b", **{"sft.mesh": MeshConfig(shape=(n, 1))})
+        assert hwmod._cpu_weight_copies(p, {"fsdp": n, "tp": 1}) == 4 * (decoder + lora)
+    # tensor parallelism splits the copies as it splits the weights (heads, K=4 and F over 4);
+    # a LoRA factor's tp side is split, its D side (fsdp, gathered) and the rank are not
+    lora_tp = 26 * 64 * (3 * (2304 + 512) + 3 * (2304 + 2304))
+    p = get_preset("gemma2-2b")
+    assert hwmod._cpu_weight_copies(p, {"fsdp": 2, "tp": 4}) == 4 * (decoder // 4 + lora_tp)
+    tiny = get_preset("tiny")  # float32: XLA:CPU multiplies it as it is
+    assert hwmod._cpu_weight_copies(tiny, {"fsdp": 1, "tp": 1}) == 0
+    b = memory_budget(tiny, "sft", hw=from_name("cpu-1"), backend="cpu")
+    assert _xla_cpu_items(b) == {}
+
+
+def test_a_single_kv_head_is_broadcast_to_the_query_heads():
+    """Tunix's einsum broadcasts a single KV head's cache to all H query heads and XLA:CPU
+    keeps every layer's; with K > 1 it groups the query heads instead: no copy."""
+    v5e = from_name("tpu-v5e-8")
+    g3 = memory_budget(get_preset("gemma3-1b"), "eval", hw=v5e, backend="cpu")  # H=4, K=1
+    assert g3.items["XLA:CPU KV per query head"] == 3 * g3.items["KV cache"]
+    g2 = memory_budget(get_preset("gemma2-2b"), "eval", hw=v5e, backend="cpu")  # H=8, K=4
+    assert g2.items["XLA:CPU KV per query head"] == 0
+    # the gemma3-1b rollout's 52 bf16 [16, 768, 4, 256] (1.2 GiB) = cache + 3 more copies;
+    # on XLA:CPU the rollout, not the update, is GRPO's peak
+    grpo = memory_budget(get_preset("gemma3-1b"), "grpo", hw=v5e, backend="cpu")
+    assert grpo.phase == "rollout"
+    assert (grpo.items["KV cache"] + grpo.items["XLA:CPU KV per query head"]
+            == 52 * 16 * 768 * 4 * 256 * 2)
+
+
+def test_weights_at_the_start_count_only_beyond_the_activations():
+    """Two moments compete for XLA:CPU's peak: the item is the weights' excess, never < 0."""
+    v5e = from_name("tpu-v5e-8")
+    for name, stage, weights_win in (("gemma2-2b", "sft", True), ("gemma3-1b", "grpo", False)):
+        b = memory_budget(get_preset(name), stage, hw=v5e, backend="cpu")
+        train = b.items if b.phase == "train" else b.off_peak
+        assert (train["XLA:CPU f32 weights at start"] > 0) == weights_win
+    # more rows grow the activations, not the weights' moment: the peak moves to them
+    p = get_preset("gemma2-2b")
+    big = memory_budget(p.replace(**{"sft.batch_size": 256}), "sft", hw=v5e, backend="cpu")
+    assert big.items["XLA:CPU f32 weights at start"] == 0
+
+
+def test_backend_errors():
+    with pytest.raises(ValueError, match="backend='gpu'"):
+        memory_budget(toy_preset(), "sft", hw=TOY_HW, backend="gpu")

@@ -2,6 +2,7 @@
 fits; LoRA goes on at any mesh size; base weights shard over fsdp; an indivisible batch is
 refused before training."""
 
+import collections
 import json
 import os
 import subprocess
@@ -152,3 +153,45 @@ def test_tpu_sharding_constraints_are_scoped():
     with shapes.tpu_sharding_constraints():
         assert sharding_utils.shard is shapes._constrain
     assert (sharding_utils.shard, gemma2.shard) == before
+
+
+def test_every_committed_check_is_within_20_percent_of_the_estimate():
+    """benchmarks/shapes.json's compiler figures (no compiling here) against the estimate the
+    current ``hardware.memory_budget(..., backend="cpu")`` makes for the same stage."""
+    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "shapes.json")
+    with open(path) as f:
+        results = json.load(f)["results"]
+    assert len(results) == 30 and not any("error" in r for r in results)
+    for r in results:
+        preset = get_preset(r["preset"])
+        est = shapes.estimate(preset, r["stage"], r["devices"],
+                              hardware.from_name(preset.hardware))
+        assert 0.8 <= est["estimate"] / r["peak"] <= 1.2, (r["preset"], r["stage"], est)
+        assert est["estimate_tpu"] < est["estimate"]  # XLA:CPU holds float32 copies a TPU does not
+        assert est == {"estimate": r["estimate"], "estimate_tpu": r["estimate_tpu"]}, \
+            "benchmarks/shapes.json is stale: run python benchmarks/shapes.py --reestimate"
+
+
+def test_peak_buffers_groups_the_values_live_at_a_programs_peak(tmp_path):
+    """benchmarks/peak_buffers.py on a real dump: at the peak of ``tanh(x @ x) @ x + x.sum()``
+    XLA:CPU holds the argument and one [512, 512] float32 temporary, each named by its op."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "peak_buffers.py"
+    spec = importlib.util.spec_from_file_location("peak_buffers", path)
+    peak_buffers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(peak_buffers)
+    code = ("import jax, jax.numpy as jnp\n"
+            "f = jax.jit(lambda x: jnp.tanh(x @ x) @ x + x.sum())\n"
+            "f.lower(jax.ShapeDtypeStruct((512, 512), jnp.float32)).compile()\n")
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_dump_to={tmp_path}")
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=300)
+    (live_range,) = tmp_path.glob("*jit__lambda*-live-range.txt")
+    hlo = live_range.with_name(live_range.name.replace("-live-range.txt", ".txt"))
+    groups = peak_buffers.peak_groups(live_range.read_text(), hlo.read_text())
+    ops = collections.Counter()
+    for (shape, op, _), (count, nbytes) in groups.items():
+        assert shape == "f32[512,512]" and nbytes == count * 512 * 512 * 4
+        ops["argument" if op == "parameter" else "temporary"] += count
+    assert ops == {"argument": 1, "temporary": 1}
