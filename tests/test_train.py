@@ -327,7 +327,9 @@ def test_each_grpo_loss_variant_trains(pipeline, preset, tmp_path, loss):
     """Tunix's other policy losses train too, from the same DPO adapters as "grpo".
 
     Same seed and start, so the first step's rollouts are the pipeline's: the gradient
-    norm shows the switch reached the loss.
+    norms show the switch reached the loss. DAPO's token-mean equals GRPO's per-answer mean
+    when a step's answers are all as long (here every answer of step 1 has 16 tokens);
+    by step 2 its missing KL term differs anyway.
     """
     src, base, _, results = pipeline
     p = preset.replace(**{"grpo.loss": loss})
@@ -336,13 +338,13 @@ def test_each_grpo_loss_variant_trains(pipeline, preset, tmp_path, loss):
     assert result.finished and result.started_from == "dpo"
     assert changed(models.lora_params(results["dpo"].policy), models.lora_params(result.policy)) > 0
     assert_base_untouched(result.policy, base)
-    norm = train.read_metrics(run, "grpo")["actor/train/grad_norm"][1][0]
-    default = train.read_metrics(src, "grpo")["actor/train/grad_norm"][1][0]  # same rollouts
-    assert np.isfinite(norm) and norm > 0
+    norms = train.read_metrics(run, "grpo")["actor/train/grad_norm"][1]
+    default = train.read_metrics(src, "grpo")["actor/train/grad_norm"][1]  # same first rollouts
+    assert np.all(np.isfinite(norms)) and min(norms) > 0
     if loss == "gspo-token":  # on-policy (ratio 1), its gradient is GRPO's
-        assert norm == pytest.approx(default, rel=1e-4)
+        assert norms[0] == pytest.approx(default[0], rel=1e-4)
     else:  # token-mean (DAPO), no std normalisation (Dr. GRPO): another gradient
-        assert abs(norm - default) > 0.02 * default, (norm, default)
+        assert any(abs(a - b) > 0.02 * b for a, b in zip(norms, default, strict=True)), (norms, default)
 
 
 def says_gold(prompts, completions, answer, **kwargs):
