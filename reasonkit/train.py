@@ -1032,15 +1032,17 @@ def cuts_answers(algo_config) -> bool:
 
 
 def bucket_lengths(cluster, learner, cfg: GRPOConfig) -> None:
-    """Run each GRPO step at the smallest (prompt, answer) shape of ``cfg.length_buckets``
-    that holds it, instead of Tunix's max + max.
+    """Run each GRPO step at the smallest (prompt, answer) shape of ``cfg.length_buckets`` for it.
 
     Tunix 0.1.7's sampler left-pads prompts to the ``max_prompt_length`` it is given, and
     its GRPO learner right-pads every answer to ``max_tokens_to_generate`` before the
     reference forward and the update: on the tiny preset 96 + 64 positions, ~86 of them real.
 
     - Prompts: the sampler gets the step's prompt bucket as ``max_prompt_length``. Positions
-      and attention come from the padding mask, so the model computes the same numbers.
+      and attention come from the padding mask, so the model computes the same numbers and
+      the answers have the same distribution. Not the same draws as at the max: Tunix's
+      sampler folds the absolute decoding position into each step's key, which is one
+      reason the buckets are recorded in the run's settings.
     - Answers: sampled to the max as before, then cut to the smallest answer bucket that
       holds the longest answer, for the reference's (and the old policy's, ``num_iterations
       > 1``) forward and in the ``TrainExample`` the update trains on. Every column cut is
