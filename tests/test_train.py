@@ -340,7 +340,7 @@ def test_each_grpo_loss_variant_trains(pipeline, preset, tmp_path, loss):
     assert_base_untouched(result.policy, base)
     norms = train.read_metrics(run, "grpo")["actor/train/grad_norm"][1]
     default = train.read_metrics(src, "grpo")["actor/train/grad_norm"][1]  # same first rollouts
-    assert np.all(np.isfinite(norms)) and min(norms) > 0
+    assert np.all(np.isfinite(norms)) and norms[0] > 0  # a later step may teach nothing (equal rewards)
     if loss == "gspo-token":  # on-policy (ratio 1), its gradient is GRPO's
         assert norms[0] == pytest.approx(default[0], rel=1e-4)
     else:  # token-mean (DAPO), no std normalisation (Dr. GRPO): another gradient
