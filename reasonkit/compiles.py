@@ -20,7 +20,9 @@ function's name; a :class:`CompileCounter` listens to it while it is open.
 
 :meth:`CompileCounter.watch` wraps a stage's batch stream and marks the end of the
 warm-up (by default: once the first step has run), so ``after_warmup`` counts only the
-compilations that a steady state should not have.
+compilations that a steady state should not have. A step whose shapes its batch does not
+show (GRPO's batches are text; the length buckets are chosen inside the step) says which
+shape it runs with :func:`new_shape`: the first step of each such shape is warm-up too.
 """
 
 from __future__ import annotations
@@ -31,6 +33,18 @@ import jax
 
 EVENT = "/jax/core/compile/backend_compile_duration"
 _PING = "/reasonkit/compiles/ping"
+_SHAPE = "/reasonkit/compiles/step_shape"
+
+
+def step_shape(key: Any) -> None:
+    """Tell every open :class:`CompileCounter` that the step in progress runs shape ``key``.
+
+    For shapes chosen inside a step, which :meth:`CompileCounter.watch` cannot see in its
+    batch: the first step of each ``key`` not reported before counts as warm-up (it
+    compiles for it), later ones do not. Sent as a :mod:`jax.monitoring` event, as the
+    compilations are, so the code choosing shapes needs no counter in hand.
+    """
+    jax.monitoring.record_event_duration_secs(_SHAPE, 0.0, shape=repr(key))
 
 
 class CompileCounter:
@@ -42,6 +56,7 @@ class CompileCounter:
         self.warm_at: int | None = None  # count when the warm-up ended
         self.seconds = 0.0  # total compile time seen
         self.shapes = 0  # distinct batch shapes seen by watch()
+        self.step_shapes: set[str] = set()  # distinct shapes steps reported (step_shape)
         self._pinged = False
         self._watching, self._last_warm = False, True
         self._after, self._mark, self._after_names = 0, 0, []
@@ -49,6 +64,10 @@ class CompileCounter:
     def _listen(self, event: str, duration: float, **kwargs: Any) -> None:
         if event == _PING:
             self._pinged = True
+        elif event == _SHAPE:
+            if self._watching and kwargs["shape"] not in self.step_shapes:
+                self._last_warm = True  # the step in progress compiles for a new shape
+            self.step_shapes.add(kwargs["shape"])
         elif event == EVENT:
             self.count += 1
             self.seconds += duration
@@ -113,11 +132,13 @@ class CompileCounter:
         A trainer asks for the next batch after it finished the step before, so what
         compiles between two requests belongs to the step of the first. Warm-up: the
         first ``warmup_steps`` steps (and whatever the trainer compiles before them),
-        and the first step of every batch shape not seen before. ``skip``: batches a
-        resumed trainer reads and discards first.
+        the first step of every batch shape not seen before, and the first step of every
+        shape a step reports with :func:`step_shape`. ``skip``: batches a resumed trainer
+        reads and discards first.
         """
         self._watching, seen = True, set()
         self.shapes = 0
+        self.step_shapes = set()
         for i, item in enumerate(stream):
             self._ensure()
             if i == skip + warmup_steps:
@@ -134,8 +155,10 @@ class CompileCounter:
             self._last_warm = True
 
     def summary(self) -> dict[str, Any]:
-        """``{"total", "after_warmup", "shapes", "names_after_warmup", "seconds"}`` for logs."""
+        """``{"total", "after_warmup", "shapes", "step_shapes", "names_after_warmup", "seconds"}``
+        for logs."""
         return {"total": self.count, "after_warmup": self.after_warmup, "shapes": self.shapes,
+                "step_shapes": sorted(self.step_shapes),
                 "names_after_warmup": sorted(set(self.names_after_warmup)),
                 "seconds": round(self.seconds, 2)}
 

@@ -566,7 +566,9 @@ SETTINGS_FILE = "settings.json"
 LAYOUT_ONLY = ("mesh", "checkpoint_every", "log_every", "show_every", "remat")
 # Settings added after runs first recorded theirs, and the value every run before them
 # trained with: a run that recorded none compares as if it had recorded that one.
-ADDED_SETTINGS: dict[str, Any] = {"grpo.rewards": [list(pair) for pair in DEFAULT_REWARDS]}
+ADDED_SETTINGS: dict[str, Any] = {"grpo.rewards": [list(pair) for pair in DEFAULT_REWARDS],
+                                  # every answer padded to the max, as Tunix does
+                                  "grpo.length_buckets": [[], []]}
 
 
 def recorded_settings(run: RunDir, stage: str) -> dict[str, Any] | None:

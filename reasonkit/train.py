@@ -815,6 +815,8 @@ def _grpo_learner(preset: Preset, run: RunDir | None, policy, reference, tok, me
     fns = rewards.from_config(cfg.rewards) if reward_fns is None else list(reward_fns)
     learner = learner_cls(rl_cluster=cluster, reward_fns=fns, algo_config=algo,
                           metric_fns=[grpo_metrics(cluster, cfg, fns)])
+    if cfg.length_buckets != ((), ()):
+        bucket_lengths(cluster, learner, cfg)
     # the learner's policy loss and the reference's forward, with chunked log-probs
     actor = cluster.actor_trainer
     actor.with_loss_fn(_chunked(actor.loss_fn), has_aux=True)
@@ -988,6 +990,124 @@ def reseed_rollouts(cluster, seed: int) -> None:
         return generate(prompts, dataclasses.replace(rollout_config, seed=key), **kwargs)
 
     cluster.rollout.generate = reseeded
+
+
+def fit_bucket(length: int, buckets: Sequence[int], maximum: int) -> int:
+    """The smallest of ``buckets`` that holds ``length``, or ``maximum`` when none below it does.
+
+    ``maximum`` is always the last bucket: buckets at or above it are never used, and a
+    ``length`` past it gets ``maximum`` (what happens without buckets).
+
+    >>> [fit_bucket(n, (48, 80), 96) for n in (10, 48, 49, 80, 81, 96, 200)]
+    [48, 48, 80, 80, 96, 96, 96]
+    >>> fit_bucket(30, (), 64), fit_bucket(30, (64, 128), 64)
+    (64, 64)
+    """
+    return min((b for b in buckets if length <= b < maximum), default=maximum)
+
+
+def used_width(ids: Any, pad_id: int) -> int:
+    """Columns of right-padded ``ids`` [B, C] up to the last non-pad token of any row.
+
+    >>> used_width(np.array([[5, 6, 0, 0, 0],
+    ...                      [7, 0, 0, 0, 0]]), pad_id=0)
+    2
+    """
+    real = np.flatnonzero((np.asarray(ids) != pad_id).any(axis=0))  # columns with a token
+    return int(real[-1]) + 1 if real.size else 0
+
+
+def _cut(x: Any, width: int) -> Any:
+    """``x[:, :width]`` through numpy: no XLA program to compile for each width."""
+    return None if x is None else jnp.asarray(np.asarray(x)[:, :width])
+
+
+def cuts_answers(algo_config) -> bool:
+    """Whether a GRPO variant's loss is the same with its answers cut to fewer padded columns.
+
+    Each of Tunix's loss aggregations masks the padding out, except
+    "sequence-mean-token-scale" (dr-grpo's), which divides by the padded width.
+    """
+    return algo_config.loss_agg_mode != "sequence-mean-token-scale"
+
+
+def bucket_lengths(cluster, learner, cfg: GRPOConfig) -> None:
+    """Run each GRPO step at the smallest (prompt, answer) shape of ``cfg.length_buckets`` for it.
+
+    Tunix 0.1.7's sampler left-pads prompts to the ``max_prompt_length`` it is given, and
+    its GRPO learner right-pads every answer to ``max_tokens_to_generate`` before the
+    reference forward and the update: on the tiny preset 96 + 64 positions, ~86 of them real.
+
+    - Prompts: the sampler gets the step's prompt bucket as ``max_prompt_length``. Positions
+      and attention come from the padding mask, so the model computes the same numbers and
+      the answers have the same distribution. Not the same draws as at the max: Tunix's
+      sampler folds the absolute decoding position into each step's key, which is one
+      reason the buckets are recorded in the run's settings.
+    - Answers: sampled to the max as before, then cut to the smallest answer bucket that
+      holds the longest answer, for the reference's (and the old policy's, ``num_iterations
+      > 1``) forward and in the ``TrainExample`` the update trains on. Every column cut is
+      padding in every row: masked out of each loss Tunix aggregates, except
+      "sequence-mean-token-scale" (dr-grpo), which divides by the padded width, so dr-grpo
+      keeps its answers at the max.
+
+    The learner's ``_generate_and_compute_advantage`` (where the step's rollouts are made
+    and padded) is wrapped rather than copied: the wrapper only picks the buckets, cuts the
+    finished example and reports the shape to the compile counters
+    (:func:`reasonkit.compiles.step_shape`). Tunix calls the reference and old-policy
+    forwards with keyword arguments; their wrappers cut only inside a step.
+    """
+    prompt_buckets, answer_buckets = cfg.length_buckets
+    cut_answers = cuts_answers(learner.algo_config)
+    pad = cluster.rollout.pad_id()
+    step: dict[str, int] = {}  # the shape of the step being made: set only inside it
+
+    def answer_width(ids) -> int:
+        if not cut_answers:
+            return cfg.max_generation_length
+        return fit_bucket(used_width(ids, pad), answer_buckets, cfg.max_generation_length)
+
+    generate = cluster.rollout.generate
+
+    def padded_to_bucket(prompts, rollout_config, **kwargs):
+        if "prompt" in step:
+            rollout_config = dataclasses.replace(rollout_config, max_prompt_length=step["prompt"])
+        return generate(prompts, rollout_config, **kwargs)
+
+    cluster.rollout.generate = padded_to_bucket
+
+    def on_cut_answers(forward: Callable) -> Callable:
+        @functools.wraps(forward)
+        def cut(*, completion_tokens, **kwargs):
+            if "prompt" in step:  # [B, C] -> [B, width]: log-probs come back [B, width]
+                completion_tokens = _cut(completion_tokens, answer_width(completion_tokens))
+            return forward(completion_tokens=completion_tokens, **kwargs)
+        return cut
+
+    cluster.get_ref_per_token_logps = on_cut_answers(cluster.get_ref_per_token_logps)
+    cluster.get_old_per_token_logps = on_cut_answers(cluster.get_old_per_token_logps)
+    make_example = tunix_private(learner, "_generate_and_compute_advantage")
+
+    def bucketed(training_input, *args, **kwargs):
+        tokenize = tunix_private(cluster.rollout, "_sampler").tokenize  # as the sampler counts
+        longest = max(len(tokenize(str(p))) for p in training_input["prompts"])
+        step["prompt"] = fit_bucket(longest, prompt_buckets, cfg.max_prompt_length)
+        try:
+            example = make_example(training_input, *args, **kwargs)
+        finally:
+            prompt = step.pop("prompt")
+        width = answer_width(example.completion_ids)
+        example = example.replace(completion_ids=_cut(example.completion_ids, width),
+                                  completion_mask=_cut(example.completion_mask, width))
+        for name in ("ref_per_token_logps", "old_per_token_logps"):
+            logps = getattr(example, name)
+            if logps is not None and logps.shape[-1] != width:
+                raise RuntimeError(f"GRPO length buckets: {name} has {logps.shape[-1]} columns, "
+                                   f"the answers {width}: Tunix no longer computes it through "
+                                   "RLCluster.get_ref/old_per_token_logps as 0.1.7 does")
+        compiles.step_shape(("grpo", prompt, width))
+        return example
+
+    set_tunix_private(learner, "_generate_and_compute_advantage", bucketed)
 
 
 def grpo_metrics(cluster, cfg: GRPOConfig, reward_fns: Sequence[Callable]) -> Callable:

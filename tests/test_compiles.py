@@ -29,3 +29,22 @@ def test_watch_ignores_the_length_of_text_columns():
     assert counter.after_warmup >= 1 and counter.names_after_warmup
     assert compiles._signature(stream[0]) == compiles._signature(stream[2])
     assert compiles._signature(np.ones(3, np.int32)) != compiles._signature(np.ones(3))
+
+
+def test_a_shape_a_step_reports_is_warm_up_on_its_first_step_only():
+    """GRPO picks its length buckets inside the step (the batch is text): it reports them."""
+    @jax.jit
+    def pad_to(ids):
+        return ids.sum()
+
+    widths = [8, 8, 4, 4, 8, 6]  # the shape each step runs; step 5 compiles an unreported one
+    with compiles.CompileCounter() as counter:
+        for i, _ in enumerate(counter.watch([{"prompts": np.array(["a"])}] * len(widths))):
+            if i < 5:
+                compiles.step_shape(("grpo", widths[i]))
+            pad_to(np.ones(widths[i])).block_until_ready()
+            if i == 4:
+                assert counter.after_warmup == 0  # 8 compiled in step 0, 4 in step 2: warm-up
+    assert counter.step_shapes == {"('grpo', 8)", "('grpo', 4)"}
+    assert counter.after_warmup == 1 and counter.names_after_warmup == ["jit(pad_to)"]
+    assert counter.summary()["step_shapes"] == ["('grpo', 4)", "('grpo', 8)"]

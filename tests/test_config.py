@@ -168,6 +168,22 @@ def test_grpo_rewards_default_to_the_five_math_rewards_and_take_json_lists(monke
         get_preset()
 
 
+def test_grpo_length_buckets_take_json_lists_and_refuse_more_than_four_shapes():
+    assert GRPOConfig().length_buckets == ((), ())  # off: every step at the max, as Tunix pads
+    assert get_preset("tiny").grpo.length_buckets == ((80,), (48,))
+    tiny = get_preset("tiny", **{"grpo.length_buckets": [[64, 72, 80], []]}).grpo
+    assert tiny.length_buckets == ((64, 72, 80), ()) and hash(tiny)  # 4 prompt x 1 answer length
+    assert GRPOConfig(length_buckets=None).length_buckets == ((), ())
+    for bad, why in [([[80]], "must be \\[prompt lengths, completion lengths\\]"),
+                     ([[80, 64], []], "the prompt lengths must be increasing positive ints"),
+                     ([[], [0]], "the completion lengths must be increasing"),
+                     ([[], ["48"]], "the completion lengths must be increasing"),
+                     ([[64, 80], [48]], "3 prompt x 2 completion lengths .* are 6 shapes to compile; "
+                                        "at most 4")]:
+        with pytest.raises(ValueError, match=r"GRPOConfig\.length_buckets=.*" + why):
+            GRPOConfig(length_buckets=bad)
+
+
 def test_replace_nested_and_errors():
     p = get_preset("tiny").replace(**{"sft.max_steps": 7, "grpo.mesh.shape": (1, 1)})
     assert p.sft.max_steps == 7 and p.grpo.mesh.shape == (1, 1)

@@ -321,6 +321,17 @@ def test_grpo_settings_record_the_rewards_and_an_older_run_reads_as_the_default(
     assert runs.settings_changes(run, "sft", {"sft.max_steps": 4}) == []
 
 
+def test_a_grpo_run_recorded_before_length_buckets_reads_as_padded_to_the_max(tmp_path):
+    preset = small_preset()
+    run = make_run(tmp_path, "buckets", preset)
+    s = runs.stage_settings(preset, run, "grpo", None)
+    assert s["grpo.length_buckets"] == [[80], [48]]
+    off = preset.replace(**{"grpo.length_buckets": [[], []]})
+    run.write_json("grpo", "settings.json", {k: v for k, v in s.items() if k != "grpo.length_buckets"})
+    assert runs.settings_changes(run, "grpo", runs.stage_settings(off, run, "grpo", None)) == []
+    assert runs.settings_changes(run, "grpo", s) == ["grpo.length_buckets: [[], []] -> [[80], [48]]"]
+
+
 def test_branch_copies_finished_stages_and_refuses_what_it_would_mix(tmp_path, capsys):
     run = RunDir.create("main", root=tmp_path)
     for stage in ("data", "sft", "dpo"):
