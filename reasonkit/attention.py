@@ -23,8 +23,10 @@ Masked logits take Tunix's ``K_MASK`` and the same ``where`` + softmax. A query 
 nothing to see (a padding query) gets the mean of all values, as Tunix's softmax over
 all-masked logits gives it, so logits match everywhere, padding rows included.
 
-The one override, :func:`use`, swaps the class of each Tunix ``Attention`` module of a
-model for a subclass whose ``block`` is the one here. The choice travels with the model
+The one override, :func:`use`, picked by ``ModelConfig.attention`` (``"chunked"`` in every
+preset; :mod:`reasonkit.models` applies it to each model it builds or loads), swaps the
+class of each Tunix ``Attention`` module of a model for a subclass whose ``block`` is the
+one here. The choice travels with the model
 (``nnx.split`` / ``merge``, the trainers' jits), needs no context around tracing, and is
 undone with ``use(model, "tunix")``. A call with a KV cache (the sampler's prefill and
 decode) or a single query goes to Tunix's ``block`` unchanged.
@@ -50,7 +52,8 @@ from tunix.models.gemma import model as gemma2_model
 from tunix.models.gemma3 import model as gemma3_model
 from tunix.utils import sharding_utils
 
-IMPLS = ("tunix", "dense", "chunked")  # use()'s choices; "tunix" restores Tunix's block
+from reasonkit.config import ATTENTION_IMPLS as IMPLS  # use()'s choices; "tunix": Tunix's block
+
 Q_BLOCK = 64  # queries per block in "chunked" (a divisor of T is used; T itself if none)
 K_MASK = gemma3_model.K_MASK  # Tunix's masked-logit value (the same in Gemma 2's module)
 
@@ -65,8 +68,14 @@ def window_mask(query_index, key_index, window: int):
     return (diff < window) & (diff > -window)
 
 
-def _block_size(t: int, q_block: int) -> int:
-    """The largest divisor of ``t`` at most ``q_block`` (``t`` when only 1 would do)."""
+def block_size(t: int, q_block: int | None = None) -> int:
+    """Queries per block for ``t`` queries: the largest divisor of ``t`` at most ``q_block``
+    (:data:`Q_BLOCK` by default), or ``t`` when only 1 would do.
+
+    >>> block_size(160), block_size(1024), block_size(97)
+    (40, 64, 97)
+    """
+    q_block = Q_BLOCK if q_block is None else q_block
     best = max(d for d in range(1, min(t, q_block) + 1) if t % d == 0)
     return t if best == 1 else best
 
@@ -89,7 +98,7 @@ def attend(q, k, v, attn_mask, *, window: int | None = None, window_on=None,
     mask = attn_mask.astype(bool)
     query_at = jnp.broadcast_to(jnp.arange(t), (b, t)) if window_on is None else window_on
     span = functools.partial(_span, window=window, soft_cap=soft_cap)
-    tq = t if q_block is None else _block_size(t, q_block)
+    tq = t if q_block is None else block_size(t, q_block)
     if tq == t or t != s:
         out = span(q, k, v, mask, query_at, jnp.arange(s))
     else:

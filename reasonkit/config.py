@@ -91,6 +91,9 @@ def check_weights(weights: Mapping[str, float]) -> dict[str, float]:
     return {d: float(w) for d, w in weights.items()}
 
 
+ATTENTION_IMPLS = ("chunked", "tunix", "dense")  # ModelConfig.attention's choices (reasonkit.attention)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ModelConfig:
     """Which Gemma, where its weights come from, and its shape.
@@ -116,6 +119,10 @@ class ModelConfig:
     # --- how it runs
     dtype: str = "bfloat16"  # parameter and compute dtype
     remat: bool = False  # rematerialise each decoder block in training
+    # full-sequence attention (training, reference forwards): "chunked" is reasonkit.attention's
+    # query blocks that skip the keys they cannot see, "tunix" Tunix 0.1.7's own (its [B, T, N, S]
+    # logits), "dense" ours in one block. Same numbers (1e-5); the sampler's cached path is Tunix's.
+    attention: str = "chunked"
 
     def __post_init__(self):
         if self.family not in ("gemma3", "gemma2"):
@@ -132,6 +139,8 @@ class ModelConfig:
         if self.dtype not in ("bfloat16", "float32"):
             _fail("ModelConfig", "dtype", self.dtype, "must be 'bfloat16' or 'float32'")
         _flag(self, "remat")
+        if self.attention not in ATTENTION_IMPLS:
+            _fail("ModelConfig", "attention", self.attention, f"must be one of {ATTENTION_IMPLS}")
 
     @property
     def num_params(self) -> int:

@@ -1,5 +1,7 @@
 """reasonkit.attention against Tunix 0.1.7's own attention, on small random float32 models."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -20,12 +22,13 @@ def small_blocks(monkeypatch):
     monkeypatch.setattr(attention, "Q_BLOCK", 32)
 
 
-def config(family: str, num_kv_heads: int) -> ModelConfig:
+def config(family: str, num_kv_heads: int, impl: str = "tunix") -> ModelConfig:
     # Gemma 3 hard-codes 5 local : 1 global layers, so 6 layers cover both kinds;
-    # Gemma 2 alternates local / global, so 2 do.
+    # Gemma 2 alternates local / global, so 2 do. Tunix's attention by default: the reference.
     return ModelConfig(family=family, source="tiny", num_layers=6 if family == "gemma3" else 2,
                        vocab_size=64, embed_dim=32, hidden_dim=64, num_heads=4, head_dim=16,
-                       num_kv_heads=num_kv_heads, sliding_window=16, dtype="float32")
+                       num_kv_heads=num_kv_heads, sliding_window=16, dtype="float32",
+                       attention=impl)
 
 
 def batch(seed: int = 0):
@@ -150,3 +153,19 @@ def test_attend_blocks_equal_one_block():
         for q_block in (5, 12):  # 5 -> 4 (the largest divisor of 12 at most 5); 12: one block
             blocked = attend(q, k, v, mask, window=5, soft_cap=3.0, q_block=q_block)
             assert rel_err(blocked, one) <= TOL
+
+
+def test_model_config_picks_the_attention_of_every_model_built(tmp_path):
+    """``ModelConfig.attention`` reaches new, loaded (safetensors) and LoRA'd models; "chunked" by default."""
+    from reasonkit.config import get_preset
+
+    assert {get_preset(n).model.attention for n in ("tiny", "gemma3-1b", "gemma2-2b")} == {"chunked"}
+    cfg = dataclasses.replace(config("gemma3", 1, impl="chunked"), vocab_size=512)  # the tokenizer's
+    model = models.new_model(cfg, seed=0)
+    assert attention.impl_of(model) == "chunked"
+    assert attention.impl_of(models.apply_lora(model, LoraConfig(rank=2, alpha=2.0))) == "chunked"
+    models.save_hf_checkpoint(model, cfg, tmp_path, models.tiny.ASSET / "tokenizer.model")
+    loaded = models.load_model(tmp_path, dataclasses.replace(cfg, attention="dense"))
+    assert attention.impl_of(loaded) == "dense"
+    with pytest.raises(ValueError, match="ModelConfig.attention='flash'"):
+        config("gemma3", 1, impl="flash")

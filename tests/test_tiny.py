@@ -4,6 +4,7 @@ import dataclasses
 import json
 
 import numpy as np
+import pytest
 
 from reasonkit import data, models, tasks, template, tiny
 from reasonkit.config import get_preset
@@ -25,10 +26,12 @@ def test_shipped_tiny_base_model_is_the_current_recipe(tiny_dir):
         assert tok.EncodeAsPieces(sym) == [sym]
 
 
-def test_remat_does_not_rebuild_the_tiny_base_model():
-    # remat trades memory for compute (hardware.py suggests it): same weights, so the
-    # shipped checkpoint serves it instead of a ~30-minute rebuild.
-    cfg = dataclasses.replace(get_preset("tiny").model, remat=True)
+@pytest.mark.parametrize("change", [{"remat": True}, {"attention": "tunix"}, {"attention": "dense"}])
+def test_how_it_computes_does_not_rebuild_the_tiny_base_model(change):
+    # remat trades memory for compute (hardware.py suggests it), the attention choice
+    # computes the same numbers: same weights, so the shipped checkpoint serves them
+    # instead of a ~45-minute rebuild.
+    cfg = dataclasses.replace(get_preset("tiny").model, **change)
     assert tiny.key(cfg) == tiny.key(get_preset("tiny").model)
     assert models.resolve_source(cfg) == tiny.ASSET
 
