@@ -232,6 +232,11 @@ train.free()
 #   on the completion (the batch above); Tunix trains on any iterator of dicts.
 # - **The optimizer**: `train.make_optimizer`, AdamW with global-norm clipping and the
 #   warm-up + cosine schedule, its learning rate logged.
+# - **The attention**: Tunix's Gemma computes every layer's `[B, T, N, S]` logits and
+#   softmax whole, in the backward too. `model.attention="chunked"` (every preset;
+#   `reasonkit.attention`) computes the same numbers a block of 64 queries at a time,
+#   each against only the keys it can see (none after it, none before a local layer's
+#   window): 2.3x the forward + backward on packed rows of 1024 (`docs/performance.md`).
 #
 # Watching it live: in Jupyter, Colab or Kaggle, a cell with the two lines below, placed
 # before the training cell, shows TensorBoard in the notebook and keeps refreshing while

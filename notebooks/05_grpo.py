@@ -256,7 +256,12 @@ train.free()  # the trainer loads its own copy onto the GRPO mesh
 # - **The sampling graph**: the rollout sampler traces `models.sampling_graphdef(policy)`,
 #   the policy's graph with rematerialisation off over the same arrays; Tunix's sampler
 #   traces the training graph, which with `model.remat` on (every Gemma preset) cannot
-#   decode.
+#   decode. Its class (`reasonkit.sampling`) computes the prefill's output layer at the
+#   last prompt position only (Tunix's Gemma: every position, `[B, P, V]`), and
+#   `train.SharedPrefill` prefills each prompt once for its G answers instead of G times.
+# - **Length buckets**: each step pads its prompts and cuts its answers to the smallest
+#   of `grpo.length_buckets` that holds them (`train.bucket_lengths`), where Tunix pads
+#   every step to the maximum lengths; the reference and the update run on fewer positions.
 # - **The rewards**: plain functions (the list above), which Tunix sums unweighted.
 #
 # Tunix warns below that the reference and the actor "do not share the same backbone".

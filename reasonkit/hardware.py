@@ -16,12 +16,14 @@ A budget by hand, for the tiny preset on one device (bytes):
 base params                    5,963,776
 LoRA params + grads + Adam     2,015,232
 activations                  180,879,360
-attention scores              78,643,200
+attention scores               3,276,800
 logits                        20,971,520
 returned model state           6,467,584
 >>> 4 * p.model.num_params == b.items["base params"]  # fp32, nothing to shard on 1 device
 True
 >>> 4 * 16 * 160 * 512 * 4 == b.items["logits"]  # 4 fp32 buffers of one chunk: all of it
+True
+>>> 16 * 4 * 40 * 160 * 2 * 4 == b.items["attention scores"]  # one block of 40 queries, 2 copies
 True
 >>> per_token_layer = 6 * 128 + 3 * 512 + 4 * (4 + 1) * 32  # ACT_D*D + ACT_F*F + ...
 >>> 16 * 160 * 6 * per_token_layer * 4 == b.items["activations"]
@@ -37,13 +39,13 @@ checks) holds what a TPU does and float32 copies of its weights on top:
 base params                    623 MiB
 LoRA params + grads + Adam     451 MiB
 activations                   1.37 GiB
-attention scores              64.0 MiB
+attention scores              4.00 MiB
 logits                        1.11 GiB
 XLA:CPU f32 output layer       281 MiB  XLA:CPU only
-XLA:CPU f32 weights at start  6.05 GiB  XLA:CPU only
+XLA:CPU f32 weights at start  6.11 GiB  XLA:CPU only
 returned model state           736 MiB
 >>> format_bytes(tpu.total), format_bytes(cpu.total)  # the compiler: 11.7 GiB
-('4.32 GiB', '10.6 GiB')
+('4.26 GiB', '10.6 GiB')
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from reasonkit import logprobs
+from reasonkit import attention, logprobs
 from reasonkit.config import ModelConfig, Preset
 from reasonkit.mesh import STAGES, factorizations, resolve_shape, stage_mesh_config
 
@@ -295,6 +297,8 @@ def matmul_benchmark(n: int = 512, dtype: Any = None, repeats: int = 3, inner: i
 ACT_D, ACT_F, ACT_HEADS = 6, 3, 4
 # The attention matrix Tunix's Gemma materialises, [B, H, T, S] per layer: the softmax
 # output (used by both backward einsums) and the masked logits (between 1 and 2 copies).
+# With ``model.attention="chunked"`` (every preset) only one query block's [B, H, tq, S]
+# is live, recomputed in the backward (reasonkit.attention).
 ATTN_COPIES = 2
 # Under remat (``model.remat``) the backward keeps, per layer, the residual-stream-sized
 # tensors (ACT_D * D elements a token, in the model's dtype) and recomputes the F- and
@@ -406,11 +410,9 @@ def _sequences_and_lengths(preset: Preset, stage: str) -> dict[str, int]:
         return {"train_seqs": rollouts,
                 "train_len": c.max_prompt_length + c.max_generation_length,
                 "scored": c.max_generation_length,  # log-probs of the completion only
-                "gen_seqs": rollouts, "prompt_len": c.max_prompt_length,
-                "cache_len": c.max_prompt_length + c.max_generation_length}
+                "gen_seqs": rollouts, "cache_len": c.max_prompt_length + c.max_generation_length}
     c = preset.eval
-    return {"gen_seqs": c.batch_size, "prompt_len": c.max_prompt_length,
-            "cache_len": c.max_prompt_length + c.max_generation_length}
+    return {"gen_seqs": c.batch_size, "cache_len": c.max_prompt_length + c.max_generation_length}
 
 
 def _chunk_bytes(m: ModelConfig, rows: int, positions: int, mesh: dict[str, int]) -> int:
@@ -440,7 +442,12 @@ def _training_items(m: ModelConfig, seqs: int, length: int, mesh: dict[str, int]
     else:
         act = tokens * m.num_layers * per_layer * nbytes / tp
         score_layers = m.num_layers
-    scores = (local * score_layers * ATTN_COPIES * m.num_heads * length * length * nbytes
+    # Tunix's attention (and "dense") holds [B, N, T, S] per layer; "chunked" recomputes
+    # one query block at a time in the backward: [B, N, block, <= S], one block, one layer.
+    rows = length
+    if m.attention == "chunked":
+        rows, score_layers = attention.block_size(length), 1
+    scores = (local * score_layers * ATTN_COPIES * m.num_heads * rows * length * nbytes
               / tp)
     logits = (LOGIT_CHUNK_COPIES * _chunk_bytes(m, seqs, scored or length, mesh)
               + _output_slice(m, mesh) * nbytes)
@@ -483,14 +490,15 @@ def _cpu_training_items(preset: Preset, seqs: int, mesh: dict[str, int],
             "XLA:CPU f32 weights at start": max(0, start - mid)}
 
 
-def _generation_items(m: ModelConfig, seqs: int, prompt_len: int, cache_len: int,
+def _generation_items(m: ModelConfig, seqs: int, cache_len: int,
                       mesh: dict[str, int]) -> dict[str, int]:
     """Sampling ``seqs`` sequences: the KV cache and the prefill's logits, per device."""
     nbytes = _dtype_bytes(m)
     local = math.ceil(seqs / mesh["fsdp"])
     cache = local * 2 * m.num_layers * m.num_kv_heads * m.head_dim * cache_len * nbytes
-    # Tunix's sampler computes [B, prompt, V] logits in the model dtype during prefill
-    prefill = local * prompt_len * m.vocab_size * nbytes / _split(m.vocab_size, "tp", mesh)
+    # reasonkit's sampling model (reasonkit.sampling) computes the prefill's output layer at
+    # the last position only, [B, 1, V] in the model dtype (Tunix 0.1.7's Gemma: [B, prompt, V])
+    prefill = local * 1 * m.vocab_size * nbytes / _split(m.vocab_size, "tp", mesh)
     return {"KV cache": math.ceil(cache / _kv_split(m, mesh)), "prefill logits": math.ceil(prefill)}
 
 
@@ -717,8 +725,7 @@ def memory_budget(preset: Preset, stage: str, n_devices: int | None = None,
     off_peak: dict[str, int] = {}
 
     def generation() -> dict[str, int]:
-        out = _generation_items(preset.model, s["gen_seqs"], s["prompt_len"], s["cache_len"],
-                                mesh)
+        out = _generation_items(preset.model, s["gen_seqs"], s["cache_len"], mesh)
         if cpu:
             out.update(_cpu_generation_items(preset, s["gen_seqs"], s["cache_len"], mesh))
         return out

@@ -24,8 +24,8 @@ import numpy as np
 import sentencepiece as spm
 from flax import nnx
 
+from reasonkit import attention, sampling, template, tiny
 from reasonkit import mesh as mesh_lib
-from reasonkit import template, tiny
 from reasonkit.config import LoraConfig, ModelConfig
 
 REQUIRED_FILES = ("config.json", "tokenizer.model")
@@ -332,7 +332,7 @@ def model_class(cfg: ModelConfig):
 
 def new_model(cfg: ModelConfig, seed: int = 0) -> nnx.Module:
     """A randomly initialised model of ``cfg``'s architecture (as :func:`hf_config` describes it)."""
-    return model_class(cfg)(tunix_config(cfg), rngs=nnx.Rngs(params=seed))
+    return attention.use(model_class(cfg)(tunix_config(cfg), rngs=nnx.Rngs(params=seed)), cfg.attention)
 
 
 def hf_config(cfg: ModelConfig) -> dict[str, Any]:
@@ -520,7 +520,8 @@ def load_model(path: str | os.PathLike, cfg: ModelConfig,
     """Load a checked Hugging Face-layout directory with Tunix's safetensors loader.
 
     The architecture is config.json's (RoPE, query scaling, softcaps, layer pattern: see
-    :func:`tunix_config`), not the preset's defaults.
+    :func:`tunix_config`), not the preset's defaults; the attention is ``cfg.attention``
+    (:func:`reasonkit.attention.use`).
     """
     check_checkpoint_dir(path, cfg)
     config = pathlib.Path(path) / "config.json"
@@ -530,7 +531,8 @@ def load_model(path: str | os.PathLike, cfg: ModelConfig,
         from tunix.models.gemma3 import params_safetensors as loader
     else:
         from tunix.models.gemma import params_safetensors as loader
-    return loader.create_model_from_safe_tensors(str(path), tunix_cfg, mesh=mesh, dtype=dtype)
+    model = loader.create_model_from_safe_tensors(str(path), tunix_cfg, mesh=mesh, dtype=dtype)
+    return attention.use(model, cfg.attention)  # the preset's full-sequence attention
 
 
 # --- where the weights come from -------------------------------------------------------
@@ -623,17 +625,21 @@ def load_base(cfg: ModelConfig, mesh: jax.sharding.Mesh | None = None):
     return model, load_tokenizer(path / "tokenizer.model", vocab_size=cfg.vocab_size), path
 
 
-def sampling_graphdef(model: nnx.Module):
-    """``model``'s graphdef with rematerialisation off: what a Tunix sampler must trace.
+def sampling_graphdef(model: nnx.Module, group: int = 1):
+    """``model``'s graphdef as a Tunix sampler should trace it: remat off, the prefill's
+    output layer at the last position only, one prefill per ``group`` identical prompts.
 
     Tunix 0.1.7's Gemma 2 and 3 wrap each attention and MLP block in ``nnx.remat`` when
     their config asks (``model.remat``, on in every Gemma preset); inside the sampler's
     decoding loop that raises flax's ``TraceContextError`` ("Cannot mutate Param from a
-    different trace level"). Without a backward pass remat saves nothing. The graphdef
-    merges with the model's own state (the same arrays); ``model`` is left as it was.
+    different trace level"). Without a backward pass remat saves nothing. The model's
+    class becomes :func:`reasonkit.sampling.sampling_class`'s (``group``: GRPO's G). The
+    graphdef merges with the model's own state (the same arrays); ``model`` is left as it was.
     """
     changed: list[tuple[Any, str, Any]] = []
     configs: dict[int, Any] = {}
+    base = type(model)
+    object.__setattr__(model, "__class__", sampling.sampling_class(base, group))  # plain Python's slot
     try:
         for _, module in nnx.iter_graph(model):
             if not isinstance(module, nnx.Module):
@@ -653,6 +659,7 @@ def sampling_graphdef(model: nnx.Module):
     finally:
         for module, name, value in reversed(changed):
             setattr(module, name, value)
+        object.__setattr__(model, "__class__", base)
 
 
 def without_remat(model: nnx.Module) -> nnx.Module:

@@ -30,9 +30,9 @@ Two things differ from a TPU and are handled here, in one place:
   their own, and reports the accelerator's estimate (``backend="tpu"``) beside it.
 
 Stages: ``sft``, ``dpo``, ``grpo`` (the policy update), ``rollout`` (GRPO's sampler:
-prefill, then the decoding loop, with the KV cache of batch x generations) and ``eval``
-(the evaluation's sampler). A generation stage's peak is the larger of its prefill and
-decode programs.
+prefill, one per group of G prompts and Tunix's every-row one, then the decoding loop,
+with the KV cache of batch x generations) and ``eval`` (the evaluation's sampler). A
+generation stage's peak is the largest of its prefill and decode programs.
 
 From a shell: ``python -m reasonkit.shapes gemma3-1b sft`` (``--devices 8`` by default
 the preset's device count).
@@ -144,7 +144,12 @@ def _sampler_programs(sampler, batch: int, prompt_len: int, gen_len: int, sampli
     state = state.replace(num_input_tokens=jnp.array(prompt_len, dtype=jnp.int32))
     sampler.eos_ids = jnp.array([1])
     params = train.tunix_private(sampler, "_flattened_transformer_state")
-    prefill = train.tunix_private(sampler, "_compiled_prefill_fn").lower(params, state, None, echo=False)
+    prefill_fn = train.tunix_private(sampler, "_compiled_prefill_fn")
+    if isinstance(prefill_fn, train.SharedPrefill):  # GRPO's rollout: both of its prefills
+        _compile(prefill_fn.shared.lower(params, state, None, echo=False), f"{prefix}shared prefill",
+                 programs)
+        prefill_fn = prefill_fn.every_row
+    prefill = prefill_fn.lower(params, state, None, echo=False)
     compiled = prefill.compile()
     programs[f"{prefix}prefill"] = Memory.of(compiled).to_dict()
     after = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),

@@ -35,7 +35,19 @@ import numpy as np
 import optax
 from flax import nnx
 
-from reasonkit import collate, compiles, data, logprobs, masks, models, rewards, runs, template, tiny
+from reasonkit import (
+    collate,
+    compiles,
+    data,
+    logprobs,
+    masks,
+    models,
+    rewards,
+    runs,
+    sampling,
+    template,
+    tiny,
+)
 from reasonkit import mesh as mesh_lib
 from reasonkit.config import GRPOConfig, ModelConfig, Preset, TrainConfig
 from reasonkit.hardware import format_duration
@@ -462,8 +474,7 @@ def materialised(model, what, seed: int = 0, scale: float = 0.0):
 
 def abstract_base(cfg: ModelConfig, mesh):
     """The base model at ``cfg``'s real shapes, as ShapeDtypeStructs placed on ``mesh``."""
-    build = lambda: models.model_class(cfg)(models.tunix_config(cfg), rngs=nnx.Rngs(params=0))  # noqa: E731
-    return placed_abstractly(nnx.eval_shape(build), mesh, cfg.dtype)
+    return placed_abstractly(nnx.eval_shape(lambda: models.new_model(cfg)), mesh, cfg.dtype)
 
 
 def build_models(preset: Preset, mesh, weights: str, *, run: RunDir | None = None,
@@ -807,9 +818,11 @@ def _grpo_learner(preset: Preset, run: RunDir | None, policy, reference, tok, me
                                                  rl.Role.ROLLOUT: mesh},
                                    rollout_engine="vanilla", offload_to_cpu=False,
                                    training_config=training, rollout_config=rollout))
-    # Tunix's sampler traces the actor's graph as given: with remat on it cannot decode
-    set_tunix_private(cluster.rollout, "_sampler._transformer_graphdef",
-                      models.sampling_graphdef(policy))
+    # Tunix's sampler traces the actor's graph as given: with remat on it cannot decode,
+    # and it would compute the prefill's logits at every position and each prompt G times
+    set_tunix_private(cluster.rollout, "_sampler._transformer_graphdef", models.sampling_graphdef(policy))
+    set_tunix_private(cluster.rollout, "_sampler._supports_decode_only_last_token", True)
+    share_prefill(tunix_private(cluster.rollout, "_sampler"), policy, cfg.num_generations)
     reseed_rollouts(cluster, cfg.seed)
     learner_cls, algo = grpo_algorithm(preset)
     fns = rewards.from_config(cfg.rewards) if reward_fns is None else list(reward_fns)
@@ -824,6 +837,48 @@ def _grpo_learner(preset: Preset, run: RunDir | None, policy, reference, tok, me
     worker.get_ref_per_token_logps = _chunked(worker.get_ref_per_token_logps)
     rollout.get_per_token_logps = _chunked(rollout.get_per_token_logps)  # num_iterations > 1
     return cluster, learner
+
+
+class SharedPrefill:
+    """A Tunix sampler's prefill that runs once per group of ``group`` equal prompts.
+
+    GRPO's learner repeats each prompt G times before the sampler sees them. When a
+    batch's token and position rows are such groups (checked on the host, where the
+    sampler keeps them), the prefill traces :func:`reasonkit.models.sampling_graphdef`
+    with ``group`` (:mod:`reasonkit.sampling`): each prompt once, its cache and logits
+    repeated, every row's first token sampled with its own key as before. Any other
+    batch goes to Tunix's own compiled prefill. Two programs, each compiled once.
+    """
+
+    def __init__(self, sampler, policy, group: int):
+        self.group = group
+        self.every_row = tunix_private(sampler, "_compiled_prefill_fn")
+        prefill, graphdef = tunix_private(sampler, "_prefill_fn"), models.sampling_graphdef(policy, group)
+
+        def grouped_prefill(params, state, images=None, echo=False):
+            # runs when traced only: Tunix's prefill, reading the grouped model's graphdef.
+            # A function of its own, so jit's cache never hands one program to the other.
+            every_row = tunix_private(sampler, "_transformer_graphdef")
+            set_tunix_private(sampler, "_transformer_graphdef", graphdef)
+            try:
+                return prefill(params, state, images, echo=echo)
+            finally:
+                set_tunix_private(sampler, "_transformer_graphdef", every_row)
+
+        # jitted as Tunix 0.1.7 jits its own: the sampling state (the KV cache) donated
+        self.shared = jax.jit(grouped_prefill, donate_argnums=(1,), static_argnames=("echo",))
+
+    def __call__(self, params, state, images=None, echo: bool = False):
+        if images is None and (sampling.grouped(state.token_buffer, self.group)
+                               and sampling.grouped(state.positions, self.group)):
+            return self.shared(params, state, images, echo=echo)
+        return self.every_row(params, state, images, echo=echo)
+
+
+def share_prefill(sampler, policy, group: int) -> None:
+    """Give ``sampler`` a :class:`SharedPrefill` over groups of ``group`` (1: leave it as it is)."""
+    if group > 1:
+        set_tunix_private(sampler, "_compiled_prefill_fn", SharedPrefill(sampler, policy, group))
 
 
 # --- stages ----------------------------------------------------------------------------
