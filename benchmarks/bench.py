@@ -11,6 +11,12 @@ the tiny preset's model architecture and weights:
       evaluation), in total and after the first step
   (d) the SFT step's FLOP/s against a matmul benchmark run in the same process
   (e) GRPO-style rollout: generated tokens/s of Tunix's sampler
+  (f) the old path against the new, alternating step by step in one process: the tiny
+      GRPO step (Tunix 0.1.7's attention and padding; + length buckets; + reasonkit's
+      chunked attention, the presets' default) from a tiny run's DPO adapters, and the
+      SFT step (jitted forward + LoRA gradient, rows of ``--max-length``) with Tunix's
+      attention and the chunked one, as a fraction of the same run's matmul FLOP/s, at
+      the tiny width and wider (``--widths``)
 
 Timings on a shared machine are noisy: compare the ratios of one run, not runs.
 Prints a table and writes ``benchmarks/results.json``.
@@ -19,11 +25,15 @@ Prints a table and writes ``benchmarks/results.json``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
+import importlib.util
 import json
 import os
 import pathlib
 import platform
+import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -34,7 +44,7 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from reasonkit import collate, compiles, hardware, models, train  # noqa: E402
+from reasonkit import collate, compiles, data, hardware, models, runs, testing, train  # noqa: E402
 from reasonkit.config import ModelConfig, get_preset  # noqa: E402
 
 PAD = 0  # the tiny tokenizer's pad id; synthetic ids start above the special tokens
@@ -191,7 +201,7 @@ def sft_throughput(pairs, preset, batch_size: int, max_length: int, steps: int, 
 
 def stage_compiles(quick: bool) -> dict[str, Any]:
     """Run reasonkit's SFT (packed), DPO (2 buckets), GRPO and a bucketed evaluation."""
-    from reasonkit import data, evaluate, template, testing
+    from reasonkit import evaluate, template
 
     steps = {"sft": 4, "dpo": 4, "grpo": 3} if quick else {"sft": 8, "dpo": 8, "grpo": 4}
     preset = get_preset("tiny", **{
@@ -262,6 +272,134 @@ def rollout_throughput(preset, lengths, batch: int, max_new: int, vocab: int) ->
             "names_after_warmup": again.names, "compiles_third_call": third.count}
 
 
+# --- (f): the old path against the new ------------------------------------------------------
+
+# GRPO paths, each a set of tiny-preset overrides; "new" is the preset as it ships.
+GRPO_PATHS = {"old": {"model.attention": "tunix", "grpo.length_buckets": [[], []]},
+              "buckets": {"model.attention": "tunix"},
+              "new": {}}
+
+
+def grpo_source(root: pathlib.Path, from_run: str | None, quick: bool = False) -> runs.RunDir:
+    """A tiny run under ``root`` with finished data, SFT and DPO stages: copied from
+    ``from_run`` (e.g. runs/demo), or trained here (about 4 minutes on 2 cores; ``quick``:
+    a few steps each, a smoke run)."""
+    if from_run is not None:
+        source = runs.RunDir(pathlib.Path(from_run))
+        for stage in ("data", "sft", "dpo"):
+            shutil.copytree(source.require(stage), root / "source" / stage)
+        return runs.RunDir(root / "source")
+    preset = get_preset("tiny", **({"sft.max_steps": 8, "dpo.max_steps": 2} if quick else {}))
+    run = testing.make_run(root, "source", preset)
+    train.train_sft(preset, run)
+    train.train_dpo(preset, run)
+    return run
+
+
+def grpo_old_new(source: runs.RunDir, steps: int, warmup: int) -> dict[str, Any]:
+    """Seconds per GRPO step of each of :data:`GRPO_PATHS`, alternating step by step.
+
+    Each path is its own learner (``train.build_stage``) on a branch of ``source``,
+    starting from its DPO adapters; all take the same batches in the same order. A step
+    is one ``learner.train([batch])`` call (the cluster's closing is deferred to the end).
+    Steps where any path compiled (warm-up, a new length bucket) are left out of every
+    path's mean, so the means are over the same batches.
+    """
+    import jax
+    from flax import nnx
+
+    stages = {}
+    for path, overrides in GRPO_PATHS.items():
+        preset = get_preset("tiny", **overrides)
+        stage = train.build_stage(preset, "grpo", runs.branch(source, f"grpo-{path}"),
+                                  started="dpo")
+        close, stage.cluster.close = stage.cluster.close, lambda: None
+        stages[path] = (stage, close)
+    preset = get_preset("tiny")
+    tok = stages["new"][0].tokenizer
+    rows = train.grpo_records(data.read_splits(source.require("data"))[0].grpo)
+    batches = list(train.take(train.grpo_batches(rows, preset, tok)[0], warmup + steps))
+    seconds: dict[str, list[float]] = {path: [] for path in stages}
+    compiled = [0] * len(batches)
+    for i, batch in enumerate(batches):
+        for path, (stage, _) in stages.items():
+            with stage.mesh, compiles.CompileCounter() as counter:
+                t0 = time.perf_counter()
+                stage.learner.train([batch])
+                jax.block_until_ready(nnx.state(stage.policy, nnx.LoRAParam))
+                seconds[path].append(time.perf_counter() - t0)
+            compiled[i] += counter.count
+        print(f"grpo step {i}: " + ", ".join(f"{p} {s[-1]:.2f} s" for p, s in seconds.items())
+              + (f" ({compiled[i]} compiles)" if compiled[i] else ""), flush=True)
+    for _, close in stages.values():
+        close()
+    kept = [i for i in range(warmup, len(batches)) if not compiled[i]]
+    if not kept:
+        raise RuntimeError("grpo_old_new: every timed step compiled; ask for more --grpo-steps")
+    out: dict[str, Any] = {"steps": len(batches), "warmup": warmup, "kept_steps": len(kept),
+                           "paths": {path: GRPO_PATHS[path] for path in stages}}
+    for path, ts in seconds.items():
+        out[path] = {"seconds_per_step": statistics.mean(ts[i] for i in kept),
+                     "median": statistics.median(ts[i] for i in kept),
+                     "all_seconds": [round(t, 3) for t in ts]}
+    for path in stages:
+        out[f"speedup_{path}"] = out["old"]["seconds_per_step"] / out[path]["seconds_per_step"]
+    return out
+
+
+def _attention_bench():
+    """benchmarks/attention.py as a module (benchmarks/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("attention_bench", ROOT / "benchmarks" / "attention.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def sft_old_new(widths: list[int], batch: int, length: int, steps: int) -> dict[str, Any]:
+    """SFT's jitted forward + LoRA gradient, Tunix's attention vs chunked, per model width.
+
+    ``sft_step_flops`` (attention over all pairs, as Tunix computes it) is the work for
+    both, so each fraction of the matmul rate is the work done per second.
+    """
+    bench = _attention_bench()
+    tiny = get_preset("tiny")
+    matmul = [hardware.matmul_benchmark(n=1024, inner=4, repeats=3)["flops_per_s"]]
+    times = {}
+    for d in widths:  # the tiny preset's shape at width d (heads of 32 to 64)
+        heads = max(4, d // 64)
+        m = dataclasses.replace(tiny.model, embed_dim=d, hidden_dim=4 * d, num_heads=heads,
+                                head_dim=d // heads)
+        times[d] = (m, bench.compare(m, tiny.lora, batch, length, steps, ("tunix", "chunked")))
+        matmul.append(hardware.matmul_benchmark(n=1024, inner=4, repeats=3)["flops_per_s"])
+    out: dict[str, Any] = {"batch": batch, "length": length, "steps": steps,
+                           "matmul_flops_per_s": max(matmul), "matmul_samples": matmul}
+    for d, (m, t) in times.items():  # against the best matmul rate of the whole run
+        flops = sft_step_flops(m, batch, length)
+        out[f"d{d}"] = {"step_flops": flops, "speedup": t["tunix"] / t["chunked"], **{
+            impl: {"seconds_per_step": s, "fraction_of_matmul": flops / s / max(matmul)}
+            for impl, s in t.items()}}
+    return out
+
+
+def old_new_table(r: dict[str, Any]) -> str:
+    lines = ["| (f) old vs new, same run | old (Tunix 0.1.7) | new (reasonkit) | new / old speed |",
+             "| --- | --- | --- | --- |"]
+    g = r.get("grpo")
+    if g:
+        lines.append(f"| tiny GRPO step, s (mean of {g['kept_steps']} steps; + buckets only: "
+                     f"{g['buckets']['seconds_per_step']:.2f} s, {g['speedup_buckets']:.2f}x) | "
+                     f"{g['old']['seconds_per_step']:.2f} | {g['new']['seconds_per_step']:.2f} | "
+                     f"**{g['speedup_new']:.2f}x** |")
+    s = r.get("sft")
+    if s:
+        for key in (k for k in s if k.startswith("d")):
+            v = s[key]
+            lines.append(f"| SFT forward + LoRA grad, {key[1:]} wide, [{s['batch']}, {s['length']}]: "
+                         f"fraction of matmul FLOP/s | {v['tunix']['fraction_of_matmul']:.3f} | "
+                         f"{v['chunked']['fraction_of_matmul']:.3f} | **{v['speedup']:.2f}x** |")
+    return "\n".join(lines)
+
+
 # --- report -------------------------------------------------------------------------------
 
 
@@ -300,6 +438,8 @@ def table(r: dict[str, Any]) -> str:
               f"new tokens, {e['decode_slots_per_s']:.0f} decode slots/s; "
               f"compiles after warm-up: {e['compiles_after_warmup']} on the second call "
               f"{e['names_after_warmup']}, {e['compiles_third_call']} on the third)"]
+    if "old_new" in r:
+        lines += ["", r["old_new"]["table"]]
     return "\n".join(lines)
 
 
@@ -311,9 +451,17 @@ def main(argv=None) -> dict[str, Any]:
     ap.add_argument("--max-length", type=int, default=1024,
                     help="SFT row length (the Gemma presets' max_target_length is 1024); the "
                          "batch keeps 4096 token slots per step")
+    ap.add_argument("--old-new", choices=("yes", "no", "only"), default="yes",
+                    help="(f): run it (yes), skip it (no), or run only it and merge it into --out")
+    ap.add_argument("--from-run", help="(f): a tiny run with finished data / SFT / DPO stages "
+                    "to start GRPO from (copied; default: train them, about 4 minutes)")
+    ap.add_argument("--grpo-steps", type=int, default=24, help="(f): GRPO steps per path")
+    ap.add_argument("--widths", default="128,512,1024", help="(f): SFT model widths")
     args = ap.parse_args(argv)
     if args.max_length < 64:
         ap.error(f"--max-length {args.max_length}: must be at least 64")
+    if args.old_new == "only":
+        return old_new_only(args)
     t0 = time.time()
     preset = get_preset("tiny")
     vocab = preset.model.vocab_size
@@ -338,12 +486,39 @@ def main(argv=None) -> dict[str, Any]:
     results["compiles"] = {} if args.skip_stages else stage_compiles(args.quick)
     results["rollout"] = rollout_throughput(preset, lengths, batch=8 if args.quick else 16,
                                             max_new=16 if args.quick else 64, vocab=vocab)
+    if args.old_new == "yes":
+        results["old_new"] = old_new(args)
     results["seconds"] = round(time.time() - t0, 1)
     text = table(results)
     results["table"] = text
     print(text)
     print(f"\nmachine: {results['machine']}; {results['seconds']} s")
     pathlib.Path(args.out).write_text(json.dumps(results, indent=2, default=float) + "\n")
+    return results
+
+
+def old_new(args) -> dict[str, Any]:
+    """(f), both halves: the GRPO step and the SFT step, old path against new."""
+    quick = args.quick
+    with tempfile.TemporaryDirectory() as root:
+        source = grpo_source(pathlib.Path(root), args.from_run, quick)
+        grpo = grpo_old_new(source, steps=4 if quick else args.grpo_steps, warmup=3)
+    sft = sft_old_new([128] if quick else [int(d) for d in args.widths.split(",")],
+                      batch=max(1, 4096 // args.max_length), length=args.max_length,
+                      steps=2 if quick else 5)
+    out = {"grpo": grpo, "sft": sft}
+    out["table"] = old_new_table(out)
+    print(out["table"], flush=True)
+    return out
+
+
+def old_new_only(args) -> dict[str, Any]:
+    """Run (f) alone and put it into ``--out`` beside the other sections already there."""
+    out = pathlib.Path(args.out)
+    results = json.loads(out.read_text()) if out.is_file() else {}
+    results["old_new"] = {"when": datetime.datetime.now().isoformat(timespec="seconds"),
+                          "machine": machine(), **old_new(args)}
+    out.write_text(json.dumps(results, indent=2, default=float) + "\n")
     return results
 
 
