@@ -6,8 +6,8 @@ bash scripts/setup.sh
 export REASONKIT_PRESET=tiny JAX_PLATFORMS=cpu
 export REASONKIT_CACHE="$PWD/.cache/reasonkit"       # the tiny base model is built once and reused
 export REASONKIT_RUNS="${REASONKIT_RUNS:-$(mktemp -d)/runs}"  # never touch the user's ./runs
-# nbval runs GRPO for 60 steps of the tiny preset's 200 (4 minutes instead of 11 on 2 cores)
-# to keep the suite near 16 minutes; scripts/demo.sh runs the preset as shipped.
+# nbval runs GRPO for 60 steps of the tiny preset's 200 (2.5 minutes instead of 6.5 on 2 cores)
+# to keep the suite under half an hour; scripts/demo.sh runs the preset as shipped.
 export REASONKIT_OVERRIDES='{"grpo.max_steps": 60}'
 .venv/bin/ruff check reasonkit reasonkit_bootstrap.py scripts tests notebooks/*.py benchmarks
 # The .ipynb files, not the folder: --doctest-modules would import notebooks/*.py (their
