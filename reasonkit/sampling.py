@@ -40,7 +40,12 @@ from flax import nnx
 
 
 def grouped(rows: np.ndarray, group: int) -> bool:
-    """Whether ``rows`` [B, ...] come in consecutive runs of ``group`` equal rows."""
+    """Whether ``rows`` [B, ...] come in consecutive runs of ``group`` equal rows.
+
+    False for an array this process cannot read whole (several hosts): not known to be.
+    """
+    if isinstance(rows, jax.Array) and not rows.is_fully_addressable:
+        return False
     rows = np.asarray(rows)
     if group < 1 or rows.shape[0] % group:
         return False
