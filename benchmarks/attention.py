@@ -71,6 +71,13 @@ def compare(model_cfg, lora_cfg, b: int, s: int, steps: int, impls) -> dict[str,
     return {impl: statistics.median(t) for impl, t in times.items()}
 
 
+def at_width(model_cfg, d: int):
+    """The tiny preset's architecture at width ``d``: MLP 4 d, heads of 32 to 64 (d 128: its own)."""
+    heads = max(4, d // 64)
+    return dataclasses.replace(model_cfg, embed_dim=d, hidden_dim=4 * d, num_heads=heads,
+                               head_dim=d // heads)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=10)
@@ -80,9 +87,7 @@ def main(argv=None) -> None:
                     "preset is 128; others scale heads and MLP with it)")
     args = ap.parse_args(argv)
     preset = get_preset("tiny")
-    widths = [dataclasses.replace(preset.model, embed_dim=d, hidden_dim=4 * d,
-                                  num_heads=max(4, d // 64), head_dim=d // max(4, d // 64))
-              for d in map(int, args.widths.split(","))]  # d 128: the tiny preset's own
+    widths = [at_width(preset.model, d) for d in map(int, args.widths.split(","))]
     impls = ("tunix", "dense", "chunked")
     print(f"{jax.devices()[0].platform}, batch {args.batch} x seq {args.seq}, "
           f"{args.steps} alternating steps, median s/step (ratio to tunix)")

@@ -25,7 +25,6 @@ Prints a table and writes ``benchmarks/results.json``.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
 import importlib.util
 import json
@@ -365,10 +364,8 @@ def sft_old_new(widths: list[int], batch: int, length: int, steps: int) -> dict[
     tiny = get_preset("tiny")
     matmul = [hardware.matmul_benchmark(n=1024, inner=4, repeats=3)["flops_per_s"]]
     times = {}
-    for d in widths:  # the tiny preset's shape at width d (heads of 32 to 64)
-        heads = max(4, d // 64)
-        m = dataclasses.replace(tiny.model, embed_dim=d, hidden_dim=4 * d, num_heads=heads,
-                                head_dim=d // heads)
+    for d in widths:
+        m = bench.at_width(tiny.model, d)
         times[d] = (m, bench.compare(m, tiny.lora, batch, length, steps, ("tunix", "chunked")))
         matmul.append(hardware.matmul_benchmark(n=1024, inner=4, repeats=3)["flops_per_s"])
     out: dict[str, Any] = {"batch": batch, "length": length, "steps": steps,
