@@ -16,6 +16,11 @@ come from:
   at run time, with a fallback to all keys) and, in Gemma 3's local layers, none before
   its first query's window. Each block is rematerialised, so a backward holds one
   block's [B, tq, K, G, keys] probabilities at a time, not the whole [B, T, K, G, S].
+  Blocks go in at most :data:`KEY_GROUPS` runs of one key width (:func:`key_groups`),
+  each run a ``lax.map``: the program holds a few block bodies per layer, not one per
+  block. On Gemma 3 1B's SFT step (T = 1024, 16 blocks) that halved XLA:CPU's compile;
+  unrolled, the step was still compiling on an H200 after the 181 s in which Tunix's
+  attention compiled beside it (docs/performance.md).
 
 Everything around it (projections, query / key norms, RoPE, query scaling, the output
 projection, sharding constraints) is Tunix's own code, called as the block calls it.
@@ -55,6 +60,7 @@ from tunix.utils import sharding_utils
 from reasonkit.config import ATTENTION_IMPLS as IMPLS  # use()'s choices; "tunix": Tunix's block
 
 Q_BLOCK = 64  # queries per block in "chunked" (a divisor of T is used; T itself if none)
+KEY_GROUPS = 4  # at most this many key widths, so block bodies, per layer (key_groups)
 K_MASK = gemma3_model.K_MASK  # Tunix's masked-logit value (the same in Gemma 2's module)
 
 
@@ -137,14 +143,46 @@ def _span(q, k, v, mask, query_at, key_index, *, window, soft_cap, v_mean=None):
     return out
 
 
+def key_groups(t: int, tq: int, window: int | None, groups: int | None = None) -> list[tuple[int, int, int]]:
+    """Consecutive query blocks that share one key width: ``(first block, end block, width)``.
+
+    Block ``i`` (queries ``[i tq, (i + 1) tq)``) needs the keys from ``i tq - window + 1``
+    (0 without a window) to its last query. The ``t // tq`` blocks are split into at most
+    ``groups`` (:data:`KEY_GROUPS`) runs of equal count, neighbours of equal width merged;
+    each run takes the largest width any of its blocks needs. A compiled program then holds
+    one block body per run, not one per block: fewer shapes to compile, for a little more
+    arithmetic on keys the mask drops.
+
+    >>> key_groups(1024, 64, None)  # a global layer: widths 256 ... 1024
+    [(0, 4, 256), (4, 8, 512), (8, 12, 768), (12, 16, 1024)]
+    >>> key_groups(1024, 64, 512)  # a local layer: from block 8 on, 64 + 511 keys each
+    [(0, 4, 256), (4, 8, 512), (8, 16, 575)]
+    """
+    groups = KEY_GROUPS if groups is None else groups
+    nb = t // tq
+    need = [(i + 1) * tq - (0 if window is None else max(0, i * tq - window + 1)) for i in range(nb)]
+    size = -(-nb // max(1, groups))
+    out: list[tuple[int, int, int]] = []
+    for first in range(0, nb, size):
+        end = min(nb, first + size)
+        width = max(need[first:end])
+        if out and out[-1][2] == width:
+            out[-1] = (out[-1][0], end, width)
+        else:
+            out.append((first, end, width))
+    return out
+
+
 def _blocked(span, q, k, v, mask, query_at, tq: int, *, window: int | None):
     """Query blocks of ``tq``, each against only the keys it can see when the mask is causal.
 
-    Block [i0, i1) takes keys [lo, i1): nothing after its last query (causal), nothing
-    before ``i0 - window + 1`` (``window`` on indices, Gemma 3's local layers). Whether
-    the mask is causal is checked, not assumed: if any query may see a later block's key,
-    a ``lax.cond`` runs every block against all keys instead (``lax.map``). Each block is
-    rematerialised, so a backward holds one block's probabilities at a time.
+    Block [i0, i1) needs keys [lo, i1): nothing after its last query (causal), nothing
+    before ``i0 - window + 1`` (``window`` on indices, Gemma 3's local layers). Blocks go
+    in runs of one key width (:func:`key_groups`), each run a ``lax.map`` over its blocks
+    with the keys ``[i1 - width, i1)`` (from 0 near the start). Whether the mask is causal
+    is checked, not assumed: if any query may see a later block's key, a ``lax.cond`` runs
+    every block against all keys instead. Each block is rematerialised, so a backward holds
+    one block's probabilities at a time.
     """
     b, t = mask.shape[:2]
     nb = t // tq
@@ -154,22 +192,40 @@ def _blocked(span, q, k, v, mask, query_at, tq: int, *, window: int | None):
     v_mean = jnp.mean(v.astype(jnp.float32), axis=1)  # [B, K, H]
     one = jax.checkpoint(span)
 
+    def blocks(x, first: int = 0, end: int = nb):  # [B, T, ...] -> [end - first, B, tq, ...]
+        x = x[:, first * tq:end * tq]
+        return jnp.moveaxis(x.reshape(b, end - first, tq, *x.shape[2:]), 1, 0)
+
+    def unblock(out):  # [n, B, tq, ...] -> [B, n tq, ...]
+        out = jnp.moveaxis(out, 0, 1)
+        return out.reshape(b, -1, *out.shape[3:])
+
     def causal(q, k, v, mask, query_at):
         outs = []
-        for i0 in range(0, t, tq):
-            i1, lo = i0 + tq, 0 if window is None else max(0, i0 - window + 1)
-            outs.append(one(q[:, i0:i1], k[:, lo:i1], v[:, lo:i1], mask[:, i0:i1, lo:i1],
-                            query_at[:, i0:i1], key_index[lo:i1],
-                            v_mean=None if (lo, i1) == (0, t) else v_mean))
+        for first, end, width in key_groups(t, tq, window):
+            seen = None if width == t else v_mean
+            if end - first == 1:  # one block: static slices, no loop
+                lo, i1 = max(0, end * tq - width), end * tq
+                outs.append(one(q[:, i1 - tq:i1], k[:, lo:i1], v[:, lo:i1], mask[:, i1 - tq:i1, lo:i1],
+                                query_at[:, i1 - tq:i1], key_index[lo:i1], v_mean=seen))
+                continue
+            starts = jnp.asarray([max(0, (i + 1) * tq - width) for i in range(first, end)])
+
+            def body(xs, width=width, seen=seen):
+                qb, mb, ab, start = xs
+                keys = functools.partial(jax.lax.dynamic_slice_in_dim, start_index=start,
+                                         slice_size=width, axis=1)
+                return one(qb, keys(k), keys(v), jax.lax.dynamic_slice_in_dim(mb, start, width, axis=2),
+                           ab, start + jnp.arange(width), v_mean=seen)
+
+            outs.append(unblock(jax.lax.map(body, (blocks(q, first, end), blocks(mask, first, end),
+                                                   blocks(query_at, first, end), starts))))
         return jnp.concatenate(outs, axis=1)
 
     def full(q, k, v, mask, query_at):
-        def blocks(x):  # [B, T, ...] -> [nb, B, tq, ...]
-            return jnp.moveaxis(x.reshape(b, nb, tq, *x.shape[2:]), 1, 0)
-
         out = jax.lax.map(lambda xs: one(xs[0], k, v, xs[1], xs[2], key_index),
                           (blocks(q), blocks(mask), blocks(query_at)))
-        return jnp.moveaxis(out, 0, 1).reshape(q.shape)
+        return unblock(out)
 
     return jax.lax.cond(sees_ahead, full, causal, q, k, v, mask, query_at)
 

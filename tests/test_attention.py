@@ -139,20 +139,39 @@ def test_bad_use_names_the_choice():
         attention.use(model.final_norm, "chunked")
 
 
-def test_attend_blocks_equal_one_block():
-    """Query blocks (including a block size that does not divide T) give one block's numbers."""
+@pytest.mark.parametrize("groups", [1, 2, 8])
+def test_attend_blocks_equal_one_block(monkeypatch, groups):
+    """Query blocks (a block size that does not divide T too), in runs of one key width or
+    one run each, give one block's numbers; so does a mask that is not causal."""
+    monkeypatch.setattr(attention, "KEY_GROUPS", groups)
     kq, kk, kv = jax.random.split(jax.random.key(0), 3)
-    q = jax.random.normal(kq, (2, 12, 4, 8))
-    k, v = jax.random.normal(kk, (2, 12, 2, 8)), jax.random.normal(kv, (2, 12, 2, 8))
-    causal = jnp.tril(jnp.ones((12, 12), bool))[None].repeat(2, 0)
+    q = jax.random.normal(kq, (2, 24, 4, 8))
+    k, v = jax.random.normal(kk, (2, 24, 2, 8)), jax.random.normal(kv, (2, 24, 2, 8))
+    causal = jnp.tril(jnp.ones((24, 24), bool))[None].repeat(2, 0)
     causal = causal.at[0, :3].set(False)  # three queries that see nothing
     ahead = causal.at[1, 2, 7].set(True)  # one query sees a later block: all keys are used
-    attend = jax.jit(attention.attend, static_argnames=("window", "soft_cap", "q_block"))
+    # a fresh jit per case: KEY_GROUPS is read when attend is traced
+    attend = lambda *a, **kw: jax.jit(attention.attend, static_argnames=(  # noqa: E731
+        "window", "soft_cap", "q_block"))(*a, **kw)
     for mask in (causal, ahead):
-        one = attend(q, k, v, mask, window=5, soft_cap=3.0)
-        for q_block in (5, 12):  # 5 -> 4 (the largest divisor of 12 at most 5); 12: one block
-            blocked = attend(q, k, v, mask, window=5, soft_cap=3.0, q_block=q_block)
-            assert rel_err(blocked, one) <= TOL
+        for window in (5, None):
+            one = attend(q, k, v, mask, window=window, soft_cap=3.0)
+            for q_block in (5, 24):  # 5 -> 4 (the largest divisor of 24 at most 5): 6 blocks
+                blocked = attend(q, k, v, mask, window=window, soft_cap=3.0, q_block=q_block)
+                assert rel_err(blocked, one) <= TOL
+
+
+def test_key_groups_cover_what_each_block_sees():
+    for t, tq, window in ((1024, 64, None), (1024, 64, 512), (160, 40, 128), (24, 4, 5), (64, 64, None)):
+        for groups in (1, 2, 4, 16):
+            runs = attention.key_groups(t, tq, window, groups)
+            assert runs[0][0] == 0 and runs[-1][1] == t // tq and len(runs) <= groups
+            assert all(a[1] == b[0] and a[2] != b[2] for a, b in zip(runs, runs[1:], strict=False))
+            for first, end, width in runs:
+                assert width <= t
+                for i in range(first, end):  # the keys [i1 - width, i1) from 0 hold [lo, i1)
+                    i1, lo = (i + 1) * tq, 0 if window is None else max(0, i * tq - window + 1)
+                    assert max(0, i1 - width) <= lo and i1 - lo <= width
 
 
 def test_model_config_picks_the_attention_of_every_model_built(tmp_path):
