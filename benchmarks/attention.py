@@ -71,6 +71,21 @@ def compare(model_cfg, lora_cfg, b: int, s: int, steps: int, impls) -> dict[str,
     return {impl: statistics.median(t) for impl, t in times.items()}
 
 
+def sft_step_flops(m, batch: int, length: int) -> float:
+    """FLOPs of one LoRA SFT step on [batch, length] (LoRA matmuls ignored: rank << dim).
+
+    Forward: 2 x params x tokens for the projections and the tied output layer, plus the
+    two attention einsums over all length x length pairs (Tunix computes them whole).
+    Backward: the base is frozen, so its weight gradients are never computed: one more
+    forward's worth for the projections (activation gradients), two for attention.
+    """
+    tokens = batch * length
+    proj = m.num_layers * (m.embed_dim * m.head_dim * (2 * m.num_heads + 2 * m.num_kv_heads)
+                           + 3 * m.embed_dim * m.hidden_dim) + m.vocab_size * m.embed_dim
+    attn = 2 * 2 * m.num_layers * m.num_heads * m.head_dim * length * tokens
+    return 2 * (2 * proj * tokens) + 3 * attn
+
+
 def at_width(model_cfg, d: int):
     """The tiny preset's architecture at width ``d``: MLP 4 d, heads of 32 to 64 (d 128: its own)."""
     heads = max(4, d // 64)

@@ -44,7 +44,13 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from reasonkit import collate, compiles, data, hardware, models, runs, testing, train  # noqa: E402
-from reasonkit.config import ModelConfig, get_preset  # noqa: E402
+from reasonkit.config import get_preset  # noqa: E402
+
+# benchmarks/attention.py as a module (benchmarks/ is not a package): its SFT step and FLOPs
+_spec = importlib.util.spec_from_file_location("attention_bench", ROOT / "benchmarks" / "attention.py")
+attention_bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(attention_bench)
+sft_step_flops = attention_bench.sft_step_flops
 
 PAD = 0  # the tiny tokenizer's pad id; synthetic ids start above the special tokens
 FIRST_ID = 3
@@ -98,21 +104,6 @@ def padding_table(pairs, batch_size: int, max_length: int) -> dict[str, Any]:
 
 
 # --- (b) + (d): SFT throughput and FLOP/s ----------------------------------------------
-
-
-def sft_step_flops(m: ModelConfig, batch: int, length: int) -> float:
-    """FLOPs of one LoRA SFT step on [batch, length] (LoRA matmuls ignored: rank << dim).
-
-    Forward: 2 x params x tokens for the projections and the tied output layer, plus the
-    two attention einsums over all length x length pairs (Tunix computes them whole).
-    Backward: the base is frozen, so its weight gradients are never computed: one more
-    forward's worth for the projections (activation gradients), two for attention.
-    """
-    tokens = batch * length
-    proj = m.num_layers * (m.embed_dim * m.head_dim * (2 * m.num_heads + 2 * m.num_kv_heads)
-                           + 3 * m.embed_dim * m.hidden_dim) + m.vocab_size * m.embed_dim
-    attn = 2 * 2 * m.num_layers * m.num_heads * m.head_dim * length * tokens
-    return 2 * (2 * proj * tokens) + 3 * attn
 
 
 def tunix_example_input_fn(pad_id: int):
@@ -346,21 +337,13 @@ def grpo_old_new(source: runs.RunDir, steps: int, warmup: int) -> dict[str, Any]
     return out
 
 
-def _attention_bench():
-    """benchmarks/attention.py as a module (benchmarks/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("attention_bench", ROOT / "benchmarks" / "attention.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def sft_old_new(widths: list[int], batch: int, length: int, steps: int) -> dict[str, Any]:
     """SFT's jitted forward + LoRA gradient, Tunix's attention vs chunked, per model width.
 
     ``sft_step_flops`` (attention over all pairs, as Tunix computes it) is the work for
     both, so each fraction of the matmul rate is the work done per second.
     """
-    bench = _attention_bench()
+    bench = attention_bench
     tiny = get_preset("tiny")
     matmul = [hardware.matmul_benchmark(n=1024, inner=4, repeats=3)["flops_per_s"]]
     times = {}

@@ -1,4 +1,4 @@
-"""benchmarks/seeds.py: its held-out sets and its summary (the training loop is the package's)."""
+"""benchmarks/seeds.py (held-out sets, summary; the training loop is the package's) and benchmarks/mfu.py."""
 
 import importlib.util
 import math
@@ -78,3 +78,35 @@ def test_hf_parity_cases_are_checkpoints_the_loader_accepts(tmp_path, name):
     tokenizer = models.resolve_source(get_preset("tiny").model) / "tokenizer.model"
     hf_parity.write_checkpoint(tmp_path / "c", cfg, extra, tokenizer)
     assert models.check_checkpoint_dir(tmp_path / "c", cfg) == cfg
+
+
+_mfu_spec = importlib.util.spec_from_file_location(
+    "mfu", pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "mfu.py")
+mfu = importlib.util.module_from_spec(_mfu_spec)
+_mfu_spec.loader.exec_module(mfu)
+
+
+def test_mfu_times_each_variant_on_the_same_weights_and_counts_the_model_flops():
+    """benchmarks/mfu.py on the tiny preset: every variant computes the same loss, the FLOPs
+    are the step's, and a CPU (no peak in the table) gets no MFU but a fraction of matmul."""
+    r = mfu.measure("tiny", batch=2, seq=64, steps=2, impls=("chunked", "tunix"), remats=(True, False),
+                    log=lambda s: None)
+    assert set(r["variants"]) == {"chunked+remat", "tunix+remat", "chunked", "tunix"}
+    assert r["not_compiled"] == []
+    assert r["model_step_flops"] == mfu.bench.sft_step_flops(get_preset("tiny").model, 2, 64)
+    losses = [v["loss"] for v in r["variants"].values()]
+    assert max(losses) - min(losses) <= 1e-5 * abs(losses[0]) and 0 < losses[0] < 10
+    for v in r["variants"].values():
+        assert v["mfu"] is None and v["seconds_per_step"] > 0
+        assert v["fraction_of_matmul"] == pytest.approx(r["model_step_flops"] / v["seconds_per_step"]
+                                                        / r["matmul_flops_per_s"])
+    assert "| chunked+remat |" in mfu.table(r)
+
+
+def test_mfu_leaves_out_a_variant_that_has_not_compiled_by_the_deadline():
+    import time
+
+    r = mfu.measure("tiny", batch=2, seq=64, steps=1, impls=("chunked",), remats=(False,),
+                    deadline=time.perf_counter(), log=lambda s: None)
+    assert r["not_compiled"] == ["chunked"] and r["variants"] == {}
+    assert "| variant |" in mfu.table(r)

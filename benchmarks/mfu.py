@@ -1,0 +1,188 @@
+"""Model FLOP utilisation of the SFT step at a preset's real shapes, on the accelerator JAX sees.
+
+Run from the repository root on a machine with an accelerator::
+
+    python benchmarks/mfu.py --preset gemma3-1b --batch 8 --seq 1024 --out mfu.json
+
+One process, one device: the preset's architecture (random weights in its dtype) with its
+LoRA, and the step the SFT stage jits: ``reasonkit.logprobs.sft_loss`` (the final hidden
+states, then the vocabulary projection and log-softmax a chunk of positions at a time)
+and its gradient with respect to the LoRA parameters, the optimizer's few elementwise ops
+left out. Each attention implementation (``--impls``) and remat setting (``--remat``)
+gets its own compiled step on the same weights and batch; they alternate step by step.
+
+Model FLOPs per step are ``attention.sft_step_flops`` (projections forward and backward
+through the activations, attention over all pairs x 3; no remat recompute, no weight
+gradients for the frozen base, LoRA's own matmuls left out). MFU is those FLOPs per
+second over the chip's peak (``hardware.PEAK_TABLE``); the same run's bf16 matmul rate
+is measured too, as a ceiling the chip reaches here. XLA's own count of the compiled
+step's FLOPs (``cost_analysis``, which includes remat's recompute) is reported beside it.
+``--preset tiny`` runs on a CPU in a minute (a smoke run; the numbers mean little there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import dataclasses
+import importlib.util
+import json
+import os
+import pathlib
+import platform
+import statistics
+import sys
+import time
+from typing import Any
+
+import jax
+from flax import nnx
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from reasonkit import attention, hardware, logprobs, models  # noqa: E402
+from reasonkit.config import get_preset  # noqa: E402
+
+_spec = importlib.util.spec_from_file_location("attention_bench", ROOT / "benchmarks" / "attention.py")
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
+
+
+def sft_step(graphdef):
+    """jit(LoRA params, rest, batch -> the SFT loss, its gradient w.r.t. the LoRA params)."""
+    def step(lora, rest, x):
+        # nnx's own grad, as Tunix's trainer takes it: Tunix's nnx.remat blocks need it
+        loss = lambda m: logprobs.sft_loss(m, x["tokens"], x["valid"], x["positions"], x["mask"])
+        grad = nnx.value_and_grad(loss, argnums=nnx.DiffState(0, nnx.LoRAParam))
+        return grad(nnx.merge(graphdef, lora, rest))
+    return jax.jit(step)
+
+
+def _cost_flops(compiled) -> float | None:
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    return float(cost["flops"]) if cost and "flops" in cost else None
+
+
+def measure(preset_name: str, batch: int, seq: int, steps: int, impls: tuple[str, ...],
+            remats: tuple[bool, ...], compile_timeout: float = 3600, deadline: float | None = None,
+            log=print) -> dict[str, Any]:
+    """Median seconds per step, MFU and memory of each (attention, remat) variant.
+
+    The variants compile concurrently; one still compiling after ``compile_timeout``
+    seconds, or at ``deadline`` (a ``time.perf_counter()``), is left out (named in
+    ``not_compiled``) and the rest are timed.
+    """
+    preset = get_preset(preset_name)
+    device = jax.devices()[0]
+    gen = hardware.generation_of(device.platform, device.device_kind)
+    peak = hardware.PEAK_TABLE.get(gen, (None, None))[1]
+    big = device.platform != "cpu"
+    mm = hardware.matmul_benchmark(n=8192 if big else 512, inner=8 if big else 2, repeats=5)
+    log(f"{device.device_kind}: matmul {mm['flops_per_s'] / 1e12:.1f} TFLOP/s ({mm['dtype']}), "
+        f"peak {peak / 1e12 if peak else float('nan'):.0f}")
+    lora_model = lambda cfg: models.apply_lora(models.new_model(cfg, seed=0), preset.lora, seed=0)
+    t0 = time.perf_counter()
+    _, *state = nnx.split(lora_model(preset.model), nnx.LoRAParam, ...)  # every variant's arrays
+    log(f"model and LoRA built in {time.perf_counter() - t0:.1f} s")
+    x = bench.batch(batch, seq, preset.model.vocab_size)
+    flops = bench.sft_step_flops(preset.model, batch, seq)
+    lowered = {}
+    for remat in remats:  # remat changes the graph, not the arrays
+        abstract = nnx.eval_shape(lambda r=remat: lora_model(dataclasses.replace(preset.model, remat=r)))
+        for impl in impls:
+            name = f"{impl}{'+remat' if remat else ''}"
+            graphdef, _, _ = nnx.split(attention.use(abstract, impl), nnx.LoRAParam, ...)
+            t0 = time.perf_counter()
+            lowered[name] = sft_step(graphdef).lower(*state, x)
+            log(f"{name}: traced in {time.perf_counter() - t0:.1f} s")
+    # XLA compiles outside the GIL: all variants at once, each given compile_timeout seconds
+    pool = concurrent.futures.ThreadPoolExecutor(len(lowered))
+    t0 = time.perf_counter()
+    jobs = {pool.submit(low.compile): name for name, low in lowered.items()}
+    if deadline is not None:
+        compile_timeout = max(0.0, min(compile_timeout, deadline - t0))
+    done, _ = concurrent.futures.wait(jobs, timeout=compile_timeout)
+    pool.shutdown(wait=False)
+    variants: dict[str, Any] = {}
+    skipped = sorted(set(lowered) - {jobs[j] for j in done})
+    for job in done:
+        name, compiled = jobs[job], job.result()
+        mem = compiled.memory_analysis()
+        value, _ = jax.block_until_ready(compiled(*state, x))
+        variants[name] = {"fn": compiled, "times": [], "compile_s": time.perf_counter() - t0,
+                          "loss": float(value), "xla_flops": _cost_flops(compiled),
+                          "temp_bytes": getattr(mem, "temp_size_in_bytes", None)}
+        log(f"{name}: compiled by {variants[name]['compile_s']:.1f} s, loss {float(value):.5f}")
+    for name in skipped:
+        log(f"{name}: not compiled within {compile_timeout:.0f} s; left out")
+    for _ in range(steps):  # alternating, so that drift falls on every variant alike
+        for v in variants.values():
+            t0 = time.perf_counter()
+            jax.block_until_ready(v["fn"](*state, x))
+            v["times"].append(time.perf_counter() - t0)
+    out = {"preset": preset_name, "batch": batch, "seq": seq, "steps": steps,
+           "lora_rank": preset.lora.rank, "dtype": preset.model.dtype, "model_step_flops": flops,
+           "device_kind": device.device_kind, "peak_flops_per_s": peak,
+           "matmul_flops_per_s": mm["flops_per_s"], "jax": jax.__version__,
+           "python": platform.python_version(), "compile_timeout_s": compile_timeout,
+           "not_compiled": skipped, "variants": {}}
+    for name, v in variants.items():
+        s = statistics.median(v["times"])
+        out["variants"][name] = {
+            "seconds_per_step": s, "compile_s": v["compile_s"], "loss": v["loss"],
+            "tokens_per_s": batch * seq / s,
+            "model_flops_per_s": flops / s, "mfu": flops / s / peak if peak else None,
+            "fraction_of_matmul": flops / s / mm["flops_per_s"],
+            "xla_flops": v["xla_flops"], "xla_flops_per_s": v["xla_flops"] / s if v["xla_flops"] else None,
+            "temp_bytes": v["temp_bytes"]}
+    return out
+
+
+def table(r: dict[str, Any]) -> str:
+    lines = [f"{r['preset']} SFT step (forward + LoRA gradient), [{r['batch']}, {r['seq']}], "
+             f"{r['device_kind']}, jax {r['jax']}; model FLOPs/step {r['model_step_flops'] / 1e12:.2f} T; "
+             f"matmul {r['matmul_flops_per_s'] / 1e12:.0f} TFLOP/s",
+             "| variant | s/step | tokens/s | model TFLOP/s | MFU | of matmul | XLA TFLOP/s | temp GiB |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for name, v in r["variants"].items():
+        mfu = f"{v['mfu']:.3f}" if v["mfu"] is not None else "-"
+        xla = f"{v['xla_flops_per_s'] / 1e12:.0f}" if v["xla_flops_per_s"] else "-"
+        temp = f"{v['temp_bytes'] / 2**30:.1f}" if v["temp_bytes"] is not None else "-"
+        lines.append(f"| {name} | {v['seconds_per_step']:.4f} | {v['tokens_per_s']:.0f} | "
+                     f"{v['model_flops_per_s'] / 1e12:.1f} | {mfu} | {v['fraction_of_matmul']:.3f} | "
+                     f"{xla} | {temp} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="gemma3-1b")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--impls", default="chunked,tunix", help="attention implementations, in order")
+    ap.add_argument("--remat", default="yes", choices=("yes", "no", "both"),
+                    help="rematerialise each block (the Gemma presets do)")
+    ap.add_argument("--compile-timeout", type=float, default=3600,
+                    help="seconds; variants still compiling then are left out")
+    ap.add_argument("--deadline", type=float, default=None,
+                    help="seconds from the start for the whole run: the compile timeout shrinks "
+                    "to leave 30 s for the timing")
+    ap.add_argument("--out", default=None, help="write the results as JSON here")
+    args = ap.parse_args(argv)
+    start = time.perf_counter()
+    remats = {"yes": (True,), "no": (False,), "both": (True, False)}[args.remat]
+    r = measure(args.preset, args.batch, args.seq, args.steps, tuple(args.impls.split(",")), remats,
+                args.compile_timeout, deadline=args.deadline and start + args.deadline - 30,
+                log=lambda s: print(s, flush=True))
+    print(table(r), flush=True)
+    if args.out:
+        pathlib.Path(args.out).write_text(json.dumps(r, indent=1) + "\n")
+    if r["not_compiled"]:
+        os._exit(0)  # a compile left running in its thread would hold the interpreter's exit
+
+
+if __name__ == "__main__":
+    main()
