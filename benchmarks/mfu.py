@@ -18,6 +18,13 @@ second over the chip's peak (``hardware.PEAK_TABLE``); the same run's bf16 matmu
 is measured too, as a ceiling the chip reaches here. XLA's own count of the compiled
 step's FLOPs (``cost_analysis``, which includes remat's recompute) is reported beside it.
 ``--preset tiny`` runs on a CPU in a minute (a smoke run; the numbers mean little there).
+
+On a GPU machine whose image has JAX, flax and optax but not the pinned stack, what
+``reasonkit`` imports beyond them travels as wheels: google-tunix 0.1.7, qwix 0.1.8,
+clu, google_metrax, perfetto, tensorboardX, ml_collections and protobuf (7.x: perfetto's
+generated code checks it); the versions are requirements.txt's. Compiles of the 1B step
+took about 3 minutes there, so give a short lease ``--deadline`` (seconds for the whole
+run): variants still compiling then are reported as not compiled, the rest are timed.
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ logits                        1.11 GiB
 XLA:CPU f32 output layer       281 MiB  XLA:CPU only
 XLA:CPU f32 weights at start  6.11 GiB  XLA:CPU only
 returned model state           736 MiB
->>> format_bytes(tpu.total), format_bytes(cpu.total)  # the compiler: 11.8 GiB
+>>> format_bytes(tpu.total), format_bytes(cpu.total)  # the compiler: 11.9 GiB
 ('4.26 GiB', '10.6 GiB')
 """
 
