@@ -1,6 +1,7 @@
 """Shared fixtures: a small SentencePiece tokenizer and the tiny base model directory."""
 
 import random
+import sys
 
 import pytest
 
@@ -25,3 +26,11 @@ def tokenizer_path(tmp_path_factory):
 def tiny_dir():
     """The tiny preset's base model directory (shipped in reasonkit/assets/tiny)."""
     return models.resolve_source(get_preset("tiny").model)
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    """pyplot keeps each figure until it is closed: close every test's (no "> 20 figures" warning)."""
+    yield
+    if "matplotlib.pyplot" in sys.modules:
+        sys.modules["matplotlib.pyplot"].close("all")
