@@ -16,7 +16,8 @@ through the activations, attention over all pairs x 3; no remat recompute, no we
 gradients for the frozen base, LoRA's own matmuls left out). MFU is those FLOPs per
 second over the chip's peak (``hardware.PEAK_TABLE``); the same run's bf16 matmul rate
 is measured too, as a ceiling the chip reaches here. XLA's own count of the compiled
-step's FLOPs (``cost_analysis``, which includes remat's recompute) is reported beside it.
+step's FLOPs (``cost_analysis``: remat's recompute included, but on a GPU the cuBLAS
+matmuls left out, so there it is no FLOP count) is reported beside it.
 ``--preset tiny`` runs on a CPU in a minute (a smoke run; the numbers mean little there).
 
 On a GPU machine whose image has JAX, flax and optax but not the pinned stack, what
