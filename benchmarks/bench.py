@@ -343,13 +343,12 @@ def sft_old_new(widths: list[int], batch: int, length: int, steps: int) -> dict[
     ``sft_step_flops`` (attention over all pairs, as Tunix computes it) is the work for
     both, so each fraction of the matmul rate is the work done per second.
     """
-    bench = attention_bench
     tiny = get_preset("tiny")
     matmul = [hardware.matmul_benchmark(n=1024, inner=4, repeats=3)["flops_per_s"]]
     times = {}
     for d in widths:
-        m = bench.at_width(tiny.model, d)
-        times[d] = (m, bench.compare(m, tiny.lora, batch, length, steps, ("tunix", "chunked")))
+        m = attention_bench.at_width(tiny.model, d)
+        times[d] = (m, attention_bench.compare(m, tiny.lora, batch, length, steps, ("tunix", "chunked")))
         matmul.append(hardware.matmul_benchmark(n=1024, inner=4, repeats=3)["flops_per_s"])
     out: dict[str, Any] = {"batch": batch, "length": length, "steps": steps,
                            "matmul_flops_per_s": max(matmul), "matmul_samples": matmul}

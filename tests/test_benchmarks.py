@@ -9,10 +9,17 @@ import pytest
 from reasonkit import data, models, runs, tiny
 from reasonkit.config import get_preset
 
-_spec = importlib.util.spec_from_file_location(
-    "seeds", pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "seeds.py")
-seeds = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(seeds)
+
+def _benchmark(name: str):
+    """benchmarks/<name>.py as a module (benchmarks/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(
+        name, pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+seeds = _benchmark("seeds")
 
 
 def test_heldout_sets_hold_no_training_or_pretraining_prompt(tmp_path):
@@ -64,10 +71,7 @@ def test_seed_preset_takes_the_environment_overrides_but_keeps_its_seed(monkeypa
         seeds.seed_preset(0)
 
 
-_parity_spec = importlib.util.spec_from_file_location(
-    "hf_parity", pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "hf_parity.py")
-hf_parity = importlib.util.module_from_spec(_parity_spec)
-_parity_spec.loader.exec_module(hf_parity)  # torch and peft are imported only when it runs
+hf_parity = _benchmark("hf_parity")  # torch and peft are imported only when it runs
 
 
 @pytest.mark.parametrize("name", list(hf_parity.CASES))
@@ -80,10 +84,7 @@ def test_hf_parity_cases_are_checkpoints_the_loader_accepts(tmp_path, name):
     assert models.check_checkpoint_dir(tmp_path / "c", cfg) == cfg
 
 
-_mfu_spec = importlib.util.spec_from_file_location(
-    "mfu", pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "mfu.py")
-mfu = importlib.util.module_from_spec(_mfu_spec)
-_mfu_spec.loader.exec_module(mfu)
+mfu = _benchmark("mfu")
 
 
 def test_mfu_times_each_variant_on_the_same_weights_and_counts_the_model_flops():
