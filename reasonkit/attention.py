@@ -105,8 +105,10 @@ def attend(q, k, v, attn_mask, *, window: int | None = None, window_on=None,
     query_at = jnp.broadcast_to(jnp.arange(t), (b, t)) if window_on is None else window_on
     span = functools.partial(_span, window=window, soft_cap=soft_cap)
     tq = t if q_block is None else block_size(t, q_block)
-    if tq == t or t != s:
+    if tq == t:
         out = span(q, k, v, mask, query_at, jnp.arange(s))
+    elif t != s:  # a call continuing a cache: each block against every key
+        out = _each_block(span, q, k, v, mask, query_at, jnp.arange(s), tq)
     else:
         out = _blocked(span, q, k, v, mask, query_at, tq,
                        window=window if window_on is None else None)
@@ -223,20 +225,62 @@ def _blocked(span, q, k, v, mask, query_at, tq: int, *, window: int | None):
         return jnp.concatenate(outs, axis=1)
 
     def full(q, k, v, mask, query_at):
-        out = jax.lax.map(lambda xs: one(xs[0], k, v, xs[1], xs[2], key_index),
-                          (blocks(q), blocks(mask), blocks(query_at)))
-        return unblock(out)
+        return _each_block(span, q, k, v, mask, query_at, key_index, tq)
 
     return jax.lax.cond(sees_ahead, full, causal, q, k, v, mask, query_at)
+
+
+def _each_block(span, q, k, v, mask, query_at, key_index, tq: int):
+    """Query blocks of ``tq`` (a ``lax.map``), each against all keys and rematerialised."""
+    b, t = mask.shape[:2]
+
+    def blocks(x):  # [B, T, ...] -> [T / tq, B, tq, ...]
+        return jnp.moveaxis(x.reshape(b, t // tq, tq, *x.shape[2:]), 1, 0)
+
+    one = jax.checkpoint(span)
+    out = jax.lax.map(lambda xs: one(xs[0], k, v, xs[1], xs[2], key_index),
+                      (blocks(q), blocks(mask), blocks(query_at)))
+    out = jnp.moveaxis(out, 0, 1)
+    return out.reshape(b, -1, *out.shape[3:])
 
 
 def _q_block(impl: str) -> int | None:
     return Q_BLOCK if impl == "chunked" else None
 
 
+CONTINUES = "continues"  # a layer cache holding this key: a training forward continuing a prefix
+
+
+def continues(cache: dict) -> dict:
+    """``cache`` (one layer's Tunix KV cache: ``k``, ``v`` [B, S, K, H], ``end_index`` [B])
+    marked for a training forward that continues the prefix it holds.
+
+    Tunix 0.1.7 calls with a cache only from its sampler, and its Gemma 3 builds a
+    multi-token call's sliding window as if the call started at slot 0. A marked cache
+    goes through :func:`attend` instead, windows on the true slots, and the new keys land
+    at ``end_index`` as in Tunix (:func:`reasonkit.logprobs.shared_prompt_hidden` uses it:
+    a prompt's keys computed once for its G answers).
+    """
+    return {**cache, CONTINUES: jnp.zeros((), jnp.int32)}
+
+
+def _append(cache, key, value):
+    """Write ``key`` / ``value`` [B, T, K, H] into ``cache`` at its ``end_index`` as Tunix does.
+
+    Returns (the new cache or None, all keys, all values, the first new slot or None)."""
+    if cache is None:
+        return None, key, value, None
+    start, t = cache["end_index"][0], key.shape[1]
+    at = (0, start % cache["v"].shape[1], 0, 0)
+    key = jax.lax.dynamic_update_slice(cache["k"], key.astype(cache["k"].dtype), at)
+    value = jax.lax.dynamic_update_slice(cache["v"], value.astype(cache["v"].dtype), at)
+    return continues({"k": key, "v": value, "end_index": cache["end_index"] + t}), key, value, start
+
+
 def _gemma3_block(self, x, segment_pos, cache, attn_mask, *, impl: str):
-    """Tunix 0.1.7's Gemma 3 ``Attention.block`` for cache=None, with :func:`attend` inside."""
-    if cache is not None or x.shape[1] == 1:  # sampler prefill / decode: Tunix's own
+    """Tunix 0.1.7's Gemma 3 ``Attention.block`` with :func:`attend` inside (no cache, or a
+    :func:`continues` one)."""
+    if x.shape[1] == 1 or not (cache is None or CONTINUES in cache):  # the sampler: Tunix's own
         return gemma3_model.Attention.block(self, x, segment_pos, cache, attn_mask)
     if self.use_qkv_einsum:
         query, key, value = self.qkv_einsum(x)
@@ -252,17 +296,21 @@ def _gemma3_block(self, x, segment_pos, cache, attn_mask, *, impl: str):
                              scale_factor=self.rope_scale_factor)
     query = rope(query) * self.query_pre_attn_scalar  # [B, T, N, H]
     key = rope(key)  # [B, S, K, H]
+    cache, key, value, start = _append(cache, key, value)
+    # Gemma 3's window is on indices (Tunix's triu / tril): a query's index is its cache slot
+    index = None if cache is None else start + jnp.broadcast_to(jnp.arange(x.shape[1]), x.shape[:2])
     local = self.attn_type == gemma3_model.AttentionType.LOCAL_SLIDING
     encoded = attend(query, key, value, attn_mask,
-                     window=self.sliding_window_size if local else None,
+                     window=self.sliding_window_size if local else None, window_on=index,
                      q_block=_q_block(impl))
     out = sharding_utils.shard(self.attn_vec_einsum(encoded), self.shd_config.act_btd)
-    return None, out
+    return cache, out
 
 
 def _gemma2_block(self, x, segment_pos, cache, attn_mask, *, impl: str):
-    """Tunix 0.1.7's Gemma 2 ``Attention.block`` for cache=None, with :func:`attend` inside."""
-    if cache is not None or x.shape[1] == 1:
+    """Tunix 0.1.7's Gemma 2 ``Attention.block`` with :func:`attend` inside (no cache, or a
+    :func:`continues` one)."""
+    if x.shape[1] == 1 or not (cache is None or CONTINUES in cache):
         return gemma2_model.Attention.block(self, x, segment_pos, cache, attn_mask)
     if self.use_qkv_einsum:
         query, key, value = self.qkv_einsum(x)
@@ -275,6 +323,7 @@ def _gemma2_block(self, x, segment_pos, cache, attn_mask, *, impl: str):
     query = gemma2_model.apply_rope(query, segment_pos, head_dim=self.head_dim)
     query = query * self.head_dim**-0.5
     key = gemma2_model.apply_rope(key, segment_pos, head_dim=self.head_dim)
+    cache, key, value, _ = _append(cache, key, value)
     # Gemma 2's window is on the query's position against the key's index (Tunix's
     # _create_sliding_mask), not index against index as in Gemma 3.
     local = self.attn_type == gemma2_model.AttentionType.LOCAL_SLIDING
@@ -283,7 +332,7 @@ def _gemma2_block(self, x, segment_pos, cache, attn_mask, *, impl: str):
                      window_on=segment_pos, soft_cap=self.attn_logits_soft_cap,
                      q_block=_q_block(impl))
     out = gemma2_model.shard(self.attn_vec_einsum(encoded), self.shd_config.act_btd)
-    return None, out
+    return cache, out
 
 
 _BLOCKS: dict[type, Callable] = {gemma3_model.Attention: _gemma3_block,

@@ -148,17 +148,62 @@ def token_log_probs(hidden: jax.Array, embedding: jax.Array, targets: jax.Array,
     return logp, ent.swapaxes(0, 1).reshape(b, n * chunk)[:, :t]
 
 
+def shared_prompt_hidden(model: nnx.Module, tokens: jax.Array, positions: jax.Array,
+                         attention_mask: jax.Array, keep: int, group: int) -> jax.Array:
+    """The hidden states that predict the last ``keep`` tokens ``[B, keep, D]``, each prompt
+    run once for the ``group`` rows that share it.
+
+    ``tokens`` [B, S] are prompts (the first ``S - keep`` columns) each repeated in ``group``
+    consecutive rows, then their answers; the caller knows the rows are such groups. The
+    first row of each group runs its prompt into a KV cache; the cache is repeated to every
+    row of the group and the answers run on from it (:func:`reasonkit.attention.continues`),
+    so a prompt position costs once per group instead of once per row. The numbers are
+    those of one forward over the whole rows: the same keys, values, masks and positions.
+    """
+    from reasonkit import attention
+
+    b, s = tokens.shape
+    if group < 1 or b % group:
+        raise ValueError(f"shared_prompt_hidden: {b} rows are not groups of {group}")
+    if attention.impl_of(model) == "tunix":  # its Gemma 3 windows a continued call from slot 0
+        raise ValueError("shared_prompt_hidden: needs reasonkit's attention (attention.use(model, "
+                         "'chunked')), not Tunix's, to continue a prompt's KV cache")
+    p = s - keep
+    cfg = model.config
+    kv_shape = (cfg.num_kv_heads, cfg.head_dim)
+    dtype = output_embedding(model).dtype  # the model's activations, so its keys and values
+    lead = slice(None, None, group)
+    empty = {f"layer_{i}": attention.continues(
+        {"k": jnp.zeros((b // group, p, *kv_shape), dtype), "v": jnp.zeros((b // group, p, *kv_shape), dtype),
+         "end_index": jnp.zeros((b // group,), jnp.int32)}) for i in range(cfg.num_layers)}
+    _, prompt_cache = model(tokens[lead, :p], positions[lead, :p], empty,
+                            attention_mask[lead, :p, :p], output_hidden_states=True)
+    (prompt_hidden,) = jax.tree.leaves(nnx.pop(model, nnx.Intermediate))  # [B / G, P, D]
+    room = jnp.zeros((b, keep, *kv_shape), dtype)  # the answers' slots
+    full = {name: attention.continues(
+        {kv: jnp.concatenate([jnp.repeat(layer[kv], group, axis=0), room], axis=1) for kv in ("k", "v")}
+        | {"end_index": jnp.full((b,), p, jnp.int32)}) for name, layer in prompt_cache.items()}
+    model(tokens[:, p:], positions[:, p:], full, attention_mask[:, p:], output_hidden_states=True)
+    (answer_hidden,) = jax.tree.leaves(nnx.pop(model, nnx.Intermediate))  # [B, keep, D]
+    last = jnp.repeat(prompt_hidden[:, -1:], group, axis=0)  # predicts each answer's first token
+    return jnp.concatenate([last, answer_hidden[:, :-1]], axis=1)
+
+
 def model_log_probs(model: nnx.Module, tokens: jax.Array, positions: jax.Array,
                     attention_mask: jax.Array | None, keep: int, *, temperature: float = 1.0,
-                    entropy: bool = False, **kwargs: Any):
+                    entropy: bool = False, group: int = 1, **kwargs: Any):
     """Log-probabilities of the last ``keep`` tokens ``[B, keep]``, as Tunix slices them.
 
     Position ``t`` is predicted from ``t - 1``: the hidden states of positions
-    ``[S - keep - 1, S - 1)`` are projected, nothing before them.
+    ``[S - keep - 1, S - 1)`` are projected, nothing before them. ``group`` > 1: the rows
+    are groups of that many sharing one prompt, run once (:func:`shared_prompt_hidden`).
     """
-    hidden = hidden_states(model, tokens, positions, attention_mask, **kwargs)
     s = tokens.shape[1]
-    return token_log_probs(hidden[:, s - keep - 1:s - 1], output_embedding(model),
+    if group > 1:
+        hidden = shared_prompt_hidden(model, tokens, positions, attention_mask, keep, group)
+    else:
+        hidden = hidden_states(model, tokens, positions, attention_mask, **kwargs)[:, s - keep - 1:s - 1]
+    return token_log_probs(hidden, output_embedding(model),
                            tokens[:, s - keep:], softcap=final_softcap(model),
                            temperature=temperature, entropy=entropy)
 
@@ -195,11 +240,12 @@ def dpo_compute_logps(model, input_ids, positions, attention_mask, logits_to_kee
 
 
 @functools.partial(jax.jit, static_argnames=("pad_id", "eos_id", "stop_gradient",
-                                             "return_logits", "temperature"))
+                                             "return_logits", "temperature", "group"))
 def grpo_compute_per_token_logps(graphdef, state, prompt_tokens, completion_tokens, pad_id: int,
                                  eos_id: int, images=None, stop_gradient: bool = True,
                                  return_logits: bool = False, segment_ids=None,
-                                 segment_positions=None, temperature: float = 1.0):
+                                 segment_positions=None, temperature: float = 1.0,
+                                 group: int = 1):
     """``tunix.rl.common.compute_per_token_logps`` for unpacked batches, chunked.
 
     With ``return_logits=True`` Tunix returns the completion logits, which its GRPO loss
@@ -215,7 +261,8 @@ def grpo_compute_per_token_logps(graphdef, state, prompt_tokens, completion_toke
         prompt_tokens, completion_tokens, pad_id, eos_id)
     kwargs = {} if images is None else {"images": images}
     out = model_log_probs(model, tokens, positions, attention_mask, completion_tokens.shape[1],
-                          temperature=temperature, entropy=return_logits, **kwargs)
+                          temperature=temperature, entropy=return_logits,
+                          group=group if images is None else 1, **kwargs)
     if stop_gradient:
         out = jax.lax.stop_gradient(out)
     return out

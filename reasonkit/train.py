@@ -36,6 +36,7 @@ import optax
 from flax import nnx
 
 from reasonkit import (
+    attention,
     collate,
     compiles,
     data,
@@ -587,18 +588,22 @@ _CHUNKED = (("tunix.sft.dpo.dpo_trainer", "compute_logps", logprobs.dpo_compute_
 
 
 @contextlib.contextmanager
-def chunked_log_probs() -> Iterator[None]:
+def chunked_log_probs(group: int = 1) -> Iterator[None]:
     """While active, Tunix's DPO / GRPO compute log-probabilities with :mod:`reasonkit.logprobs`.
 
     The one place reasonkit patches Tunix's log-probabilities (same arguments, same
     numbers, no ``[B, S, V]`` float32 logits). GRPO's "logits" come back as the
     per-token entropy they are only used for, with the matching entropy function.
+    ``group`` > 1: GRPO's rows are groups of that many sharing a prompt, each prompt run
+    once (:func:`reasonkit.logprobs.shared_prompt_hidden`); only for rows known to be.
     """
     saved = []
     try:
         for module, name, ours in _CHUNKED:
             mod = importlib.import_module(module)
             saved.append((mod, name, getattr(mod, name)))
+            if group > 1 and ours is logprobs.grpo_compute_per_token_logps:
+                ours = functools.partial(ours, group=group)
             setattr(mod, name, ours)
         yield
     finally:
@@ -606,13 +611,49 @@ def chunked_log_probs() -> Iterator[None]:
             setattr(mod, name, theirs)
 
 
-def _chunked(fn: Callable) -> Callable:
+def _chunked(fn: Callable, group: int = 1) -> Callable:
     """``fn`` run inside :func:`chunked_log_probs` (a loss: while it is traced)."""
     @functools.wraps(fn)
     def wrapped(*args, **kwargs):
-        with chunked_log_probs():
+        with chunked_log_probs(group):
             return fn(*args, **kwargs)
     return wrapped
+
+
+def _chunked_if_grouped(fn: Callable, group: int) -> Callable:
+    """``fn(prompt_tokens, ...)`` (a log-probability forward Tunix calls from Python, with
+    arrays) inside :func:`chunked_log_probs`, sharing prompts when its rows are groups of
+    ``group`` equal prompts, checked on the host; Tunix's row-by-row otherwise."""
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        prompts = kwargs["prompt_tokens"] if "prompt_tokens" in kwargs else args[0]
+        with chunked_log_probs(group if sampling.grouped(prompts, group) else 1):
+            return fn(*args, **kwargs)
+    return wrapped
+
+
+def share_prompts(learner, group: int) -> None:
+    """Check that every GRPO example's rows are groups of ``group`` equal prompts.
+
+    The update's loss is traced once per shape, so it cannot look at its rows: it is
+    compiled to run each prompt once per ``group`` rows, as Tunix 0.1.7's learner makes
+    them (``np.repeat`` of each prompt G times; micro-batches of whole groups). This
+    wrapper of the learner's ``_generate_and_compute_advantage`` stops the run with a
+    clear error, before any update, if an example is ever made otherwise.
+    """
+    make_example = tunix_private(learner, "_generate_and_compute_advantage")
+
+    def checked(*args, **kwargs):
+        example = make_example(*args, **kwargs)
+        if not sampling.grouped(example.prompt_ids, group):
+            raise RuntimeError(
+                f"GRPO: the example's {example.prompt_ids.shape[0]} prompt rows are not groups of "
+                f"{group} equal prompts, which the update's shared-prompt forward is compiled for "
+                "(Tunix 0.1.7 repeats each prompt num_generations times); set the preset's "
+                "model.attention to 'tunix' to train without sharing prompts")
+        return example
+
+    set_tunix_private(learner, "_generate_and_compute_advantage", checked)
 
 
 def _abstract(shape, dtype, mesh, data_sharded: bool = True) -> jax.ShapeDtypeStruct:
@@ -830,12 +871,16 @@ def _grpo_learner(preset: Preset, run: RunDir | None, policy, reference, tok, me
                           metric_fns=[grpo_metrics(cluster, cfg, fns)])
     if cfg.length_buckets != ((), ()):
         bucket_lengths(cluster, learner, cfg)
-    # the learner's policy loss and the reference's forward, with chunked log-probs
+    # the learner's policy loss and the reference's forward, with chunked log-probs, each
+    # prompt run once for its G answers (needs reasonkit's attention: see share_prompts)
+    group = cfg.num_generations if attention.impl_of(policy) != "tunix" else 1
+    if group > 1:
+        share_prompts(learner, group)
     actor = cluster.actor_trainer
-    actor.with_loss_fn(_chunked(actor.loss_fn), has_aux=True)
+    actor.with_loss_fn(_chunked(actor.loss_fn, group), has_aux=True)
     worker, rollout = cluster.inference_worker, cluster.rollout
-    worker.get_ref_per_token_logps = _chunked(worker.get_ref_per_token_logps)
-    rollout.get_per_token_logps = _chunked(rollout.get_per_token_logps)  # num_iterations > 1
+    worker.get_ref_per_token_logps = _chunked_if_grouped(worker.get_ref_per_token_logps, group)
+    rollout.get_per_token_logps = _chunked_if_grouped(rollout.get_per_token_logps, group)  # num_iterations > 1
     return cluster, learner
 
 

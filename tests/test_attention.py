@@ -131,6 +131,52 @@ def test_cache_calls_keep_tunix_block():
     assert jax.tree.all(jax.tree.map(jnp.array_equal, new_cache, ref_cache))
 
 
+@pytest.mark.parametrize("family,num_kv_heads", [("gemma3", 1), ("gemma2", 2)])
+def test_a_continued_cache_call_equals_the_whole_sequence(family, num_kv_heads):
+    """A prefix into a marked cache, then the rest continuing from it: each layer's output
+    for the rest equals one call on the whole sequence (window 16, prefix 40, rest 24:
+    the window sits on the true slots). Compared where a query sees a key: one that sees
+    none (padding) gets the mean of the values its call holds. Tunix's own block,
+    continuing the same cache, windows Gemma 3's rest as if it began at slot 0."""
+    model = models.new_model(config(family, num_kv_heads, "chunked"), seed=0)
+    (_, positions, mask), _ = batch()  # its padded rows: GRPO's (packed rows are not continued)
+    x = jax.random.normal(jax.random.key(1), (3, S, 32))
+    positions, mask, p = jnp.asarray(positions[:3]), jnp.asarray(mask[:3]), 40
+    sees = jnp.any(mask, axis=-1)[..., None]  # [B, S, 1]
+    seen = lambda out, part=slice(None): jnp.where(sees[:, part], out, 0.0)  # noqa: E731
+    for layer in (0, 5 if family == "gemma3" else 1):  # a local and a global layer
+        attn = model.layers[layer].attn
+        _, whole = attn(x, positions, None, mask)
+        empty = {"k": jnp.zeros((3, p, num_kv_heads, 16)), "v": jnp.zeros((3, p, num_kv_heads, 16)),
+                 "end_index": jnp.zeros((3,), jnp.int32)}
+        prefix, head = attn(x[:, :p], positions[:, :p], attention.continues(empty), mask[:, :p, :p])
+        room = jnp.zeros((3, S - p, num_kv_heads, 16))
+        cache = {"k": jnp.concatenate([prefix["k"], room], 1), "v": jnp.concatenate([prefix["v"], room], 1),
+                 "end_index": prefix["end_index"]}
+        assert int(cache["end_index"][0]) == p and attention.CONTINUES in prefix
+        _, rest = attn(x[:, p:], positions[:, p:], attention.continues(cache), mask[:, p:])
+        assert rel_err(seen(jnp.concatenate([head, rest], 1)), seen(whole)) <= TOL
+        if family == "gemma3" and layer == 0:
+            _, theirs = attention.use(model, "tunix").layers[0].attn(x[:, p:], positions[:, p:], cache, mask[:, p:])
+            attention.use(model, "chunked")
+            assert rel_err(seen(theirs, slice(p, None)), seen(whole[:, p:], slice(p, None))) > 0.01
+
+
+def test_attend_continuing_a_cache_in_blocks_equals_one_block():
+    """Fewer queries than keys (a call continuing a cache): query blocks, each against all
+    keys, give one block's numbers, with a window on the queries' slots."""
+    kq, kk, kv = jax.random.split(jax.random.key(0), 3)
+    q = jax.random.normal(kq, (2, 8, 4, 8))
+    k, v = jax.random.normal(kk, (2, 24, 2, 8)), jax.random.normal(kv, (2, 24, 2, 8))
+    mask = jnp.tril(jnp.ones((24, 24), bool), 0)[16:][None].repeat(2, 0)  # queries at slots 16-23
+    slots = jnp.broadcast_to(16 + jnp.arange(8), (2, 8))
+    attend = jax.jit(attention.attend, static_argnames=("window", "soft_cap", "q_block"))
+    for window in (5, None):
+        one = attend(q, k, v, mask, window=window, window_on=slots)
+        blocked = attend(q, k, v, mask, window=window, window_on=slots, q_block=2)
+        assert rel_err(blocked, one) <= TOL
+
+
 def test_bad_use_names_the_choice():
     model = models.new_model(config("gemma2", 2), seed=0)
     with pytest.raises(ValueError, match="impl='flash'"):

@@ -111,3 +111,68 @@ def test_grpo_log_probs_and_entropy_equal_tunix(cfg):
     only = logprobs.grpo_compute_per_token_logps(graphdef, state, prompt, completion,
                                                  **{**kw, "return_logits": False})
     np.testing.assert_allclose(only, want, rtol=1e-5, atol=1e-6)
+
+
+def grouped_batch(group: int, prompts: int = 2, p: int = 12, c: int = 10, seed: int = 0):
+    """``prompts`` left-padded prompts of ``p`` columns, each repeated ``group`` times, and
+    a different answer per row (EOS then padding): GRPO's batch, as Tunix's learner makes it."""
+    rng = np.random.default_rng(seed)
+    prompt = np.zeros((prompts, p), np.int32)
+    for i in range(prompts):
+        n = rng.integers(3, p + 1)
+        prompt[i, p - n:] = rng.integers(3, 500, n)
+    answer = np.zeros((prompts * group, c), np.int32)
+    for r in range(prompts * group):
+        n = rng.integers(1, c)
+        answer[r, :n] = rng.integers(3, 500, n)
+        answer[r, n] = 1
+    return jnp.asarray(np.repeat(prompt, group, axis=0)), jnp.asarray(answer)
+
+
+@pytest.mark.parametrize("cfg", [G3, G2, dataclasses.replace(G3, remat=True)],
+                         ids=["gemma3", "gemma2-softcap", "gemma3-remat"])
+def test_grpo_log_probs_with_each_prompt_run_once_equal_every_row(cfg):
+    """A prompt's keys run once for its group, then each answer continues from them: the same
+    log-probs, entropies and adapter gradients as every row run whole. The window (16) is
+    shorter than prompt + answer (22), so the continued call's window must sit on its true
+    slots (Tunix's Gemma 3 would window it from slot 0)."""
+    model = models.apply_lora(models.new_model(cfg, seed=0), LoraConfig(rank=4, alpha=8.0))
+    for i, (_, v) in enumerate(nnx.to_flat_state(nnx.state(model, nnx.LoRAParam))):
+        v.value = 0.1 * jax.random.normal(jax.random.key(i), v.value.shape)
+    prompt, answer = grouped_batch(group=3)
+    kw = dict(pad_id=0, eos_id=1, stop_gradient=False, return_logits=True, temperature=0.9)
+
+    def loss(m, group):
+        graphdef, state = nnx.split(m)
+        logp, ent = logprobs.grpo_compute_per_token_logps(graphdef, state, prompt, answer,
+                                                          group=group, **kw)
+        return jnp.sum(logp * (answer != 0)), (logp, ent)
+
+    step = lambda g: nnx.jit(lambda m: nnx.value_and_grad(
+        functools.partial(loss, group=g), argnums=nnx.DiffState(0, nnx.LoRAParam), has_aux=True)(m))(model)
+    (want, (want_lp, want_ent)), want_g = step(1)
+    (got, (got_lp, got_ent)), got_g = step(3)
+    real = np.asarray(answer != 0)
+    np.testing.assert_allclose(np.where(real, got_lp, 0), np.where(real, want_lp, 0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.where(real, got_ent, 0), np.where(real, want_ent, 0), rtol=1e-5, atol=1e-5)
+    for a, b in zip(jax.tree.leaves(got_g), jax.tree.leaves(want_g), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=2e-5)  # float32 sums in another order
+    # a batch whose rows are not groups of 3 gives other numbers: the check is the caller's
+    mixed = prompt.at[1].set(prompt[3])
+    graphdef, state = nnx.split(model)
+    one, three = (logprobs.grpo_compute_per_token_logps(graphdef, state, mixed, answer, group=g, **kw)[0]
+                  for g in (1, 3))
+    assert not np.allclose(np.where(real, one, 0), np.where(real, three, 0), atol=1e-3)
+
+
+def test_shared_prompts_refuse_rows_that_are_not_groups_and_tunix_attention():
+    model = lora_model(G3)
+    prompt, answer = grouped_batch(group=3)
+    graphdef, state = nnx.split(model)
+    with pytest.raises(ValueError, match="6 rows are not groups of 4"):
+        logprobs.grpo_compute_per_token_logps(graphdef, state, prompt, answer, pad_id=0, eos_id=1, group=4)
+    from reasonkit import attention
+    tunix = attention.use(models.new_model(G3, seed=0), "tunix")
+    graphdef, state = nnx.split(tunix)
+    with pytest.raises(ValueError, match="needs reasonkit's attention"):
+        logprobs.grpo_compute_per_token_logps(graphdef, state, prompt, answer, pad_id=0, eos_id=1, group=3)

@@ -328,11 +328,15 @@ def test_each_grpo_loss_variant_trains(pipeline, preset, tmp_path, loss):
 
     Same seed and start, so the first step's rollouts are the pipeline's: the gradient
     norms show the switch reached the loss. DAPO's token-mean equals GRPO's per-answer mean
-    when a step's answers are all as long (here every answer of step 1 has 16 tokens);
-    by step 2 its missing KL term differs anyway.
+    when a step's answers are all as long (here every answer of step 1 has 16 tokens), and
+    step 1's learning rate is 0 (warm-up), so step 2 starts where step 1 did: DAPO runs a
+    third step, where GRPO's KL term (DAPO has none) pulls on a policy that has moved.
     """
     src, base, _, results = pipeline
     p = preset.replace(**{"grpo.loss": loss})
+    if loss == "dapo":
+        p, src = p.replace(**{"grpo.max_steps": 3}), run_after(src, tmp_path, "grpo3", preset, "sft", "dpo")
+        train.train_grpo(preset.replace(**{"grpo.max_steps": 3}), src)
     run = run_after(src, tmp_path, loss, p, "sft", "dpo")
     result = train.train_grpo(p, run)
     assert result.finished and result.started_from == "dpo"
@@ -343,7 +347,7 @@ def test_each_grpo_loss_variant_trains(pipeline, preset, tmp_path, loss):
     assert np.all(np.isfinite(norms)) and norms[0] > 0  # a later step may teach nothing (equal rewards)
     if loss == "gspo-token":  # on-policy (ratio 1), its gradient is GRPO's
         assert norms[0] == pytest.approx(default[0], rel=1e-4)
-    else:  # token-mean (DAPO), no std normalisation (Dr. GRPO): another gradient
+    else:  # token-mean and no KL term (DAPO), no std normalisation (Dr. GRPO): another gradient
         assert any(abs(a - b) > 0.02 * b for a, b in zip(norms, default, strict=True)), (norms, default)
 
 
@@ -790,6 +794,37 @@ def test_export_once_keeps_an_export_that_is_there(tmp_path, monkeypatch, capsys
     assert calls == ["grpo", "grpo"]
 
 
+def test_grpo_shares_prompts_only_for_rows_checked_to_be_groups():
+    """The update's loss is compiled to run each prompt once per group: share_prompts stops
+    the run on an example whose rows are not groups. The reference's forward, called from
+    Python, shares them only when its rows are groups (checked there, row by row)."""
+    from types import SimpleNamespace
+
+    from tunix.rl import common
+
+    class Learner:
+        def __init__(self, prompt_ids):
+            self.prompt_ids = prompt_ids
+
+        def _generate_and_compute_advantage(self, training_input, mode=None):
+            return SimpleNamespace(prompt_ids=self.prompt_ids)
+
+    grouped = np.repeat(np.array([[0, 5, 6], [7, 8, 9]]), 4, axis=0)
+    learner = Learner(grouped)
+    train.share_prompts(learner, 4)
+    assert learner._generate_and_compute_advantage({"prompts": []}).prompt_ids is grouped
+    learner = Learner(np.roll(grouped, 1, axis=0))
+    train.share_prompts(learner, 4)
+    with pytest.raises(RuntimeError, match="8 prompt rows are not groups of 4"):
+        learner._generate_and_compute_advantage({"prompts": []})
+
+    forward = train._chunked_if_grouped(lambda prompt_tokens, completion_tokens: common.compute_per_token_logps, 4)
+    assert forward(grouped, None).keywords == {"group": 4}
+    assert forward(prompt_tokens=np.roll(grouped, 1, axis=0), completion_tokens=None) is \
+        train.logprobs.grpo_compute_per_token_logps
+    assert common.compute_per_token_logps is not train.logprobs.grpo_compute_per_token_logps  # put back
+
+
 def test_grpo_bucket_choice_and_answer_width():
     assert [train.fit_bucket(n, (48, 80), 96) for n in (1, 48, 49, 80, 81, 96, 97)] == \
         [48, 48, 80, 80, 96, 96, 96]  # longer than every bucket: the max, as without buckets
@@ -846,12 +881,16 @@ def test_grpo_length_buckets_train_on_the_numbers_of_the_step_padded_to_the_max(
             np.testing.assert_allclose(np.where(mask, got, 0), np.where(mask, want[:, :48], 0),
                                        atol=2e-3)
         policy_loss = train._chunked(function_registry.get_policy_loss_fn("grpo"))  # every variant's
+        shared_loss = train._chunked(function_registry.get_policy_loss_fn("grpo"), p.grpo.num_generations)
         for loss in ("grpo", "gspo-token", "dapo", "dr-grpo"):
             algo = train.grpo_algorithm(p.replace(**{"grpo.loss": loss}))[1]
             algo.temperature = learner.algo_config.temperature  # as the learner sets it
             assert train.cuts_answers(algo) == (loss != "dr-grpo")
             short, long = (policy_loss(stage.policy, ex, algo_config=algo, pad_id=0, eos_id=1)[0]
                            for ex in (cut, full))
+            if loss == "grpo":  # each prompt run once for its group: the same loss
+                shared = shared_loss(stage.policy, cut, algo_config=algo, pad_id=0, eos_id=1)[0]
+                assert float(shared) == pytest.approx(float(short), rel=1e-4, abs=1e-6)
             if loss == "dr-grpo":  # sum over the answer / its padded width: 64 / 48 apart
                 assert float(short) == pytest.approx(float(long) * 64 / 48, rel=1e-3, abs=1e-6)
             else:
