@@ -880,7 +880,8 @@ def _grpo_learner(preset: Preset, run: RunDir | None, policy, reference, tok, me
     actor.with_loss_fn(_chunked(actor.loss_fn, group), has_aux=True)
     worker, rollout = cluster.inference_worker, cluster.rollout
     worker.get_ref_per_token_logps = _chunked_if_grouped(worker.get_ref_per_token_logps, group)
-    rollout.get_per_token_logps = _chunked_if_grouped(rollout.get_per_token_logps, group)  # num_iterations > 1
+    # the old policy's forward (num_iterations > 1)
+    rollout.get_per_token_logps = _chunked_if_grouped(rollout.get_per_token_logps, group)
     return cluster, learner
 
 

@@ -157,7 +157,8 @@ def test_a_continued_cache_call_equals_the_whole_sequence(family, num_kv_heads):
         _, rest = attn(x[:, p:], positions[:, p:], attention.continues(cache), mask[:, p:])
         assert rel_err(seen(jnp.concatenate([head, rest], 1)), seen(whole)) <= TOL
         if family == "gemma3" and layer == 0:
-            _, theirs = attention.use(model, "tunix").layers[0].attn(x[:, p:], positions[:, p:], cache, mask[:, p:])
+            tunix = attention.use(model, "tunix").layers[0].attn
+            _, theirs = tunix(x[:, p:], positions[:, p:], cache, mask[:, p:])
             attention.use(model, "chunked")
             assert rel_err(seen(theirs, slice(p, None)), seen(whole[:, p:], slice(p, None))) > 0.01
 

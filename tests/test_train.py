@@ -818,7 +818,8 @@ def test_grpo_shares_prompts_only_for_rows_checked_to_be_groups():
     with pytest.raises(RuntimeError, match="8 prompt rows are not groups of 4"):
         learner._generate_and_compute_advantage({"prompts": []})
 
-    forward = train._chunked_if_grouped(lambda prompt_tokens, completion_tokens: common.compute_per_token_logps, 4)
+    installed = lambda prompt_tokens, completion_tokens: common.compute_per_token_logps  # noqa: E731
+    forward = train._chunked_if_grouped(installed, 4)
     assert forward(grouped, None).keywords == {"group": 4}
     assert forward(prompt_tokens=np.roll(grouped, 1, axis=0), completion_tokens=None) is \
         train.logprobs.grpo_compute_per_token_logps
