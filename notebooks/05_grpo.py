@@ -262,6 +262,10 @@ train.free()  # the trainer loads its own copy onto the GRPO mesh
 # - **Length buckets**: each step pads its prompts and cuts its answers to the smallest
 #   of `grpo.length_buckets` that holds them (`train.bucket_lengths`), where Tunix pads
 #   every step to the maximum lengths; the reference and the update run on fewer positions.
+# - **Each prompt once per group**: a step's G answers to one prompt share its positions,
+#   so the reference's forward and the update run each prompt once into a KV cache and
+#   the G answers on from it (`logprobs.shared_prompt_hidden`), where Tunix runs every
+#   row whole: the same numbers, on the tiny preset about half the positions.
 # - **The rewards**: plain functions (the list above), which Tunix sums unweighted.
 #
 # Tunix warns below that the reference and the actor "do not share the same backbone".
