@@ -34,7 +34,11 @@ class of each Tunix ``Attention`` module of a model for a subclass whose ``block
 one here. The choice travels with the model
 (``nnx.split`` / ``merge``, the trainers' jits), needs no context around tracing, and is
 undone with ``use(model, "tunix")``. A call with a KV cache (the sampler's prefill and
-decode) or a single query goes to Tunix's ``block`` unchanged.
+decode) or a single query goes to Tunix's ``block`` unchanged, except a cache marked by
+:func:`continues`: a training forward that runs a prompt once into a cache and its
+answers on from it (GRPO, :func:`reasonkit.logprobs.shared_prompt_hidden`). Its new keys
+land at the cache's ``end_index`` as in Tunix, and its queries take :func:`attend` with
+the window on their true slots (query blocks, each against every key).
 
 >>> import jax.numpy as jnp
 >>> window_mask(jnp.arange(5), jnp.arange(5), 2).astype(int)  # [T, S]: |i - j| < 2

@@ -860,13 +860,14 @@ def budget_table(preset: Preset, hw: HardwareInfo | None = None,
 # its measured ETA once its first steps have run. Training (forward + backward, LoRA on a
 # frozen bf16 base) on a TPU: 0.3, below the 0.4-0.5 of tuned large-model training, since
 # Tunix's Gemma materialises attention and the presets rematerialise. On a GPU it is a
-# measurement: Gemma 3 1B's SFT step (forward + LoRA gradient, remat, Tunix's attention,
-# [8, 1024]) ran at 0.275 of an H200's 989 TFLOP/s (benchmarks/mfu.json, docs/performance.md).
+# measurement: Gemma 3 1B's SFT step as the presets run it (forward + LoRA gradient, remat,
+# chunked attention, [8, 1024]) ran at 0.194 of an H200's 989 TFLOP/s; with Tunix's attention
+# 0.275, without remat 0.321 (benchmarks/mfu.json, docs/performance.md).
 # Sampling decodes one token at a time and is bound by memory bandwidth, not FLOPs: 0.05.
 # On a CPU the peak is the measured matmul rate and the tiny preset's SFT step reaches 0.12
 # of it (docs/performance.md, "Performance", row (d)); sampling is assumed to do the same there.
 UTILISATION: dict[str, dict[str, float]] = {
-    "train": {"tpu": 0.3, "gpu": 0.275, "cpu": 0.12},
+    "train": {"tpu": 0.3, "gpu": 0.194, "cpu": 0.12},
     "generate": {"tpu": 0.05, "gpu": 0.05, "cpu": 0.12},
 }
 EVAL_STAGES = ("base", "sft", "dpo", "grpo")

@@ -11,7 +11,8 @@ Here the model runs without its vocabulary projection (the final hidden states,
 ``[B, S, D]``), and the projection, log-softmax and target pick happen a chunk of
 positions at a time inside ``jax.lax.map``, rematerialised in the backward pass: one
 chunk's float32 logits live at a time. Only the positions that are scored are
-projected (GRPO: the completion, not the prompt). The numbers are Tunix's: the same
+projected (GRPO: the completion, not the prompt). GRPO's rows come in groups of G
+answers to one prompt: :func:`shared_prompt_hidden` runs each prompt once for its group. The numbers are Tunix's: the same
 logits (``hidden @ embedding.T`` in the model's dtype, Gemma 2's final soft-cap, the
 sampling temperature), then log-softmax in float32 (tests/test_logprobs.py compares
 them with Tunix's own on the tiny model).
