@@ -1,4 +1,4 @@
-"""GRPO's update and reference forward at a preset's shapes: every row whole against each prompt once per group.
+"""GRPO's update and reference forward at a preset's shapes: each row whole, or each prompt once per group.
 
 Run from the repository root::
 
@@ -45,7 +45,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from reasonkit import logprobs, models  # noqa: E402
-from reasonkit.config import get_preset  # noqa: E402
+from reasonkit.config import Preset, get_preset  # noqa: E402
 
 
 def grpo_batch(prompts: int, group: int, prompt_len: int, answer_len: int, vocab: int,
@@ -85,8 +85,10 @@ def programs(graphdef, prompt, answer, group: int, temperature: float):
     return {"update": jax.jit(update), "reference": jax.jit(reference)}
 
 
-def measure(preset_name: str, steps: int, deadline: float | None = None, log=print) -> dict[str, Any]:
-    preset = get_preset(preset_name)
+def measure(preset: str | Preset, steps: int, deadline: float | None = None, log=print) -> dict[str, Any]:
+    """Median seconds per call of the four programs, their log-probabilities compared."""
+    preset = get_preset(preset) if isinstance(preset, str) else preset
+    preset_name = preset.name
     cfg = preset.grpo
     g = cfg.num_generations
     model = models.apply_lora(models.new_model(preset.model, seed=0), preset.lora, seed=0)

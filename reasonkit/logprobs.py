@@ -12,10 +12,10 @@ Here the model runs without its vocabulary projection (the final hidden states,
 positions at a time inside ``jax.lax.map``, rematerialised in the backward pass: one
 chunk's float32 logits live at a time. Only the positions that are scored are
 projected (GRPO: the completion, not the prompt). GRPO's rows come in groups of G
-answers to one prompt: :func:`shared_prompt_hidden` runs each prompt once for its group. The numbers are Tunix's: the same
-logits (``hidden @ embedding.T`` in the model's dtype, Gemma 2's final soft-cap, the
-sampling temperature), then log-softmax in float32 (tests/test_logprobs.py compares
-them with Tunix's own on the tiny model).
+answers to one prompt: :func:`shared_prompt_hidden` runs each prompt once for its group.
+The numbers are Tunix's: the same logits (``hidden @ embedding.T`` in the model's dtype,
+Gemma 2's final soft-cap, the sampling temperature), then log-softmax in float32
+(tests/test_logprobs.py compares them with Tunix's own on the tiny model).
 
 On a mesh each device projects every row of a chunk onto its slice of the vocabulary,
 so a chunk of ``C`` positions holds ``rows x C x V / devices`` float32 logits per

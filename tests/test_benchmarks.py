@@ -1,4 +1,4 @@
-"""benchmarks/seeds.py (held-out sets, summary; the training loop is the package's) and benchmarks/mfu.py."""
+"""benchmarks/seeds.py (held-out sets, summary; its training is the package's), mfu.py, grpo_shared.py."""
 
 import importlib.util
 import math
@@ -111,3 +111,25 @@ def test_mfu_leaves_out_a_variant_that_has_not_compiled_by_the_deadline():
                     deadline=time.perf_counter(), log=lambda s: None)
     assert r["not_compiled"] == ["chunked"] and r["variants"] == {}
     assert "| variant |" in mfu.table(r)
+
+
+grpo_shared = _benchmark("grpo_shared")
+
+
+def test_grpo_shared_times_both_ways_and_they_agree():
+    """benchmarks/grpo_shared.py on a small GRPO shape (2 prompts x 8 answers, 96 + 24): the
+    batch is groups of equal prompts, and both programs give every row's log-probs."""
+    from reasonkit import sampling
+    from reasonkit.testing import small_preset
+
+    prompt, answer = grpo_shared.grpo_batch(2, 8, 96, 24, 512)
+    assert sampling.grouped(prompt, 8) and not sampling.grouped(prompt, 16)
+    assert (answer == 1).sum() == 16  # one EOS per row
+    r = grpo_shared.measure(small_preset(), steps=1, log=lambda s: None)
+    assert (r["rows"], r["group"], r["prompt"], r["answer"]) == (16, 8, 96, 24)
+    assert r["not_compiled"] == []
+    for part in ("update", "reference"):
+        row = r["parts"][part]
+        assert row["group_1"]["seconds"] > 0 and row["group_8"]["seconds"] > 0
+        assert row["max_logp_diff"] < 1e-4 and row["speedup"] > 0
+    assert "| update |" in grpo_shared.table(r)
