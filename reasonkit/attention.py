@@ -111,8 +111,10 @@ def attend(q, k, v, attn_mask, *, window: int | None = None, window_on=None,
     tq = t if q_block is None else block_size(t, q_block)
     if tq == t:
         out = span(q, k, v, mask, query_at, jnp.arange(s))
-    elif t != s:  # a call continuing a cache: each block against every key
+    elif t != s and (t > s or (window is not None and window_on is None)):
         out = _each_block(span, q, k, v, mask, query_at, jnp.arange(s), tq)
+    elif t != s:  # a call continuing a cache: its queries are the last t of s slots
+        out = _blocked(span, q, k, v, mask, query_at, tq, window=None, offset=s - t)
     else:
         out = _blocked(span, q, k, v, mask, query_at, tq,
                        window=window if window_on is None else None)
@@ -179,8 +181,11 @@ def key_groups(t: int, tq: int, window: int | None, groups: int | None = None) -
     return out
 
 
-def _blocked(span, q, k, v, mask, query_at, tq: int, *, window: int | None):
+def _blocked(span, q, k, v, mask, query_at, tq: int, *, window: int | None, offset: int = 0):
     """Query blocks of ``tq``, each against only the keys it can see when the mask is causal.
+
+    ``offset``: the queries are the last ``t`` of ``offset + t`` key slots (a call that
+    continues a cache), so block [i0, i1) sits at slots [offset + i0, offset + i1); no window.
 
     Block [i0, i1) needs keys [lo, i1): nothing after its last query (causal), nothing
     before ``i0 - window + 1`` (``window`` on indices, Gemma 3's local layers). Blocks go
@@ -192,8 +197,10 @@ def _blocked(span, q, k, v, mask, query_at, tq: int, *, window: int | None):
     """
     b, t = mask.shape[:2]
     nb = t // tq
-    key_index = jnp.arange(t)
+    key_index = jnp.arange(t + offset)
     block_end = (jnp.arange(t) // tq + 1) * tq  # [T]: first key index past the query's block
+    if offset:
+        block_end = block_end + offset
     sees_ahead = jnp.any(mask & (key_index[None, None, :] >= block_end[None, :, None]))
     v_mean = jnp.mean(v.astype(jnp.float32), axis=1)  # [B, K, H]
     one = jax.checkpoint(span)
@@ -209,13 +216,15 @@ def _blocked(span, q, k, v, mask, query_at, tq: int, *, window: int | None):
     def causal(q, k, v, mask, query_at):
         outs = []
         for first, end, width in key_groups(t, tq, window):
-            seen = None if width == t else v_mean
+            width += offset
+            seen = None if width == t + offset else v_mean
             if end - first == 1:  # one block: static slices, no loop
-                lo, i1 = max(0, end * tq - width), end * tq
-                outs.append(one(q[:, i1 - tq:i1], k[:, lo:i1], v[:, lo:i1], mask[:, i1 - tq:i1, lo:i1],
-                                query_at[:, i1 - tq:i1], key_index[lo:i1], v_mean=seen))
+                i1 = end * tq  # past the block's last query; its last key slot is offset + i1 - 1
+                lo, j1 = max(0, offset + i1 - width), offset + i1
+                outs.append(one(q[:, i1 - tq:i1], k[:, lo:j1], v[:, lo:j1], mask[:, i1 - tq:i1, lo:j1],
+                                query_at[:, i1 - tq:i1], key_index[lo:j1], v_mean=seen))
                 continue
-            starts = jnp.asarray([max(0, (i + 1) * tq - width) for i in range(first, end)])
+            starts = jnp.asarray([max(0, offset + (i + 1) * tq - width) for i in range(first, end)])
 
             def body(xs, width=width, seen=seen):
                 qb, mb, ab, start = xs

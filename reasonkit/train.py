@@ -645,9 +645,12 @@ def share_prompts(learner, group: int) -> None:
 
     def checked(*args, **kwargs):
         example = make_example(*args, **kwargs)
-        if not sampling.grouped(example.prompt_ids, group):
+        ids = example.prompt_ids
+        if isinstance(ids, jax.Array) and not ids.is_fully_addressable:
+            return example  # several hosts: no one host reads them all (Tunix's repeat holds)
+        if not sampling.grouped(ids, group):
             raise RuntimeError(
-                f"GRPO: the example's {example.prompt_ids.shape[0]} prompt rows are not groups of "
+                f"GRPO: the example's {ids.shape[0]} prompt rows are not groups of "
                 f"{group} equal prompts, which the update's shared-prompt forward is compiled for "
                 "(Tunix 0.1.7 repeats each prompt num_generations times); set the preset's "
                 "model.attention to 'tunix' to train without sharing prompts")

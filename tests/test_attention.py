@@ -131,6 +131,14 @@ def test_cache_calls_keep_tunix_block():
     assert jax.tree.all(jax.tree.map(jnp.array_equal, new_cache, ref_cache))
 
 
+def fresh_attend():
+    """``attention.attend`` jitted with a trace cache of its own: jax keys traces by the
+    function object, so two ``jax.jit(attention.attend)`` would share one, and a program
+    traced under one ``KEY_GROUPS`` would serve the next."""
+    return jax.jit(lambda *a, **kw: attention.attend(*a, **kw),
+                   static_argnames=("window", "soft_cap", "q_block"))
+
+
 @pytest.mark.parametrize("family,num_kv_heads", [("gemma3", 1), ("gemma2", 2)])
 def test_a_continued_cache_call_equals_the_whole_sequence(family, num_kv_heads):
     """A prefix into a marked cache, then the rest continuing from it: each layer's output
@@ -163,19 +171,26 @@ def test_a_continued_cache_call_equals_the_whole_sequence(family, num_kv_heads):
             assert rel_err(seen(theirs, slice(p, None)), seen(whole[:, p:], slice(p, None))) > 0.01
 
 
-def test_attend_continuing_a_cache_in_blocks_equals_one_block():
-    """Fewer queries than keys (a call continuing a cache): query blocks, each against all
-    keys, give one block's numbers, with a window on the queries' slots."""
+@pytest.mark.parametrize("groups", [1, 2, 8])
+def test_attend_continuing_a_cache_in_blocks_equals_one_block(monkeypatch, groups):
+    """Fewer queries than keys (a call continuing a cache, its queries the last 8 of 24
+    slots): query blocks, each against the keys up to its last query in runs of one key
+    width, give one block's numbers, with a window on the queries' slots; so does a mask
+    that lets a query see a later block's key (every block then takes every key)."""
+    monkeypatch.setattr(attention, "KEY_GROUPS", groups)
     kq, kk, kv = jax.random.split(jax.random.key(0), 3)
     q = jax.random.normal(kq, (2, 8, 4, 8))
     k, v = jax.random.normal(kk, (2, 24, 2, 8)), jax.random.normal(kv, (2, 24, 2, 8))
-    mask = jnp.tril(jnp.ones((24, 24), bool), 0)[16:][None].repeat(2, 0)  # queries at slots 16-23
+    causal = jnp.tril(jnp.ones((24, 24), bool), 0)[16:][None].repeat(2, 0)  # queries at slots 16-23
+    causal = causal.at[0, 2].set(False)  # a query that sees nothing
+    ahead = causal.at[1, 1, 20].set(True)  # slot 17 sees slot 20, in a later block of 2
     slots = jnp.broadcast_to(16 + jnp.arange(8), (2, 8))
-    attend = jax.jit(attention.attend, static_argnames=("window", "soft_cap", "q_block"))
-    for window in (5, None):
-        one = attend(q, k, v, mask, window=window, window_on=slots)
-        blocked = attend(q, k, v, mask, window=window, window_on=slots, q_block=2)
-        assert rel_err(blocked, one) <= TOL
+    attend = fresh_attend()
+    for mask in (causal, ahead):
+        for window in (5, None):
+            one = attend(q, k, v, mask, window=window, window_on=slots, soft_cap=3.0)
+            blocked = attend(q, k, v, mask, window=window, window_on=slots, soft_cap=3.0, q_block=2)
+            assert rel_err(blocked, one) <= TOL
 
 
 def test_bad_use_names_the_choice():
@@ -197,9 +212,7 @@ def test_attend_blocks_equal_one_block(monkeypatch, groups):
     causal = jnp.tril(jnp.ones((24, 24), bool))[None].repeat(2, 0)
     causal = causal.at[0, :3].set(False)  # three queries that see nothing
     ahead = causal.at[1, 2, 7].set(True)  # one query sees a later block: all keys are used
-    # a fresh jit per case: KEY_GROUPS is read when attend is traced
-    attend = lambda *a, **kw: jax.jit(attention.attend, static_argnames=(  # noqa: E731
-        "window", "soft_cap", "q_block"))(*a, **kw)
+    attend = fresh_attend()  # KEY_GROUPS is read when attend is traced
     for mask in (causal, ahead):
         for window in (5, None):
             one = attend(q, k, v, mask, window=window, soft_cap=3.0)
