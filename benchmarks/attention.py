@@ -11,11 +11,15 @@ to Tunix's; compare ratios within one run, not across runs.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import dataclasses
+import json
+import os
 import pathlib
 import statistics
 import sys
 import time
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -28,6 +32,29 @@ sys.path.insert(0, str(ROOT))
 
 from reasonkit import attention, masks, models  # noqa: E402
 from reasonkit.config import get_preset  # noqa: E402
+
+
+def compile_concurrently(lowered: dict, timeout: float | None) -> tuple[dict, list]:
+    """Compile every lowered program at once (XLA compiles outside the GIL): ({key:
+    (compiled, seconds from the start)} of those done within ``timeout`` seconds, the
+    keys of those still compiling, sorted). :func:`finish` exits without waiting for them."""
+    pool = concurrent.futures.ThreadPoolExecutor(len(lowered))
+    t0 = time.perf_counter()
+    jobs = {pool.submit(low.compile): key for key, low in lowered.items()}
+    done, _ = concurrent.futures.wait(jobs, timeout=timeout)
+    pool.shutdown(wait=False)
+    compiled = {jobs[j]: (j.result(), time.perf_counter() - t0) for j in done}
+    return compiled, sorted(set(lowered) - set(compiled), key=str)
+
+
+def finish(result: dict[str, Any], text: str, out: str | None) -> None:
+    """Print a benchmark's table, write its JSON to ``out``, and exit at once if a compile
+    is still running in its thread (it would hold the interpreter's exit)."""
+    print(text, flush=True)
+    if out:
+        pathlib.Path(out).write_text(json.dumps(result, indent=1) + "\n")
+    if result["not_compiled"]:
+        os._exit(0)
 
 
 def batch(b: int, s: int, vocab: int, seed: int = 0) -> dict[str, jax.Array]:

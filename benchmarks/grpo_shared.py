@@ -26,9 +26,7 @@ the log-probabilities on the answers' tokens, and the compiler's temporary bytes
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
-import json
-import os
+import importlib.util
 import pathlib
 import platform
 import statistics
@@ -46,6 +44,10 @@ sys.path.insert(0, str(ROOT))
 
 from reasonkit import logprobs, models  # noqa: E402
 from reasonkit.config import Preset, get_preset  # noqa: E402
+
+_spec = importlib.util.spec_from_file_location("attention_bench", ROOT / "benchmarks" / "attention.py")
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
 
 
 def grpo_batch(prompts: int, group: int, prompt_len: int, answer_len: int, vocab: int,
@@ -105,20 +107,14 @@ def measure(preset: str | Preset, steps: int, deadline: float | None = None, log
     log(f"{preset_name}: {prompt.shape[0]} rows = {cfg.batch_size} prompts x {g}, prompt "
         f"{prompt.shape[1]}, answer {answer.shape[1]}, {preset.model.dtype}, remat "
         f"{preset.model.remat}; {len(lowered)} programs traced")
-    pool = concurrent.futures.ThreadPoolExecutor(len(lowered))
-    t0 = time.perf_counter()
-    jobs = {pool.submit(low.compile): key for key, low in lowered.items()}
-    timeout = None if deadline is None else max(0.0, deadline - t0)
-    done, _ = concurrent.futures.wait(jobs, timeout=timeout)
-    pool.shutdown(wait=False)
-    compiled = {jobs[j]: j.result() for j in done}
-    skipped = sorted(f"{part} group {group}" for part, group in set(lowered) - set(compiled))
+    compiled, skipped = bench.compile_concurrently(
+        lowered, None if deadline is None else max(0.0, deadline - time.perf_counter()))
+    skipped = [f"{part} group {group}" for part, group in skipped]
     runs: dict[tuple[str, int], dict[str, Any]] = {}
-    for key, fn in compiled.items():
+    for key, (fn, seconds) in compiled.items():
         logp, _ = jax.block_until_ready(fn(*state))
         mem = fn.memory_analysis()
-        runs[key] = {"fn": fn, "times": [], "logp": np.asarray(logp, np.float32),
-                     "compile_s": time.perf_counter() - t0,
+        runs[key] = {"fn": fn, "times": [], "logp": np.asarray(logp, np.float32), "compile_s": seconds,
                      "temp_bytes": getattr(mem, "temp_size_in_bytes", None)}
     for _ in range(steps):
         for r in runs.values():
@@ -176,11 +172,7 @@ def main(argv=None) -> dict[str, Any]:
     start = time.perf_counter()
     r = measure(args.preset, args.steps, deadline=args.deadline and start + args.deadline - 30,
                 log=lambda s: print(s, flush=True))
-    print(table(r), flush=True)
-    if args.out:
-        pathlib.Path(args.out).write_text(json.dumps(r, indent=1) + "\n")
-    if r["not_compiled"]:
-        os._exit(0)  # a compile left running in its thread would hold the interpreter's exit
+    bench.finish(r, table(r), args.out)
     return r
 
 

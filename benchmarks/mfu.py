@@ -31,11 +31,8 @@ run): variants still compiling then are reported as not compiled, the rest are t
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import dataclasses
 import importlib.util
-import json
-import os
 import pathlib
 import platform
 import statistics
@@ -105,21 +102,15 @@ def measure(preset_name: str, batch: int, seq: int, steps: int, impls: tuple[str
             t0 = time.perf_counter()
             lowered[name] = sft_step(graphdef).lower(*state, x)
             log(f"{name}: traced in {time.perf_counter() - t0:.1f} s")
-    # XLA compiles outside the GIL: all variants at once, each given compile_timeout seconds
-    pool = concurrent.futures.ThreadPoolExecutor(len(lowered))
-    t0 = time.perf_counter()
-    jobs = {pool.submit(low.compile): name for name, low in lowered.items()}
+    # all variants compile at once, each given compile_timeout seconds
     if deadline is not None:
-        compile_timeout = max(0.0, min(compile_timeout, deadline - t0))
-    done, _ = concurrent.futures.wait(jobs, timeout=compile_timeout)
-    pool.shutdown(wait=False)
+        compile_timeout = max(0.0, min(compile_timeout, deadline - time.perf_counter()))
+    done, skipped = bench.compile_concurrently(lowered, compile_timeout)
     variants: dict[str, Any] = {}
-    skipped = sorted(set(lowered) - {jobs[j] for j in done})
-    for job in done:
-        name, compiled = jobs[job], job.result()
+    for name, (compiled, seconds) in done.items():
         mem = compiled.memory_analysis()
         value, _ = jax.block_until_ready(compiled(*state, x))
-        variants[name] = {"fn": compiled, "times": [], "compile_s": time.perf_counter() - t0,
+        variants[name] = {"fn": compiled, "times": [], "compile_s": seconds,
                           "loss": float(value), "xla_flops": _cost_flops(compiled),
                           "temp_bytes": getattr(mem, "temp_size_in_bytes", None)}
         log(f"{name}: compiled by {variants[name]['compile_s']:.1f} s, loss {float(value):.5f}")
@@ -185,11 +176,7 @@ def main(argv=None) -> None:
     r = measure(args.preset, args.batch, args.seq, args.steps, tuple(args.impls.split(",")), remats,
                 args.compile_timeout, deadline=args.deadline and start + args.deadline - 30,
                 log=lambda s: print(s, flush=True))
-    print(table(r), flush=True)
-    if args.out:
-        pathlib.Path(args.out).write_text(json.dumps(r, indent=1) + "\n")
-    if r["not_compiled"]:
-        os._exit(0)  # a compile left running in its thread would hold the interpreter's exit
+    bench.finish(r, table(r), args.out)
 
 
 if __name__ == "__main__":
