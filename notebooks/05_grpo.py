@@ -265,7 +265,8 @@ train.free()  # the trainer loads its own copy onto the GRPO mesh
 # - **Each prompt once per group**: a step's G answers to one prompt share its positions,
 #   so the reference's forward and the update run each prompt once into a KV cache and
 #   the G answers on from it (`logprobs.shared_prompt_hidden`), where Tunix runs every
-#   row whole: the same numbers, on the tiny preset about half the positions.
+#   row whole: the same numbers, on the tiny preset about half the positions
+#   (`grpo.share_prompts`: on in the tiny preset, off in the Gemma ones).
 # - **The rewards**: plain functions (the list above), which Tunix sums unweighted.
 #
 # Tunix warns below that the reference and the actor "do not share the same backbone".

@@ -408,6 +408,12 @@ class GRPOConfig(TrainConfig):
     # compiles once, at most MAX_LENGTH_SHAPES pairs, the max's included. "dr-grpo" (its loss
     # scales by the padded width) keeps every answer at the max. [[], []]: always the max.
     length_buckets: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())  # [prompts, answers]
+    # each prompt once per group in the reference's forward and the update (a KV-cache prefix,
+    # the answers continuing from it; needs model.attention other than "tunix"): the same
+    # numbers on fewer positions. On in the tiny preset (its GRPO step 2.06x); off at Gemma's
+    # shapes, where XLA:CPU compiled the update 2-3x slower for up to a quarter fewer positions
+    # (docs/performance.md, "Each prompt once per group")
+    share_prompts: bool = False
     # --- bookkeeping: free to change between a checkpoint and its resume
     show_every: int = 50  # steps between printouts of one sampled answer and its rewards; 0: never
 
@@ -415,6 +421,7 @@ class GRPOConfig(TrainConfig):
         super().__post_init__()
         object.__setattr__(self, "rewards", _reward_pairs(self.rewards))
         object.__setattr__(self, "length_buckets", _length_buckets(self.length_buckets))
+        _flag(self, "share_prompts")
         _require(self, ("show_every",), lambda v: _is_int(v) and v >= 0, "must be an int >= 0 (0: never)")
         if self.loss not in ("grpo", "gspo-token", "dapo", "dr-grpo"):
             _fail("GRPOConfig", "loss", self.loss,
@@ -611,7 +618,7 @@ def _tiny() -> Preset:
                         max_prompt_length=96, max_generation_length=64, temperature=0.9,
                         # from the tiny data: a batch's longest prompt is <= 80 tokens in 45%
                         # of steps, its longest answer <= 48 in 54% (docs/performance.md)
-                        length_buckets=((80,), (48,))),
+                        length_buckets=((80,), (48,)), share_prompts=True),
         eval=EvalConfig(batch_size=16, max_prompt_length=96, max_generation_length=64,
                         num_samples=4),
     )

@@ -490,8 +490,9 @@ def _cpu_training_items(preset: Preset, seqs: int, mesh: dict[str, int],
             "XLA:CPU f32 weights at start": max(0, start - mid)}
 
 
-# GRPO's update with shared prompts: the continued call's KV caches and their cotangents
-# (gemma3-1b's update on 8 devices: +0.63 GiB, 2.07 times one cache)
+# GRPO's update with shared prompts: the continued call's KV caches and their cotangents.
+# An upper bound: gemma3-1b's update on 8 devices held 2.07 caches more than every row whole
+# when the continued call's blocks saw every key, 0.3 since they skip the later ones.
 SHARED_KV_COPIES = 2
 
 
@@ -706,9 +707,9 @@ def memory_budget(preset: Preset, stage: str, n_devices: int | None = None,
       ``2 * L * K * h * (prompt + generation)`` per sequence, prefill logits) and the
       policy step on those rollouts (as SFT). The peak is the larger; the reference
       model shares the backbone. Evaluation generates ``eval.batch_size`` sequences.
-    - GRPO's step runs each prompt once per group (:func:`reasonkit.logprobs.shared_prompt_hidden`,
-      with reasonkit's attention): it holds every row's KV cache over prompt + answer,
-      and its gradient (``SHARED_KV_COPIES``), through the whole step.
+    - With ``grpo.share_prompts`` GRPO's step runs each prompt once per group
+      (:func:`reasonkit.logprobs.shared_prompt_hidden`): it holds every row's KV cache
+      over prompt + answer, and its gradient (``SHARED_KV_COPIES``), through the step.
     - ``backend="cpu"``: in training, the float32 copies of the output layer's slice,
       and of every weight at the step's start (:func:`_cpu_training_items`); in
       sampling, the float32 weight copies and a single KV head's cache broadcast to
@@ -746,7 +747,7 @@ def memory_budget(preset: Preset, stage: str, n_devices: int | None = None,
         items["LoRA params + grads + Adam"] = lora * LORA_COPIES
         train = _training_items(preset.model, s["train_seqs"], s["train_len"], mesh,
                                 s.get("scored"))
-        if stage == "grpo" and preset.model.attention != "tunix" and preset.grpo.num_generations > 1:
+        if stage == "grpo" and preset.grpo.share_prompts and preset.model.attention != "tunix":
             kv = _generation_items(preset.model, s["gen_seqs"], s["cache_len"], mesh)["KV cache"]
             train["KV cache"] = SHARED_KV_COPIES * kv
         if cpu:

@@ -652,8 +652,8 @@ def share_prompts(learner, group: int) -> None:
             raise RuntimeError(
                 f"GRPO: the example's {ids.shape[0]} prompt rows are not groups of "
                 f"{group} equal prompts, which the update's shared-prompt forward is compiled for "
-                "(Tunix 0.1.7 repeats each prompt num_generations times); set the preset's "
-                "model.attention to 'tunix' to train without sharing prompts")
+                "(Tunix 0.1.7 repeats each prompt num_generations times); set "
+                "grpo.share_prompts to false to train without sharing prompts")
         return example
 
     set_tunix_private(learner, "_generate_and_compute_advantage", checked)
@@ -874,9 +874,9 @@ def _grpo_learner(preset: Preset, run: RunDir | None, policy, reference, tok, me
                           metric_fns=[grpo_metrics(cluster, cfg, fns)])
     if cfg.length_buckets != ((), ()):
         bucket_lengths(cluster, learner, cfg)
-    # the learner's policy loss and the reference's forward, with chunked log-probs, each
-    # prompt run once for its G answers (needs reasonkit's attention: see share_prompts)
-    group = cfg.num_generations if attention.impl_of(policy) != "tunix" else 1
+    # the learner's policy loss and the reference's forward, with chunked log-probs; with
+    # grpo.share_prompts each prompt runs once for its G answers (needs reasonkit's attention)
+    group = cfg.num_generations if cfg.share_prompts and attention.impl_of(policy) != "tunix" else 1
     if group > 1:
         share_prompts(learner, group)
     actor = cluster.actor_trainer

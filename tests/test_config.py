@@ -168,6 +168,13 @@ def test_grpo_rewards_default_to_the_five_math_rewards_and_take_json_lists(monke
         get_preset()
 
 
+def test_grpo_share_prompts_is_a_bool_on_in_the_tiny_preset_only():
+    assert get_preset("tiny").grpo.share_prompts and not GRPOConfig().share_prompts
+    assert not any(get_preset(name).grpo.share_prompts for name in config.PRESETS if name != "tiny")
+    with pytest.raises(ValueError, match=r"GRPOConfig\.share_prompts.*must be a bool"):
+        GRPOConfig(share_prompts="false")
+
+
 def test_grpo_length_buckets_take_json_lists_and_refuse_more_than_four_shapes():
     assert GRPOConfig().length_buckets == ((), ())  # off: every step at the max, as Tunix pads
     assert get_preset("tiny").grpo.length_buckets == ((80,), (48,))
