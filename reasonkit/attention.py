@@ -38,7 +38,7 @@ decode) or a single query goes to Tunix's ``block`` unchanged, except a cache ma
 :func:`continues`: a training forward that runs a prompt once into a cache and its
 answers on from it (GRPO, :func:`reasonkit.logprobs.shared_prompt_hidden`). Its new keys
 land at the cache's ``end_index`` as in Tunix, and its queries take :func:`attend` with
-the window on their true slots (query blocks, each against every key).
+the window on their true slots (query blocks against the keys up to their last query).
 
 >>> import jax.numpy as jnp
 >>> window_mask(jnp.arange(5), jnp.arange(5), 2).astype(int)  # [T, S]: |i - j| < 2

@@ -38,6 +38,8 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.interpreters import pxla
 
+from reasonkit import attention
+
 CHUNK_BYTES = 256 * 2**20  # float32 logits of one chunk, per device
 
 
@@ -161,8 +163,6 @@ def shared_prompt_hidden(model: nnx.Module, tokens: jax.Array, positions: jax.Ar
     so a prompt position costs once per group instead of once per row. The numbers are
     those of one forward over the whole rows: the same keys, values, masks and positions.
     """
-    from reasonkit import attention
-
     b, s = tokens.shape
     if group < 1 or b % group:
         raise ValueError(f"shared_prompt_hidden: {b} rows are not groups of {group}")
