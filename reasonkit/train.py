@@ -627,7 +627,7 @@ def _chunked_if_grouped(fn: Callable, group: int) -> Callable:
     @functools.wraps(fn)
     def wrapped(*args, **kwargs):
         prompts = kwargs["prompt_tokens"] if "prompt_tokens" in kwargs else args[0]
-        with chunked_log_probs(group if sampling.grouped(prompts, group) else 1):
+        with chunked_log_probs(group if group > 1 and sampling.grouped(prompts, group) else 1):
             return fn(*args, **kwargs)
     return wrapped
 
