@@ -15,6 +15,7 @@ import warnings
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from reasonkit import compiles, data, evaluate, models, rewards, runs, template, train
@@ -490,6 +491,26 @@ def test_no_warmup_means_the_first_step_learns():
     for steps in (1, 10):
         s = train.schedule(SFTConfig(max_steps=steps, warmup_ratio=0.0, learning_rate=1.0))
         assert float(s(0)) == 1.0 and float(s(steps)) < 1e-6
+
+
+def test_optimizer_follows_the_schedule_from_its_state():
+    """The learning rate each update logs is optax's warm-up + cosine, and the schedule's
+    numbers live in the state: runs of other lengths or peaks compile one update."""
+    steps = {}
+    for max_steps, warmup, lr in ((40, 0.1, 3e-3), (7, 0.5, 1e-2), (5, 0.0, 1e-3)):
+        cfg = SFTConfig(max_steps=max_steps, warmup_ratio=warmup, learning_rate=lr)
+        n = train.schedule_numbers(cfg)
+        want = optax.warmup_cosine_decay_schedule(0.0, n["peak"], n["warmup"], n["total"], 0.0)
+        opt, params = train.make_optimizer(cfg), {"w": jnp.ones(3)}
+        state, update = opt.init(params), jax.jit(opt.update)
+        for i in range(max_steps + 2):
+            _, state = update(params, state, params)
+            got = float(state.hyperparams["learning_rate"])
+            assert got == pytest.approx(float(want(i)), abs=1e-6 * lr), (max_steps, i)
+            assert got == pytest.approx(float(train.schedule(cfg)(i)), abs=1e-6 * lr)
+        assert int(state.count) == max_steps + 2
+        steps[max_steps] = update.lower(params, state, params).as_text()
+    assert len(set(steps.values())) == 1  # one program for all three schedules
 
 
 def test_merged_export_matches_the_lora_model(pipeline, preset, tmp_path):
