@@ -1,7 +1,8 @@
 """Tunix's attention vs reasonkit.attention's, on the jitted forward + LoRA gradient.
 
 Run from the repository root: ``python benchmarks/attention.py`` (``--widths 128,512``
-adds the tiny preset's architecture at width 512). Not run in CI. One process, one random model
+adds the tiny preset's architecture at width 512; ``--ceiling`` adds the step with no
+attention core at all, the most a faster attention could give). Not run in CI. One process, one random model
 per width with the tiny preset's LoRA, the same weights and batch for every
 implementation; the implementations alternate step by step so that load on a shared
 machine falls on all of them alike. Prints the median step time of each and its ratio
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import dataclasses
 import json
 import os
@@ -79,16 +81,44 @@ def step_fn(graphdef):
     return jax.jit(jax.value_and_grad(loss))
 
 
+NONE = "none"  # not an attention: the step with its attention core left out (the ceiling)
+
+
+def _no_attention(q, k, v, attn_mask, **kw):
+    """Stands in for :func:`reasonkit.attention.attend` in :data:`NONE`: the queries as they
+    are, [B, T, N, H], nothing mixed across positions; the projections around it stay."""
+    return q.astype(v.dtype)
+
+
+@contextlib.contextmanager
+def tracing_as(impl: str):
+    """Within: a model traced for ``impl`` :data:`NONE` gets :func:`_no_attention` as its
+    attention core (``reasonkit.attention`` looks ``attend`` up when it traces); any
+    other ``impl`` changes nothing."""
+    real = attention.attend
+    attention.attend = _no_attention if impl == NONE else real
+    try:
+        yield
+    finally:
+        attention.attend = real
+
+
 def compare(model_cfg, lora_cfg, b: int, s: int, steps: int, impls) -> dict[str, float]:
-    """Median seconds per step of each implementation in ``impls``, alternating."""
+    """Median seconds per step of each implementation in ``impls``, alternating.
+
+    ``"none"`` (:data:`NONE`) is the chunked model traced with its attention core replaced
+    by the queries: what the rest of the step costs, so the most any attention could give.
+    """
     model = models.apply_lora(models.new_model(model_cfg, seed=0), lora_cfg, seed=0)
     x = batch(b, s, model_cfg.vocab_size)
     fns, states = {}, None
     for impl in impls:
-        graphdef, lora, rest = nnx.split(attention.use(model, impl), nnx.LoRAParam, ...)
+        graphdef, lora, rest = nnx.split(attention.use(model, "chunked" if impl == NONE else impl),
+                                         nnx.LoRAParam, ...)
         states = states or (lora, rest)  # the same arrays for every implementation
         fns[impl] = step_fn(graphdef)
-        jax.block_until_ready(fns[impl](*states, x))  # compile
+        with tracing_as(impl):
+            jax.block_until_ready(fns[impl](*states, x))  # trace and compile
     times = {impl: [] for impl in impls}
     for _ in range(steps):
         for impl in impls:
@@ -127,10 +157,12 @@ def main(argv=None) -> None:
     ap.add_argument("--seq", type=int, default=160, help="the tiny GRPO step's 96 + 64")
     ap.add_argument("--widths", default="128", help="comma-separated model widths (the tiny "
                     "preset is 128; others scale heads and MLP with it)")
+    ap.add_argument("--ceiling", action="store_true", help=f"also time {NONE!r}: the step with "
+                    "no attention core (the queries pass through), the most attention could give")
     args = ap.parse_args(argv)
     preset = get_preset("tiny")
     widths = [at_width(preset.model, d) for d in map(int, args.widths.split(","))]
-    impls = ("tunix", "dense", "chunked")
+    impls = ("tunix", "dense", "chunked") + ((NONE,) if args.ceiling else ())
     print(f"{jax.devices()[0].platform}, batch {args.batch} x seq {args.seq}, "
           f"{args.steps} alternating steps, median s/step (ratio to tunix)")
     for m in widths:

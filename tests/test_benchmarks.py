@@ -1,10 +1,13 @@
-"""benchmarks/seeds.py (held-out sets, summary; its training is the package's), mfu.py, grpo_shared.py."""
+"""benchmarks/seeds.py (held-out sets, summary; its training is the package's), mfu.py, grpo_shared.py,
+attention.py's ceiling."""
 
 import importlib.util
 import math
 import pathlib
 
+import jax
 import pytest
+from flax import nnx
 
 from reasonkit import data, models, runs, tiny
 from reasonkit.config import get_preset
@@ -85,6 +88,28 @@ def test_hf_parity_cases_are_checkpoints_the_loader_accepts(tmp_path, name):
 
 
 mfu = _benchmark("mfu")
+attention_bench = _benchmark("attention")
+
+
+def test_attention_ceiling_leaves_the_attention_core_out_and_puts_it_back():
+    """benchmarks/attention.py's "none": the step traced without softmax (the ceiling),
+    the real attention back for every later trace, and compare() times it beside chunked."""
+    from reasonkit import attention
+    real = attention.attend
+    m = attention_bench.at_width(get_preset("tiny").model, 128)
+    model = attention.use(models.new_model(m, seed=0), "chunked")
+    x = attention_bench.batch(2, 64, m.vocab_size)
+    texts = {}
+    graphdef, params = nnx.split(model)
+    for impl in ("chunked", attention_bench.NONE):  # a fresh function each: a trace of its own
+        with attention_bench.tracing_as(impl):
+            texts[impl] = jax.jit(lambda p, x: nnx.merge(graphdef, p)(
+                x["tokens"], x["positions"], None, x["mask"])[0]).lower(params, x).as_text()
+        assert attention.attend is real
+    assert "exponential" in texts["chunked"] and "exponential" not in texts[attention_bench.NONE]
+    t = attention_bench.compare(m, get_preset("tiny").lora, 2, 64, 1, ("chunked", attention_bench.NONE))
+    assert set(t) == {"chunked", "none"} and all(v > 0 for v in t.values())
+    assert attention.attend is real
 
 
 def test_mfu_times_each_variant_on_the_same_weights_and_counts_the_model_flops():
