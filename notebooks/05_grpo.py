@@ -29,7 +29,7 @@
 # **What you need:** the data splits (`02_dataset_rebalance`) and the DPO adapters
 # (`04_dpo`), or the SFT adapters (`03_sft`) if you skipped DPO, in the same run
 # directory. For Gemma a TPU (Kaggle *TPU v5e-8* / *v3-8*, Colab *v5e-1*): GRPO spends
-# most of its time generating. On a 2-core CPU the `tiny` preset trains in about 11
+# most of its time generating. On a 2-core CPU the `tiny` preset trains in about 4.5
 # minutes (200 steps; GRPO needs that many to gain more than the spread between seeds).
 
 # %% [markdown]
@@ -348,7 +348,7 @@ else:
 # run (`runs.branch`: a new run `<run>-format-only` beside it, starting with copies of its
 # data, SFT and DPO stages; this run is left as it is) and trains GRPO there with
 # `grpo.rewards` set to the two format rewards, for an eighth of the steps (25 on `tiny`,
-# about two minutes on 2 cores).
+# about a minute on 2 cores: its programs are the main run's, from the compilation cache).
 #
 # What to expect: nothing pays for a right answer any more, so nothing pushes accuracy
 # up; `06_evaluation` shows the branch as one more row of its stage table. On `tiny` SFT
