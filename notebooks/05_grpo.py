@@ -423,7 +423,7 @@ else:
 #   accuracy reward move, not only the format ones.
 # - Expect a small gain on `tiny`: a million-parameter model learns its training prompts
 #   under GRPO but carries little of that to new ones. Over seven seeds these 200 steps
-#   add under a point on 5787 fresh held-out prompts, more than SFT's spread between
+#   add about a point on 5787 fresh held-out prompts, more than SFT's spread between
 #   seeds, while 60 steps added a third of a point; one run on the 96 prompts of
 #   `06_evaluation` cannot tell either from noise (`docs/results.md`).
 #   To compare, run 02-06 again in a new run (`REASONKIT_RUN=...`) with
