@@ -9,7 +9,7 @@ import jax
 import pytest
 from flax import nnx
 
-from reasonkit import data, models, runs, tiny
+from reasonkit import attention, data, models, runs, tiny
 from reasonkit.config import get_preset
 
 
@@ -94,7 +94,6 @@ attention_bench = _benchmark("attention")
 def test_attention_ceiling_leaves_the_attention_core_out_and_puts_it_back():
     """benchmarks/attention.py's "none": the step traced without softmax (the ceiling),
     the real attention back for every later trace, and compare() times it beside chunked."""
-    from reasonkit import attention
     real = attention.attend
     m = attention_bench.at_width(get_preset("tiny").model, 128)
     model = attention.use(models.new_model(m, seed=0), "chunked")
