@@ -2,8 +2,8 @@
 
 Run from the repository root: ``python benchmarks/attention.py`` (``--widths 128,512``
 adds the tiny preset's architecture at width 512; ``--ceiling`` adds the step with no
-attention core at all, the most a faster attention could give). Not run in CI. One process, one random model
-per width with the tiny preset's LoRA, the same weights and batch for every
+attention core at all, the most a faster attention could give). Not run in CI. One
+process, one random model per width with the tiny preset's LoRA, the same weights and batch for every
 implementation; the implementations alternate step by step so that load on a shared
 machine falls on all of them alike. Prints the median step time of each and its ratio
 to Tunix's; compare ratios within one run, not across runs.

@@ -122,7 +122,7 @@ def set_tunix_private(obj: Any, path: str, value: Any) -> None:
 # --- optimisation ------------------------------------------------------------------------
 
 
-def schedule_numbers(cfg: TrainConfig) -> dict[str, float]:
+def schedule_numbers(cfg: TrainConfig) -> dict[str, float | int]:
     """What :func:`schedule` is made of: the peak learning rate, the warm-up's steps and
     the step at which the cosine reaches 0 (at least one past the warm-up).
 
