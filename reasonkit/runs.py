@@ -250,17 +250,33 @@ def session_deadline(root: str | os.PathLike | None = None, *, env: Mapping[str,
     return deadline
 
 
+MIN_COMPILE_SECONDS = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"  # JAX's default: 1 s
+
+
 def use_compilation_cache(root: str | os.PathLike) -> pathlib.Path:
     """Keep JAX's compiled programs in ``<root>/.jax_cache``: a resumed session loads them.
 
-    Set before JAX is imported (the environment variable) or after (its config); either
+    Every program is kept, not only those that took JAX's default 1 s to compile: each
+    notebook compiles a few hundred small ones (eager ops; at the tiny preset, the
+    evaluation's sampler too), and the next notebook's kernel loads them instead
+    (docs/performance.md). A ``JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS`` already in
+    the environment is kept.
+    Set before JAX is imported (the environment variables) or after (its config); either
     way before the first compilation that should be kept.
     """
     path = pathlib.Path(root) / CACHE_DIR
     path.mkdir(parents=True, exist_ok=True)
     os.environ["JAX_COMPILATION_CACHE_DIR"] = str(path.resolve())
+    least = os.environ.setdefault(MIN_COMPILE_SECONDS, "0")
+    try:
+        least_s = float(least)
+    except ValueError:
+        raise ValueError(f"{MIN_COMPILE_SECONDS}={least!r} in the environment: expected the "
+                         "seconds a program must take to compile to be kept, e.g. 0 or 1.0") from None
     if "jax" in sys.modules:
-        sys.modules["jax"].config.update("jax_compilation_cache_dir", str(path.resolve()))
+        config = sys.modules["jax"].config
+        config.update("jax_compilation_cache_dir", str(path.resolve()))
+        config.update("jax_persistent_cache_min_compile_time_secs", least_s)
     return path
 
 

@@ -185,14 +185,50 @@ def test_compilation_cache_under_the_runs_root(tmp_path, monkeypatch):
     import jax
 
     monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
-    old = jax.config.jax_compilation_cache_dir
+    monkeypatch.delenv(runs.MIN_COMPILE_SECONDS, raising=False)
+    old = jax.config.jax_compilation_cache_dir, jax.config.jax_persistent_cache_min_compile_time_secs
     try:
         path = runs.use_compilation_cache(tmp_path)
         assert path == tmp_path / ".jax_cache" and path.is_dir()
         assert os.environ["JAX_COMPILATION_CACHE_DIR"] == str(path.resolve())
         assert jax.config.jax_compilation_cache_dir == str(path.resolve())  # jax was imported
-    finally:
-        jax.config.update("jax_compilation_cache_dir", old)  # the other tests compile uncached
+        assert jax.config.jax_persistent_cache_min_compile_time_secs == 0  # every program kept
+        monkeypatch.setenv(runs.MIN_COMPILE_SECONDS, "2.5")  # the user's own threshold stays
+        runs.use_compilation_cache(tmp_path)
+        assert jax.config.jax_persistent_cache_min_compile_time_secs == 2.5
+        monkeypatch.setenv(runs.MIN_COMPILE_SECONDS, "one")
+        with pytest.raises(ValueError, match="JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS='one'"):
+            runs.use_compilation_cache(tmp_path)
+    finally:  # the other tests compile uncached
+        jax.config.update("jax_compilation_cache_dir", old[0])
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", old[1])
+
+
+def test_a_fresh_kernel_keeps_and_then_loads_a_quick_program(tmp_path):
+    """Programs that compile in milliseconds are written to the cache by one process and
+    loaded from it, every one of them, by the next (as the next notebook's kernel does)."""
+    script = (
+        "import sys, jax, jax.numpy as jnp\n"
+        "from reasonkit import runs\n"
+        "runs.use_compilation_cache(sys.argv[1])\n"
+        "seen = []\n"
+        "jax.monitoring.register_event_listener(lambda event, **kw: seen.append(event))\n"
+        "jax.jit(lambda x: jnp.sin(x) * 3 + 1)(jnp.arange(7.0)).block_until_ready()\n"
+        "print(seen.count('/jax/compilation_cache/cache_misses'), "
+        "seen.count('/jax/compilation_cache/cache_hits'))\n")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("JAX_COMPILATION_CACHE_DIR", runs.MIN_COMPILE_SECONDS)}
+
+    def kernel() -> tuple[int, int]:
+        out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=env, check=True,
+                             capture_output=True, text=True, cwd=pathlib.Path(__file__).parents[1])
+        misses, hits = map(int, out.stdout.split()[-2:])
+        return misses, hits
+
+    misses, hits = kernel()
+    assert misses >= 2 and hits == 0  # the arange and the function, each well under 1 s
+    assert len(list((tmp_path / ".jax_cache").iterdir())) == misses
+    assert kernel() == (0, misses)
 
 
 def test_start_session_restores_then_caches_then_fixes_the_deadline(tmp_path, monkeypatch, capsys):
