@@ -287,7 +287,8 @@ def grpo_source(root: pathlib.Path, from_run: str | None, quick: bool = False) -
 
 
 def grpo_old_new(source: runs.RunDir, steps: int, warmup: int) -> dict[str, Any]:
-    """Seconds per GRPO step of each of :data:`GRPO_PATHS`, alternating step by step.
+    """Seconds per GRPO step of each of :data:`GRPO_PATHS`, alternating step by step (in
+    ``attention_bench.rotated`` order: each path takes each place in turn).
 
     Each path is its own learner (``train.build_stage``) on a branch of ``source``,
     starting from its DPO adapters; all take the same batches in the same order. A step
@@ -312,7 +313,8 @@ def grpo_old_new(source: runs.RunDir, steps: int, warmup: int) -> dict[str, Any]
     seconds: dict[str, list[float]] = {path: [] for path in stages}
     compiled = [0] * len(batches)
     for i, batch in enumerate(batches):
-        for path, (stage, _) in stages.items():
+        for path in attention_bench.rotated(stages, i):
+            stage = stages[path][0]
             with stage.mesh, compiles.CompileCounter() as counter:
                 t0 = time.perf_counter()
                 stage.learner.train([batch])

@@ -111,6 +111,14 @@ def test_attention_ceiling_leaves_the_attention_core_out_and_puts_it_back():
     assert attention.attend is real
 
 
+def test_rotated_puts_every_implementation_in_every_place():
+    impls = ("tunix", "chunked", "none")
+    orders = [attention_bench.rotated(impls, i) for i in range(6)]
+    assert orders[0] == list(impls) and orders[3] == orders[0]
+    for place in range(3):  # each implementation is timed first, second and third alike
+        assert sorted(o[place] for o in orders) == sorted(2 * impls)
+
+
 def test_mfu_times_each_variant_on_the_same_weights_and_counts_the_model_flops():
     """benchmarks/mfu.py on the tiny preset: every variant computes the same loss, the FLOPs
     are the step's, and a CPU (no peak in the table) gets no MFU but a fraction of matmul."""
