@@ -436,6 +436,17 @@ class GRPOConfig(TrainConfig):
                   "must be one of 'low_var_kl', 'kl', 'mse_kl'")
         _fraction(self, "top_p")
 
+    def shares_prompts(self, attention: str) -> bool:
+        """Whether GRPO's step runs each prompt once per group with a model whose attention
+        is ``attention``: ``share_prompts`` asks for it, and it needs reasonkit's attention
+        (Tunix's block does not continue a KV cache in a training forward). The trainer and
+        the memory budget both ask this.
+
+        >>> get_preset("tiny").grpo.shares_prompts("chunked"), get_preset("tiny").grpo.shares_prompts("tunix")
+        (True, False)
+        """
+        return self.share_prompts and attention != "tunix"
+
 
 GSM8K_TEST_SIZE = 1319  # problems in GSM8K's test split (openai/gsm8k, TFDS gsm8k)
 GSM8K_SOURCES = ("hf", "tfds", "jsonl")

@@ -747,7 +747,7 @@ def memory_budget(preset: Preset, stage: str, n_devices: int | None = None,
         items["LoRA params + grads + Adam"] = lora * LORA_COPIES
         train = _training_items(preset.model, s["train_seqs"], s["train_len"], mesh,
                                 s.get("scored"))
-        if stage == "grpo" and preset.grpo.share_prompts and preset.model.attention != "tunix":
+        if stage == "grpo" and preset.grpo.shares_prompts(preset.model.attention):
             kv = _generation_items(preset.model, s["gen_seqs"], s["cache_len"], mesh)["KV cache"]
             train["KV cache"] = SHARED_KV_COPIES * kv
         if cpu:

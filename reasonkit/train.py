@@ -920,7 +920,7 @@ def _grpo_learner(preset: Preset, run: RunDir | None, policy, reference, tok, me
         bucket_lengths(cluster, learner, cfg)
     # the learner's policy loss and the reference's forward, with chunked log-probs; with
     # grpo.share_prompts each prompt runs once for its G answers (needs reasonkit's attention)
-    group = cfg.num_generations if cfg.share_prompts and attention.impl_of(policy) != "tunix" else 1
+    group = cfg.num_generations if cfg.shares_prompts(attention.impl_of(policy)) else 1
     if group > 1:
         share_prompts(learner, group)
     actor = cluster.actor_trainer
