@@ -1,6 +1,6 @@
 """Accuracy per stage across seeds on the tiny preset: the numbers behind the seed tables of docs/results.md.
 
-Run from the repository root: ``python benchmarks/seeds.py`` (seeds 0 to 6, about 20
+Run from the repository root: ``python benchmarks/seeds.py`` (seeds 0 to 6, about 10
 minutes a seed on a 2-core CPU; ``--quick`` for a smoke run of a few minutes). For each
 seed it trains SFT -> DPO -> GRPO with the tiny preset's settings and that seed in all
 three stages, on the one data split notebook 02 builds (the data seed stays fixed), and
