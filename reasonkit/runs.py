@@ -250,7 +250,7 @@ def session_deadline(root: str | os.PathLike | None = None, *, env: Mapping[str,
     return deadline
 
 
-MIN_COMPILE_SECONDS = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"  # JAX's default: 1 s
+MIN_COMPILE_ENV = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"  # seconds; JAX's default: 1
 
 
 def use_compilation_cache(root: str | os.PathLike) -> pathlib.Path:
@@ -264,16 +264,16 @@ def use_compilation_cache(root: str | os.PathLike) -> pathlib.Path:
     Set before JAX is imported (the environment variables) or after (its config); either
     way before the first compilation that should be kept.
     """
-    least = os.environ.get(MIN_COMPILE_SECONDS, "0")
+    least = os.environ.get(MIN_COMPILE_ENV, "0")
     try:
         least_s = float(least)
     except ValueError:
-        raise ValueError(f"{MIN_COMPILE_SECONDS}={least!r} in the environment: expected the "
+        raise ValueError(f"{MIN_COMPILE_ENV}={least!r} in the environment: expected the "
                          "seconds a program must take to compile to be kept, e.g. 0 or 1.0") from None
     path = pathlib.Path(root) / CACHE_DIR
     path.mkdir(parents=True, exist_ok=True)
     os.environ["JAX_COMPILATION_CACHE_DIR"] = str(path.resolve())
-    os.environ[MIN_COMPILE_SECONDS] = least
+    os.environ[MIN_COMPILE_ENV] = least
     if "jax" in sys.modules:
         config = sys.modules["jax"].config
         config.update("jax_compilation_cache_dir", str(path.resolve()))

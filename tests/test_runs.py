@@ -185,7 +185,7 @@ def test_compilation_cache_under_the_runs_root(tmp_path, monkeypatch):
     import jax
 
     monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
-    monkeypatch.delenv(runs.MIN_COMPILE_SECONDS, raising=False)
+    monkeypatch.delenv(runs.MIN_COMPILE_ENV, raising=False)
     old = jax.config.jax_compilation_cache_dir, jax.config.jax_persistent_cache_min_compile_time_secs
     try:
         path = runs.use_compilation_cache(tmp_path)
@@ -193,10 +193,10 @@ def test_compilation_cache_under_the_runs_root(tmp_path, monkeypatch):
         assert os.environ["JAX_COMPILATION_CACHE_DIR"] == str(path.resolve())
         assert jax.config.jax_compilation_cache_dir == str(path.resolve())  # jax was imported
         assert jax.config.jax_persistent_cache_min_compile_time_secs == 0  # every program kept
-        monkeypatch.setenv(runs.MIN_COMPILE_SECONDS, "2.5")  # the user's own threshold stays
+        monkeypatch.setenv(runs.MIN_COMPILE_ENV, "2.5")  # the user's own threshold stays
         runs.use_compilation_cache(tmp_path)
         assert jax.config.jax_persistent_cache_min_compile_time_secs == 2.5
-        monkeypatch.setenv(runs.MIN_COMPILE_SECONDS, "one")
+        monkeypatch.setenv(runs.MIN_COMPILE_ENV, "one")
         with pytest.raises(ValueError, match="JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS='one'"):
             runs.use_compilation_cache(tmp_path)
     finally:  # the other tests compile uncached
@@ -217,7 +217,7 @@ def test_a_fresh_kernel_keeps_and_then_loads_a_quick_program(tmp_path):
         "print(seen.count('/jax/compilation_cache/cache_misses'), "
         "seen.count('/jax/compilation_cache/cache_hits'))\n")
     env = {k: v for k, v in os.environ.items()
-           if k not in ("JAX_COMPILATION_CACHE_DIR", runs.MIN_COMPILE_SECONDS)}
+           if k not in ("JAX_COMPILATION_CACHE_DIR", runs.MIN_COMPILE_ENV)}
 
     def kernel() -> tuple[int, int]:
         out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=env, check=True,
