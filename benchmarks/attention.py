@@ -36,17 +36,33 @@ from reasonkit import attention, masks, models  # noqa: E402
 from reasonkit.config import get_preset  # noqa: E402
 
 
-def compile_concurrently(lowered: dict, timeout: float | None) -> tuple[dict, list]:
+def compile_concurrently(lowered: dict, timeout: float | None,
+                         errors: dict | None = None) -> tuple[dict, list]:
     """Compile every lowered program at once (XLA compiles outside the GIL): ({key:
     (compiled, seconds from the start)} of those done within ``timeout`` seconds, the
-    keys of those still compiling, sorted). :func:`finish` exits without waiting for them."""
+    keys of those still compiling, sorted). :func:`finish` exits without waiting for them.
+    With ``errors`` (a dict), a compile that fails puts its error there by its key
+    instead of raising."""
+    if not lowered:
+        return {}, []
     pool = concurrent.futures.ThreadPoolExecutor(len(lowered))
     t0 = time.perf_counter()
     jobs = {pool.submit(low.compile): key for key, low in lowered.items()}
     done, _ = concurrent.futures.wait(jobs, timeout=timeout)
     pool.shutdown(wait=False)
-    compiled = {jobs[j]: (j.result(), time.perf_counter() - t0) for j in done}
-    return compiled, sorted(set(lowered) - set(compiled), key=str)
+    compiled = {}
+    for j in done:
+        if errors is not None and j.exception() is not None:
+            errors[jobs[j]] = error_text(j.exception())
+        else:
+            compiled[jobs[j]] = (j.result(), time.perf_counter() - t0)
+    return compiled, sorted(set(lowered) - set(compiled) - set(errors or ()), key=str)
+
+
+def error_text(e: BaseException, limit: int = 600) -> str:
+    """``Type: message``, cut to ``limit`` characters, for a benchmark's JSON."""
+    text = f"{type(e).__name__}: {e}"
+    return text if len(text) <= limit else text[:limit] + " ..."
 
 
 def finish(result: dict[str, Any], text: str, out: str | None) -> None:
@@ -109,11 +125,11 @@ def rotated(items, i: int) -> list:
     first after each matmul sample read 6 to 9% faster), so each round starts one place
     later and every item takes every place.
 
-    >>> rotated(["a", "b", "c"], 4)
-    ['b', 'c', 'a']
+    >>> rotated(["a", "b", "c"], 4), rotated([], 1)
+    (['b', 'c', 'a'], [])
     """
     items = list(items)
-    k = i % len(items)
+    k = i % len(items) if items else 0
     return items[k:] + items[:k]
 
 

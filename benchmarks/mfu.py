@@ -70,14 +70,28 @@ def _cost_flops(compiled) -> float | None:
     return float(cost["flops"]) if cost and "flops" in cost else None
 
 
+LOSSES = {"forward": True, "recompute": False}  # logprobs.GRAD_IN_FORWARD of each --loss
+
+
+def variant_name(impl: str, remat: bool, loss: str) -> str:
+    return f"{impl}{'+remat' if remat else ''}{'+recompute' if loss == 'recompute' else ''}"
+
+
 def measure(preset_name: str, batch: int, seq: int, steps: int, impls: tuple[str, ...],
             remats: tuple[bool, ...], compile_timeout: float = 3600, deadline: float | None = None,
+            losses: tuple[str, ...] = ("forward",), profile: str | None = None,
+            profile_dir: str | None = None, only: tuple[str, ...] | None = None,
             log=print) -> dict[str, Any]:
-    """Median seconds per step, MFU and memory of each (attention, remat) variant.
+    """Median seconds per step, MFU and memory of each (attention, remat, loss) variant.
 
-    The variants compile concurrently; one still compiling after ``compile_timeout``
-    seconds, or at ``deadline`` (a ``time.perf_counter()``), is left out (named in
-    ``not_compiled``) and the rest are timed.
+    ``losses``: how the loss's vocabulary chunks get their gradient, ``"forward"``
+    (``logprobs.GRAD_IN_FORWARD``, the package's) or ``"recompute"`` (jax.checkpoint's,
+    the path before it). The variants compile concurrently; one still compiling after
+    ``compile_timeout`` seconds, or at ``deadline`` (a ``time.perf_counter()``), is left
+    out (named in ``not_compiled``), one that fails to trace, compile or run is named
+    with its error in ``failed``, and the rest are timed. ``profile``: variants (comma-separated)
+    to run one more step of under ``jax.profiler.trace``, each into ``profile_dir/name``
+    (with a Perfetto trace). ``only``: of the variants named by these choices, the ones to run.
     """
     preset = get_preset(preset_name)
     device = jax.devices()[0]
@@ -93,40 +107,65 @@ def measure(preset_name: str, batch: int, seq: int, steps: int, impls: tuple[str
     log(f"model and LoRA built in {time.perf_counter() - t0:.1f} s")
     x = bench.batch(batch, seq, preset.model.vocab_size)
     flops = bench.sft_step_flops(preset.model, batch, seq)
-    lowered = {}
+    lowered, failed = {}, {}
     for remat in remats:  # remat changes the graph, not the arrays
         abstract = nnx.eval_shape(lambda r=remat: lora_model(dataclasses.replace(preset.model, remat=r)))
         for impl in impls:
-            name = f"{impl}{'+remat' if remat else ''}"
-            graphdef, _, _ = nnx.split(attention.use(abstract, impl), nnx.LoRAParam, ...)
-            t0 = time.perf_counter()
-            lowered[name] = sft_step(graphdef).lower(*state, x)
-            log(f"{name}: traced in {time.perf_counter() - t0:.1f} s")
+            for loss in losses:
+                name = variant_name(impl, remat, loss)
+                if only is not None and name not in only:
+                    continue
+                t0 = time.perf_counter()
+                logprobs.GRAD_IN_FORWARD = LOSSES[loss]  # read when the step is traced
+                try:
+                    graphdef, _, _ = nnx.split(attention.use(abstract, impl), nnx.LoRAParam, ...)
+                    lowered[name] = sft_step(graphdef).lower(*state, x)
+                    log(f"{name}: traced in {time.perf_counter() - t0:.1f} s")
+                except Exception as e:  # noqa: BLE001 - reported, and the others still run
+                    failed[name] = bench.error_text(e)
+                    log(f"{name}: failed to trace: {failed[name]}")
+                finally:
+                    logprobs.GRAD_IN_FORWARD = True
     # all variants compile at once, each given compile_timeout seconds
     if deadline is not None:
         compile_timeout = max(0.0, min(compile_timeout, deadline - time.perf_counter()))
-    done, skipped = bench.compile_concurrently(lowered, compile_timeout)
+    done, skipped = bench.compile_concurrently(lowered, compile_timeout, errors=failed)
     variants: dict[str, Any] = {}
     for name, (compiled, seconds) in done.items():
         mem = compiled.memory_analysis()
-        value, _ = jax.block_until_ready(compiled(*state, x))
+        try:
+            value, _ = jax.block_until_ready(compiled(*state, x))
+        except Exception as e:  # noqa: BLE001
+            failed[name] = bench.error_text(e)
+            continue
         variants[name] = {"fn": compiled, "times": [], "compile_s": seconds,
                           "loss": float(value), "xla_flops": _cost_flops(compiled),
                           "temp_bytes": getattr(mem, "temp_size_in_bytes", None)}
         log(f"{name}: compiled by {variants[name]['compile_s']:.1f} s, loss {float(value):.5f}")
     for name in skipped:
         log(f"{name}: not compiled within {compile_timeout:.0f} s; left out")
-    for _ in range(steps):  # alternating, so that drift falls on every variant alike
-        for v in variants.values():
+    for name, error in failed.items():
+        log(f"{name}: failed: {error}")
+    for i in range(steps):  # alternating in rotated order, so drift and place fall on each alike
+        for name in bench.rotated(list(variants), i):
+            v = variants[name]
             t0 = time.perf_counter()
             jax.block_until_ready(v["fn"](*state, x))
             v["times"].append(time.perf_counter() - t0)
+    for name in (profile or "").split(","):
+        if name not in variants or not profile_dir:
+            continue
+        try:
+            with jax.profiler.trace(f"{profile_dir}/{name}", create_perfetto_trace=True):
+                jax.block_until_ready(variants[name]["fn"](*state, x))
+        except Exception as e:  # noqa: BLE001 - the timings stand without it
+            log(f"profile of {name} failed: {bench.error_text(e)}")
     out = {"preset": preset_name, "batch": batch, "seq": seq, "steps": steps,
            "lora_rank": preset.lora.rank, "dtype": preset.model.dtype, "model_step_flops": flops,
            "device_kind": device.device_kind, "peak_flops_per_s": peak,
            "matmul_flops_per_s": mm["flops_per_s"], "jax": jax.__version__,
            "python": platform.python_version(), "compile_timeout_s": compile_timeout,
-           "not_compiled": skipped, "variants": {}}
+           "not_compiled": skipped, "failed": failed, "variants": {}}
     for name, v in variants.items():
         s = statistics.median(v["times"])
         out["variants"][name] = {
@@ -152,6 +191,8 @@ def table(r: dict[str, Any]) -> str:
         lines.append(f"| {name} | {v['seconds_per_step']:.4f} | {v['tokens_per_s']:.0f} | "
                      f"{v['model_flops_per_s'] / 1e12:.1f} | {mfu} | {v['fraction_of_matmul']:.3f} | "
                      f"{xla} | {temp} |")
+    for name, error in r.get("failed", {}).items():
+        lines.append(f"| {name} | failed: {error.splitlines()[0][:120]} | | | | | | |")
     return "\n".join(lines)
 
 
@@ -164,6 +205,11 @@ def main(argv=None) -> None:
     ap.add_argument("--impls", default="chunked,tunix", help="attention implementations, in order")
     ap.add_argument("--remat", default="yes", choices=("yes", "no", "both"),
                     help="rematerialise each block (the Gemma presets do)")
+    ap.add_argument("--loss", default="forward", choices=("forward", "recompute", "both"),
+                    help="the loss chunks' gradient: taken in the forward (the package's) or "
+                    "recomputed in the backward (before)")
+    ap.add_argument("--profile", default=None, help="comma-separated variants to profile one step of")
+    ap.add_argument("--only", default=None, help="comma-separated variant names to run of those chosen")
     ap.add_argument("--compile-timeout", type=float, default=3600,
                     help="seconds; variants still compiling then are left out")
     ap.add_argument("--deadline", type=float, default=None,
@@ -173,8 +219,12 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     start = time.perf_counter()
     remats = {"yes": (True,), "no": (False,), "both": (True, False)}[args.remat]
+    losses = {"forward": ("forward",), "recompute": ("recompute",),
+              "both": ("forward", "recompute")}[args.loss]
     r = measure(args.preset, args.batch, args.seq, args.steps, tuple(args.impls.split(",")), remats,
                 args.compile_timeout, deadline=args.deadline and start + args.deadline - 30,
+                losses=losses, profile=args.profile, only=args.only and tuple(args.only.split(",")),
+                profile_dir=args.out and str(pathlib.Path(args.out).parent / "profile"),
                 log=lambda s: print(s, flush=True))
     bench.finish(r, table(r), args.out)
 

@@ -145,6 +145,34 @@ def test_mfu_leaves_out_a_variant_that_has_not_compiled_by_the_deadline():
     assert "| variant |" in mfu.table(r)
 
 
+def test_mfu_times_both_loss_paths_and_names_a_variant_that_fails():
+    """The gradient taken in the forward and jax.checkpoint's recompute give the same loss;
+    a variant that cannot be built (an unknown attention) is named with its error, and
+    the others are still timed."""
+    r = mfu.measure("tiny", batch=2, seq=64, steps=1, impls=("chunked", "flash"), remats=(False,),
+                    losses=("forward", "recompute"), only=("chunked", "chunked+recompute", "flash"),
+                    log=lambda s: None)
+    assert set(r["variants"]) == {"chunked", "chunked+recompute"}
+    assert list(r["failed"]) == ["flash"] and r["failed"]["flash"].startswith(
+        "ValueError: attention.use: impl='flash'")
+    assert r["variants"]["chunked"]["loss"] == r["variants"]["chunked+recompute"]["loss"]
+    assert "| flash | failed: ValueError" in mfu.table(r)
+
+
+def test_compile_concurrently_reports_a_compile_that_fails():
+    class Broken:
+        def compile(self):
+            raise RuntimeError("no kernel for this")
+
+    errors = {}
+    done, waiting = attention_bench.compile_concurrently(
+        {"ok": jax.jit(lambda x: x + 1).lower(1.0), "broken": Broken()}, 60, errors=errors)
+    assert list(done) == ["ok"] and waiting == []
+    assert errors == {"broken": "RuntimeError: no kernel for this"}
+    with pytest.raises(RuntimeError, match="no kernel"):  # without a dict, as before
+        attention_bench.compile_concurrently({"broken": Broken()}, 60)
+
+
 grpo_shared = _benchmark("grpo_shared")
 
 

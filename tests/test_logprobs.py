@@ -74,6 +74,59 @@ def test_chunks_give_the_same_log_probs():
                                rtol=1e-5, atol=1e-5)
 
 
+def _weighted_log_probs(flag, hidden, emb, targets, w, **kw):
+    """sum(w * log p) (+ 0.3 sum(w^2 * entropy)) with ``GRAD_IN_FORWARD`` set to ``flag``."""
+    old = logprobs.GRAD_IN_FORWARD
+    logprobs.GRAD_IN_FORWARD = flag
+    try:
+        out = logprobs.token_log_probs(hidden, emb, targets, **kw)
+    finally:
+        logprobs.GRAD_IN_FORWARD = old
+    if kw.get("entropy"):
+        return jnp.sum(out[0] * w) + 0.3 * jnp.sum(out[1] * w**2)
+    return jnp.sum(out * w)
+
+
+@pytest.mark.parametrize("kw", [{}, {"softcap": 3.0, "temperature": 0.7, "entropy": True},
+                                {"temperature": 1.3, "entropy": True}])
+def test_gradient_taken_in_the_forward_equals_autodiffs(kw):
+    """The chunks' custom backward gives autodiff's gradients (the recompute path's) for the
+    hidden states and the embedding, with Gemma 2's soft-cap, a temperature and the entropy,
+    over chunks that pad the last one; the values are the same numbers."""
+    keys = jax.random.split(jax.random.key(0), 4)
+    hidden = jax.random.normal(keys[0], (3, 21, 16))
+    emb = 0.5 * jax.random.normal(keys[1], (50, 16))
+    targets = jax.random.randint(keys[2], (3, 21), 0, 50)
+    w = jax.random.normal(keys[3], (3, 21))
+    f = functools.partial(_weighted_log_probs, targets=targets, w=w, chunk=8, **kw)
+    got, got_g = jax.value_and_grad(lambda h, e: f(True, h, e), argnums=(0, 1))(hidden, emb)
+    want, want_g = jax.value_and_grad(lambda h, e: f(False, h, e), argnums=(0, 1))(hidden, emb)
+    assert got == want
+    for a, b in zip(got_g, want_g, strict=True):
+        assert float(jnp.max(jnp.abs(b))) > 0
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * float(jnp.max(jnp.abs(b))))
+
+
+def test_gradient_in_the_forward_projects_onto_the_vocabulary_twice_not_three_times():
+    """The loss and its gradient through the hidden states only (the embedding frozen, as
+    with LoRA): the compiled step multiplies by the [V, D] embedding twice per chunk (the logits, and
+    the gradient taken in the forward); jax.checkpoint's path three times (its recompute)."""
+    b, t, d, v = 2, 64, 32, 4096
+    keys = jax.random.split(jax.random.key(1), 3)
+    hidden = jax.random.normal(keys[0], (b, t, d))
+    emb = jax.random.normal(keys[1], (v, d))
+    targets = jax.random.randint(keys[2], (b, t), 0, v)
+    projection = 2 * b * 16 * d * v  # one chunk of 16 positions (XLA counts a loop body once)
+    flops = {}
+    for flag in (True, False):
+        loss = functools.partial(_weighted_log_probs, flag, emb=emb, targets=targets,
+                                 w=jnp.ones((b, t)), chunk=16)
+        step = jax.jit(jax.value_and_grad(loss))
+        flops[flag] = float(step.lower(hidden).compile().cost_analysis()["flops"])
+    assert 2 * projection <= flops[True] < 2.5 * projection
+    assert 3 * projection <= flops[False] < 3.5 * projection
+
+
 @pytest.mark.parametrize("cfg", [G3, G2], ids=["gemma3", "gemma2-softcap"])
 def test_dpo_log_probs_equal_tunix(cfg):
     from tunix.sft.dpo import dpo_trainer
