@@ -874,7 +874,9 @@ def budget_table(preset: Preset, hw: HardwareInfo | None = None,
 # Tunix's Gemma materialises attention and the presets rematerialise. On a GPU it is a
 # measurement: Gemma 3 1B's SFT step as the presets run it (forward + LoRA gradient, remat,
 # chunked attention, [8, 1024]) ran at 0.194 of an H200's 989 TFLOP/s; with Tunix's attention
-# 0.275, without remat 0.321 (benchmarks/mfu.json, docs/performance.md).
+# 0.275, without remat 0.321 (benchmarks/mfu.json, docs/performance.md). Since the loss takes
+# its gradient in the forward (2026-11-27) the last reads 0.348 (0.400 at [32, 1024]); the
+# presets' configuration was not re-timed, so 0.194 stays and errs on the long side.
 # Sampling decodes one token at a time and is bound by memory bandwidth, not FLOPs: 0.05.
 # On a CPU the peak is the measured matmul rate and the tiny preset's SFT step reaches 0.12
 # of it (docs/performance.md, "Performance", row (d)); sampling is assumed to do the same there.
