@@ -13,9 +13,10 @@ positions at a time inside ``jax.lax.map``: one chunk's float32 logits live at a
 Under differentiation each chunk takes its gradient with respect to its hidden states in
 the forward (a position's log-probability depends on its own hidden state only), so the
 backward does not project onto the vocabulary again (:func:`_chunk_grad_in_forward`;
-Gemma 3 1B's SFT step on an H200: 1.13x faster than ``jax.checkpoint``'s recompute). Only the positions that are scored are
-projected (GRPO: the completion, not the prompt). GRPO's rows come in groups of G
-answers to one prompt: :func:`shared_prompt_hidden` runs each prompt once for its group.
+Gemma 3 1B's SFT step on an H200: 1.13x faster than ``jax.checkpoint``'s recompute).
+Only the positions that are scored are projected (GRPO: the completion, not the
+prompt). GRPO's rows come in groups of G answers to one prompt:
+:func:`shared_prompt_hidden` runs each prompt once for its group.
 The numbers are Tunix's: the same logits (``hidden @ embedding.T`` in the model's dtype,
 Gemma 2's final soft-cap, the sampling temperature), then log-softmax in float32
 (tests/test_logprobs.py compares them with Tunix's own on the tiny model).
