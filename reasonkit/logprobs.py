@@ -40,6 +40,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.custom_derivatives import SymbolicZero
 from jax.interpreters import pxla
 
 from reasonkit import attention
@@ -188,13 +189,14 @@ def _chunk(h_c, y_c, embedding, *, softcap, temperature, axes, entropy, cotangen
 def _chunk_grad_in_forward(h_c, y_c, embedding, spec):
     """``spec``'s chunk (:func:`_chunk`) whose backward needs no second pass over the logits.
 
-    Each position's log-probability (and entropy) is a scalar function of that position's
-    hidden state alone, so under differentiation the forward also computes ``d log p / d
-    h_c`` (and the entropy's), ``[B, C, D]`` float32 each, and the backward scales them by
-    the incoming cotangents. The logits, their softmax and the ``[B, C, V] x [V, D]``
-    matmul run once, not twice as with ``jax.checkpoint``'s recompute, and no ``[B, C, V]``
-    buffer outlives its chunk. Only a cotangent for the embedding itself (which LoRA
-    freezes) recomputes the logits; XLA drops that when nothing uses it.
+    Each position's log-probability is a scalar function of that position's hidden state
+    alone, so under differentiation the forward also computes ``d log p / d h_c``
+    (``[B, C, D]`` float32) and the backward scales it by the incoming cotangent. The
+    logits, their softmax and the ``[B, C, V] x [V, D]`` matmul run once, not twice as
+    with ``jax.checkpoint``'s recompute, and no ``[B, C, V]`` buffer outlives its chunk.
+    Only what is rarely needed recomputes the chunk in the backward: the entropy's
+    gradient (GRPO's loss logs the entropy, and differentiates it only with an entropy
+    bonus) and the embedding's (LoRA freezes it); XLA drops either when nothing uses it.
     """
     logp, ent, _ = spec(h_c, y_c, embedding)
     return logp, ent
@@ -205,25 +207,28 @@ def _jacobian(d_raw, embedding):  # [B, C, V] x [V, D] -> [B, C, D] float32
 
 
 def _chunk_fwd(h_c, y_c, embedding, spec):
+    h_c, y_c, embedding = h_c.value, y_c.value, embedding.value  # symbolic_zeros' wrappers
     ones = jnp.ones(y_c.shape, jnp.float32)
-    units = [(ones, None)] + ([(None, ones)] if spec.keywords["entropy"] else [])
-    logp, ent, d_raw = spec(h_c, y_c, embedding, cotangents=units)
-    return (logp, ent), (h_c, y_c, embedding, [_jacobian(d, embedding) for d in d_raw])
+    logp, ent, (d_raw,) = spec(h_c, y_c, embedding, cotangents=[(ones, None)])
+    return (logp, ent), (h_c, y_c, embedding, _jacobian(d_raw, embedding))
 
 
 def _chunk_bwd(spec, res, g):
     h_c, y_c, embedding, jac = res
-    g_logp, g_ent = g
-    d_h = g_logp[..., None] * jac[0]
+    g_logp, g_ent = (None if x is None or isinstance(x, SymbolicZero) else x for x in g)
+    if g_logp is None and g_ent is None:
+        return None, None, None
+    d_h = jnp.zeros_like(jac) if g_logp is None else g_logp[..., None] * jac
+    # the rest needs every logit again: the entropy's part only when the loss has it
+    _, _, (d_ent, d_all) = spec(h_c, y_c, embedding, cotangents=[(None, g_ent), (g_logp, g_ent)])
     if g_ent is not None:
-        d_h += g_ent[..., None] * jac[1]
-    # the embedding's cotangent needs every logit again; XLA drops this when it is unused
-    _, _, (d_raw,) = spec(h_c, y_c, embedding, cotangents=[(g_logp, g_ent)])
-    d_emb = jnp.einsum("bcv,bcd->vd", d_raw, h_c.astype(d_raw.dtype))
+        d_h += _jacobian(d_ent, embedding)
+    d_emb = jnp.einsum("bcv,bcd->vd", d_all, h_c.astype(d_all.dtype))  # dropped when unused
     return d_h.astype(h_c.dtype), None, d_emb.astype(embedding.dtype)
 
 
-_chunk_grad_in_forward.defvjp(_chunk_fwd, _chunk_bwd)
+_chunk_grad_in_forward.defvjp(_chunk_fwd, _chunk_bwd, symbolic_zeros=True)
+
 
 
 def shared_prompt_hidden(model: nnx.Module, tokens: jax.Array, positions: jax.Array,

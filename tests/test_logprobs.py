@@ -107,21 +107,31 @@ def test_gradient_taken_in_the_forward_equals_autodiffs(kw):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * float(jnp.max(jnp.abs(b))))
 
 
-def test_gradient_in_the_forward_projects_onto_the_vocabulary_twice_not_three_times():
+@pytest.mark.parametrize("entropy", [False, True])
+def test_gradient_in_the_forward_projects_onto_the_vocabulary_twice_not_three_times(entropy):
     """The loss and its gradient through the hidden states only (the embedding frozen, as
-    with LoRA): the compiled step multiplies by the [V, D] embedding twice per chunk (the logits, and
-    the gradient taken in the forward); jax.checkpoint's path three times (its recompute)."""
+    with LoRA; the entropy, if any, only logged, as GRPO's loss does): the compiled step
+    multiplies by the [V, D] embedding twice per chunk (the logits, and the gradient taken
+    in the forward); jax.checkpoint's path three times (its recompute)."""
     b, t, d, v = 2, 64, 32, 4096
     keys = jax.random.split(jax.random.key(1), 3)
     hidden = jax.random.normal(keys[0], (b, t, d))
     emb = jax.random.normal(keys[1], (v, d))
     targets = jax.random.randint(keys[2], (b, t), 0, v)
     projection = 2 * b * 16 * d * v  # one chunk of 16 positions (XLA counts a loop body once)
+
+    def loss(flag, h):
+        old, logprobs.GRAD_IN_FORWARD = logprobs.GRAD_IN_FORWARD, flag
+        try:
+            out = logprobs.token_log_probs(h, emb, targets, chunk=16, entropy=entropy)
+        finally:
+            logprobs.GRAD_IN_FORWARD = old
+        logp, ent = out if entropy else (out, jnp.zeros(()))
+        return jnp.sum(logp), jnp.mean(ent)  # the entropy as aux: logged, not differentiated
+
     flops = {}
     for flag in (True, False):
-        loss = functools.partial(_weighted_log_probs, flag, emb=emb, targets=targets,
-                                 w=jnp.ones((b, t)), chunk=16)
-        step = jax.jit(jax.value_and_grad(loss))
+        step = jax.jit(jax.value_and_grad(functools.partial(loss, flag), has_aux=True))
         flops[flag] = float(step.lower(hidden).compile().cost_analysis()["flops"])
     assert 2 * projection <= flops[True] < 2.5 * projection
     assert 3 * projection <= flops[False] < 3.5 * projection
