@@ -70,7 +70,7 @@ def _cost_flops(compiled) -> float | None:
     return float(cost["flops"]) if cost and "flops" in cost else None
 
 
-LOSSES = {"forward": True, "recompute": False}  # logprobs.GRAD_IN_FORWARD of each --loss
+LOSSES = {"forward": True, "recompute": False}  # logprobs.gradient_path of each --loss
 
 
 def variant_name(impl: str, remat: bool, loss: str) -> str:
@@ -85,7 +85,7 @@ def measure(preset_name: str, batch: int, seq: int, steps: int, impls: tuple[str
     """Median seconds per step, MFU and memory of each (attention, remat, loss) variant.
 
     ``losses``: how the loss's vocabulary chunks get their gradient, ``"forward"``
-    (``logprobs.GRAD_IN_FORWARD``, the package's) or ``"recompute"`` (jax.checkpoint's,
+    (``logprobs.gradient_path``, the package's) or ``"recompute"`` (jax.checkpoint's,
     the path before it). The variants compile concurrently; one still compiling after
     ``compile_timeout`` seconds, or at ``deadline`` (a ``time.perf_counter()``), is left
     out (named in ``not_compiled``), one that fails to trace, compile or run is named
@@ -116,16 +116,14 @@ def measure(preset_name: str, batch: int, seq: int, steps: int, impls: tuple[str
                 if only is not None and name not in only:
                     continue
                 t0 = time.perf_counter()
-                logprobs.GRAD_IN_FORWARD = LOSSES[loss]  # read when the step is traced
                 try:
                     graphdef, _, _ = nnx.split(attention.use(abstract, impl), nnx.LoRAParam, ...)
-                    lowered[name] = sft_step(graphdef).lower(*state, x)
+                    with logprobs.gradient_path(LOSSES[loss]):  # read when the step is traced
+                        lowered[name] = sft_step(graphdef).lower(*state, x)
                     log(f"{name}: traced in {time.perf_counter() - t0:.1f} s")
                 except Exception as e:  # noqa: BLE001 - reported, and the others still run
                     failed[name] = bench.error_text(e)
                     log(f"{name}: failed to trace: {failed[name]}")
-                finally:
-                    logprobs.GRAD_IN_FORWARD = True
     # all variants compile at once, each given compile_timeout seconds
     if deadline is not None:
         compile_timeout = max(0.0, min(compile_timeout, deadline - time.perf_counter()))

@@ -33,6 +33,7 @@ device; :func:`chunk_positions` picks ``C`` so that is about ``CHUNK_BYTES``:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from typing import Any
@@ -49,6 +50,18 @@ CHUNK_BYTES = 256 * 2**20  # float32 logits of one chunk, per device
 # Differentiated chunks take their gradient in the forward (_chunk_grad_in_forward); False:
 # jax.checkpoint's recompute (the path before; benchmarks/mfu.py times both).
 GRAD_IN_FORWARD = True
+
+
+@contextlib.contextmanager
+def gradient_path(in_forward: bool):
+    """Chunks traced within take their gradient in the forward (``True``, the default) or
+    by ``jax.checkpoint``'s recompute (``False``): what benchmarks/mfu.py and the tests compare."""
+    global GRAD_IN_FORWARD
+    old, GRAD_IN_FORWARD = GRAD_IN_FORWARD, in_forward
+    try:
+        yield
+    finally:
+        GRAD_IN_FORWARD = old
 
 
 def chunk_positions(rows: int, vocab: int, length: int, chunk_bytes: int = CHUNK_BYTES) -> int:

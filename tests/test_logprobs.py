@@ -75,13 +75,9 @@ def test_chunks_give_the_same_log_probs():
 
 
 def _weighted_log_probs(flag, hidden, emb, targets, w, **kw):
-    """sum(w * log p) (+ 0.3 sum(w^2 * entropy)) with ``GRAD_IN_FORWARD`` set to ``flag``."""
-    old = logprobs.GRAD_IN_FORWARD
-    logprobs.GRAD_IN_FORWARD = flag
-    try:
+    """sum(w * log p) (+ 0.3 sum(w^2 * entropy)), the gradient taken in the forward or not (``flag``)."""
+    with logprobs.gradient_path(flag):
         out = logprobs.token_log_probs(hidden, emb, targets, **kw)
-    finally:
-        logprobs.GRAD_IN_FORWARD = old
     if kw.get("entropy"):
         return jnp.sum(out[0] * w) + 0.3 * jnp.sum(out[1] * w**2)
     return jnp.sum(out * w)
@@ -121,11 +117,8 @@ def test_gradient_in_the_forward_projects_onto_the_vocabulary_twice_not_three_ti
     projection = 2 * b * 16 * d * v  # one chunk of 16 positions (XLA counts a loop body once)
 
     def loss(flag, h):
-        old, logprobs.GRAD_IN_FORWARD = logprobs.GRAD_IN_FORWARD, flag
-        try:
+        with logprobs.gradient_path(flag):
             out = logprobs.token_log_probs(h, emb, targets, chunk=16, entropy=entropy)
-        finally:
-            logprobs.GRAD_IN_FORWARD = old
         logp, ent = out if entropy else (out, jnp.zeros(()))
         return jnp.sum(logp), jnp.mean(ent)  # the entropy as aux: logged, not differentiated
 
