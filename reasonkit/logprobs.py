@@ -114,10 +114,6 @@ def final_softcap(model: nnx.Module) -> float | None:
     return getattr(model, "final_logits_softcap", None)
 
 
-def _logits(hidden, embedding, softcap, temperature):
-    return _post(jnp.einsum("bcd,vd->bcv", hidden, embedding), softcap, temperature)  # [B, C, V]
-
-
 def _post(raw, softcap, temperature):
     """The projection's ``[B, C, V]`` (model dtype) -> the float32 logits Tunix samples from."""
     logits = raw.astype(jnp.float32)
