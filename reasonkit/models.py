@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import itertools
 import json
 import os
@@ -682,6 +683,51 @@ def lora_trace_input(model: nnx.Module, mesh: jax.sharding.Mesh | None = None) -
             for k, v in model.get_model_input().items()}
 
 
+def _flat_lora_delta(lhs, lora_a, lora_b, lhs_ca, lhs_ba, contract_shape, batch_shape, remain_shape,
+                     rank, precision=None):
+    """qwix 0.1.8's ``_compute_lora_delta``, ``(lhs A) B``, on ``lhs`` flattened to [tokens, in].
+
+    The same products, but the gradient with respect to ``B`` no longer costs a transposed
+    copy of its [tokens, out] cotangent on XLA:CPU. qwix contracts a 3-D ``lhs``
+    ([B, T, in]) over its last axis, so autodiff's ``dB = (lhs A)^T g`` is a dot over two
+    axes (B and T), which JAX writes as ``(g^T (lhs A))^T``. XLA:CPU lays that dot out
+    by copying ``g`` to [out, tokens]: 6 ms for each MLP projection of the tiny SFT step
+    at [4, 1024], 12 such copies, 15% of the step. Over one flattened axis the same
+    gradient is one dot with no copy (docs/performance.md).
+    Anything else (batch axes, contracted axes not last, another backend) goes to qwix.
+    """
+    n, k = lhs.ndim, len(lhs_ca)
+    if lhs_ba or tuple(lhs_ca) != tuple(range(n - k, n)) or jax.default_backend() != "cpu":
+        return _QWIX_LORA_DELTA(lhs, lora_a, lora_b, lhs_ca, lhs_ba, contract_shape, batch_shape,
+                                remain_shape, rank, precision=precision)
+    size = int(np.prod(contract_shape))
+    dims = (((1,), (0,)), ((), ()))
+    delta = jax.lax.dot_general(lhs.reshape(-1, size), lora_a.reshape(size, rank), dims,
+                                precision=precision)
+    delta = jax.lax.dot_general(delta, lora_b.reshape(rank, -1), dims, precision=precision)
+    return delta.reshape(*lhs.shape[:n - k], *remain_shape)
+
+
+_QWIX_LORA_DELTA: Callable | None = None  # qwix's own, kept by _use_flat_lora_delta
+
+
+def _use_flat_lora_delta() -> None:
+    """Put :func:`_flat_lora_delta` in place of qwix's delta (once, for the process; the
+    traces after it use it). A qwix whose function has another signature is left alone."""
+    global _QWIX_LORA_DELTA
+    from qwix._src.providers import lora as qwix_lora
+
+    own = getattr(qwix_lora, "_compute_lora_delta", None)
+    if own is None or own is _flat_lora_delta:
+        return
+    expected = ["lhs", "lora_a", "lora_b", "lhs_ca", "lhs_ba", "contract_shape", "batch_shape",
+                "remain_shape", "rank", "precision"]
+    if list(inspect.signature(own).parameters) != expected:
+        return
+    _QWIX_LORA_DELTA = own
+    qwix_lora._compute_lora_delta = _flat_lora_delta
+
+
 def _is_traced(model: nnx.Module) -> bool:
     return any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(nnx.state(model)))
 
@@ -695,6 +741,7 @@ def apply_lora(model: nnx.Module, lora: LoraConfig, mesh: jax.sharding.Mesh | No
     """
     import qwix
 
+    _use_flat_lora_delta()
     kwargs: dict[str, Any] = {"module_path": lora.module_path, "rank": lora.rank, "alpha": lora.alpha}
     if lora.qlora:
         kwargs.update(weight_qtype="nf4", tile_size=lora.tile_size)

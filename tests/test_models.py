@@ -454,6 +454,35 @@ def test_a_remat_model_samples_with_remat_off(family, tokenizer_path):
     np.testing.assert_array_equal(forward(models.without_remat(model), TOKENS), forward(model, TOKENS))
 
 
+def test_flat_lora_delta_equals_qwixs_and_takes_bs_gradient_without_copying_the_cotangent():
+    from qwix._src.providers import lora as qwix_lora
+
+    models.apply_lora(models.new_model(G3), LORA)  # puts the flat delta in place
+    assert qwix_lora._compute_lora_delta is models._flat_lora_delta
+    qwix_own = models._QWIX_LORA_DELTA
+    assert qwix_own is not None and qwix_own.__module__ == qwix_lora.__name__
+    k = jax.random.split(jax.random.key(0), 4)
+    x, a = jax.random.normal(k[0], (4, 256, 64)), jax.random.normal(k[1], (64, 8))
+    b, g = jax.random.normal(k[2], (8, 128)), jax.random.normal(k[3], (4, 256, 128))
+
+    def loss(delta):  # a Linear's [B, T, in] x [in, out], as qwix calls it
+        return lambda x, a, b: jnp.sum(delta(x, a, b, (2,), (), (64,), (), (128,), 8) * g)
+
+    flat, own = loss(models._flat_lora_delta), loss(qwix_own)
+    np.testing.assert_allclose(flat(x, a, b), own(x, a, b), rtol=1e-6)
+    grads = [jax.grad(f, argnums=(0, 1, 2))(x, a, b) for f in (flat, own)]
+    for got, want in zip(*grads, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4 * float(jnp.abs(want).max()))
+
+    def copies_cotangent(f):  # an instruction holding g transposed: [out, tokens]
+        hlo = jax.jit(jax.grad(f, argnums=2)).lower(x, a, b).compile().as_text()
+        return "f32[128,1024]" in hlo
+    assert copies_cotangent(own) and not copies_cotangent(flat)
+    # contracted axes other than the last ones go to qwix's own
+    mid = models._flat_lora_delta(jnp.ones((3, 64, 5)), a, b, (1,), (), (64,), (), (128,), 8)
+    np.testing.assert_allclose(mid, qwix_own(jnp.ones((3, 64, 5)), a, b, (1,), (), (64,), (), (128,), 8))
+
+
 def test_lora_targets_that_match_nothing():
     with pytest.raises(ValueError, match="matched no module"):
         models.apply_lora(models.new_model(G3), LoraConfig(rank=2, alpha=2.0, module_path=".*nope"))
