@@ -694,10 +694,13 @@ def _flat_lora_delta(lhs, lora_a, lora_b, lhs_ca, lhs_ba, contract_shape, batch_
     by copying ``g`` to [out, tokens]: 6 ms for each MLP projection of the tiny SFT step
     at [4, 1024], 12 such copies, 15% of the step. Over one flattened axis the same
     gradient is one dot with no copy (docs/performance.md).
-    Anything else (batch axes, contracted axes not last, another backend) goes to qwix.
+    Anything else goes to qwix: batch axes, contracted axes not last, another backend, or
+    several devices (the real-shape compiles of benchmarks/shapes.py stand for a TPU's
+    program, which keeps qwix's).
     """
     n, k = lhs.ndim, len(lhs_ca)
-    if lhs_ba or tuple(lhs_ca) != tuple(range(n - k, n)) or jax.default_backend() != "cpu":
+    if (lhs_ba or tuple(lhs_ca) != tuple(range(n - k, n)) or jax.default_backend() != "cpu"
+            or jax.device_count() != 1):
         return _QWIX_LORA_DELTA(lhs, lora_a, lora_b, lhs_ca, lhs_ba, contract_shape, batch_shape,
                                 remain_shape, rank, precision=precision)
     size = int(np.prod(contract_shape))

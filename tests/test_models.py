@@ -454,7 +454,7 @@ def test_a_remat_model_samples_with_remat_off(family, tokenizer_path):
     np.testing.assert_array_equal(forward(models.without_remat(model), TOKENS), forward(model, TOKENS))
 
 
-def test_flat_lora_delta_equals_qwixs_and_takes_bs_gradient_without_copying_the_cotangent():
+def test_flat_lora_delta_equals_qwixs_and_takes_bs_gradient_without_copying_the_cotangent(monkeypatch):
     from qwix._src.providers import lora as qwix_lora
 
     models.apply_lora(models.new_model(G3), LORA)  # puts the flat delta in place
@@ -478,6 +478,10 @@ def test_flat_lora_delta_equals_qwixs_and_takes_bs_gradient_without_copying_the_
         hlo = jax.jit(jax.grad(f, argnums=2)).lower(x, a, b).compile().as_text()
         return "f32[128,1024]" in hlo
     assert copies_cotangent(own) and not copies_cotangent(flat)
+    # several devices (the real-shape compiles stand for a TPU's program): qwix's own
+    monkeypatch.setattr(jax, "device_count", lambda: 8)
+    assert copies_cotangent(flat)
+    monkeypatch.undo()
     # contracted axes other than the last ones go to qwix's own
     mid = models._flat_lora_delta(jnp.ones((3, 64, 5)), a, b, (1,), (), (64,), (), (128,), 8)
     np.testing.assert_allclose(mid, qwix_own(jnp.ones((3, 64, 5)), a, b, (1,), (), (64,), (), (128,), 8))
