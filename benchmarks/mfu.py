@@ -18,7 +18,9 @@ second over the chip's peak (``hardware.PEAK_TABLE``); the same run's bf16 matmu
 is measured too, as a ceiling the chip reaches here. XLA's own count of the compiled
 step's FLOPs (``cost_analysis``: remat's recompute included, but on a GPU the cuBLAS
 matmuls left out, so there it is no FLOP count) is reported beside it.
-``--preset tiny`` runs on a CPU in a minute (a smoke run; the numbers mean little there).
+``--chunk-mib 256,1024`` adds a variant per size of the loss's vocabulary chunks
+(``logprobs.CHUNK_BYTES``). ``--preset tiny`` runs on a CPU in a minute (a smoke run;
+the numbers mean little there).
 
 On a GPU machine whose image has JAX, flax and optax but not the pinned stack, what
 ``reasonkit`` imports beyond them travels as wheels: google-tunix 0.1.7, qwix 0.1.8,
@@ -33,6 +35,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.util
+import itertools
 import pathlib
 import platform
 import statistics
@@ -73,15 +76,16 @@ def _cost_flops(compiled) -> float | None:
 LOSSES = {"forward": True, "recompute": False}  # logprobs.gradient_path of each --loss
 
 
-def variant_name(impl: str, remat: bool, loss: str) -> str:
-    return f"{impl}{'+remat' if remat else ''}{'+recompute' if loss == 'recompute' else ''}"
+def variant_name(impl: str, remat: bool, loss: str, chunk_mib: float | None = None) -> str:
+    chunk = f"+chunk{chunk_mib:g}M" if chunk_mib is not None else ""
+    return f"{impl}{'+remat' if remat else ''}{'+recompute' if loss == 'recompute' else ''}{chunk}"
 
 
 def measure(preset_name: str, batch: int, seq: int, steps: int, impls: tuple[str, ...],
             remats: tuple[bool, ...], compile_timeout: float = 3600, deadline: float | None = None,
             losses: tuple[str, ...] = ("forward",), profile: str | None = None,
             profile_dir: str | None = None, only: tuple[str, ...] | None = None,
-            log=print) -> dict[str, Any]:
+            chunk_mibs: tuple[float | None, ...] = (None,), log=print) -> dict[str, Any]:
     """Median seconds per step, MFU and memory of each (attention, remat, loss) variant.
 
     ``losses``: how the loss's vocabulary chunks get their gradient, ``"forward"``
@@ -111,19 +115,24 @@ def measure(preset_name: str, batch: int, seq: int, steps: int, impls: tuple[str
     for remat in remats:  # remat changes the graph, not the arrays
         abstract = nnx.eval_shape(lambda r=remat: lora_model(dataclasses.replace(preset.model, remat=r)))
         for impl in impls:
-            for loss in losses:
-                name = variant_name(impl, remat, loss)
+            for loss, mib in itertools.product(losses, chunk_mibs):
+                name = variant_name(impl, remat, loss, mib)
                 if only is not None and name not in only:
                     continue
                 t0 = time.perf_counter()
+                chunk_bytes = logprobs.CHUNK_BYTES
                 try:
                     graphdef, _, _ = nnx.split(attention.use(abstract, impl), nnx.LoRAParam, ...)
-                    with logprobs.gradient_path(LOSSES[loss]):  # read when the step is traced
+                    if mib is not None:  # read when the step is traced, as the gradient path is
+                        logprobs.CHUNK_BYTES = int(mib * 2**20)
+                    with logprobs.gradient_path(LOSSES[loss]):
                         lowered[name] = sft_step(graphdef).lower(*state, x)
                     log(f"{name}: traced in {time.perf_counter() - t0:.1f} s")
                 except Exception as e:  # noqa: BLE001 - reported, and the others still run
                     failed[name] = bench.error_text(e)
                     log(f"{name}: failed to trace: {failed[name]}")
+                finally:
+                    logprobs.CHUNK_BYTES = chunk_bytes
     # all variants compile at once, each given compile_timeout seconds
     if deadline is not None:
         compile_timeout = max(0.0, min(compile_timeout, deadline - time.perf_counter()))
@@ -206,6 +215,9 @@ def main(argv=None) -> None:
     ap.add_argument("--loss", default="forward", choices=("forward", "recompute", "both"),
                     help="the loss chunks' gradient: taken in the forward (the package's) or "
                     "recomputed in the backward (before)")
+    ap.add_argument("--chunk-mib", default=None,
+                    help="comma-separated logprobs.CHUNK_BYTES in MiB to trace variants with "
+                    "(the loss's float32 logits per chunk); default: the package's")
     ap.add_argument("--profile", default=None, help="comma-separated variants to profile one step of")
     ap.add_argument("--only", default=None, help="comma-separated variant names to run of those chosen")
     ap.add_argument("--compile-timeout", type=float, default=3600,
@@ -223,6 +235,7 @@ def main(argv=None) -> None:
                 args.compile_timeout, deadline=args.deadline and start + args.deadline - 30,
                 losses=losses, profile=args.profile, only=args.only and tuple(args.only.split(",")),
                 profile_dir=args.out and str(pathlib.Path(args.out).parent / "profile"),
+                chunk_mibs=tuple(float(m) for m in args.chunk_mib.split(",")) if args.chunk_mib else (None,),
                 log=lambda s: print(s, flush=True))
     bench.finish(r, table(r), args.out)
 

@@ -46,7 +46,9 @@ from jax.interpreters import pxla
 
 from reasonkit import attention
 
-CHUNK_BYTES = 256 * 2**20  # float32 logits of one chunk, per device
+# float32 logits of one chunk, per device, read when a loss is traced: sized for the TPU
+# presets' memory; a GPU with memory to spare runs faster with 2**30 (docs/performance.md)
+CHUNK_BYTES = 256 * 2**20
 # Differentiated chunks take their gradient in the forward (_chunk_grad_in_forward); False:
 # jax.checkpoint's recompute (the path before; benchmarks/mfu.py times both).
 GRAD_IN_FORWARD = True
@@ -64,12 +66,14 @@ def gradient_path(in_forward: bool):
         GRAD_IN_FORWARD = old
 
 
-def chunk_positions(rows: int, vocab: int, length: int, chunk_bytes: int = CHUNK_BYTES) -> int:
-    """Positions per chunk: about ``chunk_bytes`` of float32 logits, a power of two (or all).
+def chunk_positions(rows: int, vocab: int, length: int, chunk_bytes: int | None = None) -> int:
+    """Positions per chunk: about ``chunk_bytes`` (``CHUNK_BYTES`` as it is when called) of
+    float32 logits, a power of two (or all).
 
     ``rows x vocab`` is what one device computes per position: all rows of the batch over
     its share of the vocabulary (:func:`token_log_probs` splits the vocabulary).
     """
+    chunk_bytes = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
     fit = max(1, chunk_bytes // (4 * max(1, rows) * vocab))
     if fit >= length:
         return length

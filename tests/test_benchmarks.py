@@ -136,6 +136,20 @@ def test_mfu_times_each_variant_on_the_same_weights_and_counts_the_model_flops()
     assert "| chunked+remat |" in mfu.table(r)
 
 
+def test_mfu_traces_a_variant_per_loss_chunk_size_and_restores_the_packages():
+    """``--chunk-mib``: each size is its own variant (16 chunks of 4 positions here against
+    the package's one), with the same loss; ``logprobs.CHUNK_BYTES`` is the package's after."""
+    from reasonkit import logprobs
+
+    before = logprobs.CHUNK_BYTES
+    r = mfu.measure("tiny", batch=2, seq=64, steps=1, impls=("tunix",), remats=(False,),
+                    chunk_mibs=(None, 1 / 64), log=lambda s: None)
+    assert set(r["variants"]) == {"tunix", "tunix+chunk0.015625M"}
+    a, b = (v["loss"] for v in r["variants"].values())
+    assert a == pytest.approx(b, rel=1e-6) and 0 < a < 10
+    assert logprobs.CHUNK_BYTES == before
+
+
 def test_mfu_leaves_out_a_variant_that_has_not_compiled_by_the_deadline():
     import time
 

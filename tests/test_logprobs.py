@@ -74,6 +74,16 @@ def test_chunks_give_the_same_log_probs():
                                rtol=1e-5, atol=1e-5)
 
 
+def test_chunk_positions_follow_chunk_bytes_as_set_when_called(monkeypatch):
+    """A GPU with memory to spare takes bigger chunks by setting ``logprobs.CHUNK_BYTES``
+    (1 GiB: Gemma 3 1B's [32, 1024] SFT step 0.396 -> 0.410 MFU on an H200)."""
+    rows, vocab = 32, 262144
+    assert logprobs.chunk_positions(rows, vocab, 1023) == 8  # 256 MiB of float32 logits
+    monkeypatch.setattr(logprobs, "CHUNK_BYTES", 2**30)
+    assert logprobs.chunk_positions(rows, vocab, 1023) == 32
+    assert logprobs.chunk_positions(rows, vocab, 1023, chunk_bytes=2**20) == 1  # an explicit size wins
+
+
 def _weighted_log_probs(flag, hidden, emb, targets, w, **kw):
     """sum(w * log p) (+ 0.3 sum(w^2 * entropy)), the gradient taken in the forward or not (``flag``)."""
     with logprobs.gradient_path(flag):
