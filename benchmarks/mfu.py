@@ -33,6 +33,7 @@ run): variants still compiling then are reported as not compiled, the rest are t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib.util
 import itertools
@@ -42,6 +43,7 @@ import statistics
 import sys
 import time
 from typing import Any
+from unittest import mock
 
 import jax
 from flax import nnx
@@ -120,19 +122,17 @@ def measure(preset_name: str, batch: int, seq: int, steps: int, impls: tuple[str
                 if only is not None and name not in only:
                     continue
                 t0 = time.perf_counter()
-                chunk_bytes = logprobs.CHUNK_BYTES
+                # both are read when the step is traced, and restored after it
+                chunk = (mock.patch.object(logprobs, "CHUNK_BYTES", int(mib * 2**20)) if mib is not None
+                         else contextlib.nullcontext())
                 try:
                     graphdef, _, _ = nnx.split(attention.use(abstract, impl), nnx.LoRAParam, ...)
-                    if mib is not None:  # read when the step is traced, as the gradient path is
-                        logprobs.CHUNK_BYTES = int(mib * 2**20)
-                    with logprobs.gradient_path(LOSSES[loss]):
+                    with logprobs.gradient_path(LOSSES[loss]), chunk:
                         lowered[name] = sft_step(graphdef).lower(*state, x)
                     log(f"{name}: traced in {time.perf_counter() - t0:.1f} s")
                 except Exception as e:  # noqa: BLE001 - reported, and the others still run
                     failed[name] = bench.error_text(e)
                     log(f"{name}: failed to trace: {failed[name]}")
-                finally:
-                    logprobs.CHUNK_BYTES = chunk_bytes
     # all variants compile at once, each given compile_timeout seconds
     if deadline is not None:
         compile_timeout = max(0.0, min(compile_timeout, deadline - time.perf_counter()))
