@@ -384,14 +384,14 @@ def old_new_table(r: dict[str, Any]) -> str:
 # --- report -------------------------------------------------------------------------------
 
 
-def machine() -> dict[str, Any]:
+def machine(step_memory: str | None = None) -> dict[str, Any]:
     import jax
 
     d = jax.devices()[0]
     return {"platform": d.platform, "device_kind": d.device_kind, "devices": jax.device_count(),
             "cpu_count": os.cpu_count(), "processor": platform.processor() or platform.machine(),
             "load_average_1m": os.getloadavg()[0], "jax": jax.__version__,
-            "python": platform.python_version()}
+            "python": platform.python_version(), "step_memory": step_memory}
 
 
 def table(r: dict[str, Any]) -> str:
@@ -438,11 +438,18 @@ def main(argv=None) -> dict[str, Any]:
                     "to start GRPO from (copied; default: train them, about 4 minutes)")
     ap.add_argument("--grpo-steps", type=int, default=24, help="(f): GRPO steps per path")
     ap.add_argument("--widths", default="128,512,1024", help="(f): SFT model widths")
+    ap.add_argument("--step-memory", choices=("kept", "glibc"), default="kept",
+                    help="kept: as the notebooks run (hardware.keep_step_memory); glibc: "
+                         "its defaults, each step's temporaries mapped fresh")
     args = ap.parse_args(argv)
+    # First, before JAX starts its backends; in a process where they started it says so.
+    step_memory = hardware.keep_step_memory(
+        env={"REASONKIT_KEEP_STEP_MEMORY": "1" if args.step_memory == "kept" else "0"})
+    print(step_memory, flush=True)
     if args.max_length < 64:
         ap.error(f"--max-length {args.max_length}: must be at least 64")
     if args.old_new == "only":
-        return old_new_only(args)
+        return old_new_only(args, step_memory)
     t0 = time.time()
     preset = get_preset("tiny")
     vocab = preset.model.vocab_size
@@ -453,7 +460,7 @@ def main(argv=None) -> dict[str, Any]:
         lengths = [(max(4, p // 2), max(2, c // 2)) for p, c in lengths]
     pairs = synth_pairs(lengths, vocab)
     results: dict[str, Any] = {"when": datetime.datetime.now().isoformat(timespec="seconds"),
-                               "quick": args.quick, "machine": machine(),
+                               "quick": args.quick, "machine": machine(step_memory),
                                "model": "tiny preset (6-layer Gemma 3 architecture, D=128)",
                                "lengths": {"prompt_mean": float(np.mean([p for p, _ in lengths])),
                                            "completion_mean": float(np.mean([c for _, c in lengths])),
@@ -493,12 +500,12 @@ def old_new(args) -> dict[str, Any]:
     return out
 
 
-def old_new_only(args) -> dict[str, Any]:
+def old_new_only(args, step_memory: str) -> dict[str, Any]:
     """Run (f) alone and put it into ``--out`` beside the other sections already there."""
     out = pathlib.Path(args.out)
     results = json.loads(out.read_text()) if out.is_file() else {}
     results["old_new"] = {"when": datetime.datetime.now().isoformat(timespec="seconds"),
-                          "machine": machine(), **old_new(args)}
+                          "machine": machine(step_memory), **old_new(args)}
     out.write_text(json.dumps(results, indent=2, default=float) + "\n")
     return results
 

@@ -373,7 +373,8 @@ class Session:
 
 def start_session(root: str | os.PathLike | None = None, *, inputs: str | os.PathLike = KAGGLE_INPUT,
                   env: Mapping[str, str] | None = None) -> Session:
-    """Before anything else in a session: Drive, restored runs, compilation cache, deadline.
+    """Before anything else in a session: Drive, restored runs, compilation cache, deadline,
+    and on a CPU, step memory kept between steps (:func:`reasonkit.hardware.keep_step_memory`).
 
     On several hosts, after :func:`reasonkit.mesh.init_distributed` (process 0 restores and
     writes the session's files, the others wait for it).
@@ -387,6 +388,9 @@ def start_session(root: str | os.PathLike | None = None, *, inputs: str | os.Pat
     cache = use_compilation_cache(root)
     print(f"runs in {root.absolute()}; compiled programs kept in {cache}")
     deadline = session_deadline(root, env=env)
+    from reasonkit import hardware  # imports the model code; runs.py alone does not need it
+
+    print(hardware.keep_step_memory(env=env))
     sync("session started")  # several processes: process 0 has restored the runs
     return Session(root, deadline, restored, cache)
 

@@ -1,6 +1,11 @@
 """Hardware detection, the peak table, the matmul benchmark and the memory budget."""
 
 import dataclasses
+import json
+import os
+import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -18,6 +23,8 @@ from reasonkit.config import (
 )
 from reasonkit.config import get_preset as PRESET_OF
 from reasonkit.hardware import GiB, from_name, memory_budget
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 # --- detection -----------------------------------------------------------------------------
 
@@ -93,6 +100,77 @@ def test_format_bytes():
     assert hwmod.format_bytes(9.996 * 1024) == "10.0 KiB"
     assert hwmod.format_bytes(99.96 * 2**20) == "100 MiB"
 
+
+
+# A program whose temporaries (two [2048, 4096] float32 cumulative sums, 66 MiB) are one block
+# larger than glibc maps from its heap by default; minor page faults per call after warm-up.
+_STEP_MEMORY = """
+import json, resource, sys
+from reasonkit import hardware
+said = hardware.keep_step_memory(env={"REASONKIT_KEEP_STEP_MEMORY": sys.argv[1]})
+import jax, jax.numpy as jnp
+
+@jax.jit
+def f(x):
+    a = jnp.cumsum(x, 0)
+    return (jnp.cumsum(a.T, 0)[::64, ::64] * x.T[::64, ::64]).sum()
+
+x = jnp.ones((2048, 4096), jnp.float32) / 4096
+outs = [f(x).item() for _ in range(4)]
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+outs += [f(x).item() for _ in range(5)]
+faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 5
+print(json.dumps({"said": said, "faults": faults, "outs": outs,
+                  "temp": f.lower(x).compile().memory_analysis().temp_size_in_bytes}))
+"""
+
+
+def test_kept_step_memory_ends_the_page_faults_of_each_call_and_changes_no_number():
+    def process(keep: str) -> dict:
+        env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
+        out = subprocess.run([sys.executable, "-c", _STEP_MEMORY, keep], env=env, cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout
+        return json.loads(out.splitlines()[-1])
+
+    kept, fresh = process("1"), process("0")
+    assert kept["said"].startswith("step memory: kept between steps"), kept["said"]
+    assert fresh["said"] == "step memory: left to glibc (REASONKIT_KEEP_STEP_MEMORY=0)"
+    assert kept["temp"] > 64 * 2**20  # over what glibc would keep without being asked
+    pages = kept["temp"] / 4096
+    assert fresh["faults"] > pages / 2  # glibc maps the block fresh for every call...
+    assert kept["faults"] < pages / 50  # ...and kept, the next call finds it there
+    assert kept["outs"] == fresh["outs"]  # the same numbers, bit for bit
+
+
+class _Libc:
+    def __init__(self, answer: int = 1):
+        self.calls, self.answer = [], answer
+
+    def mallopt(self, param: int, value: int) -> int:
+        self.calls.append((param, value))
+        return self.answer
+
+
+def test_keep_step_memory_leaves_a_process_whose_backends_already_started():
+    import jax
+
+    jax.devices()  # started, with JAX's default async dispatch (this test process never changes it)
+    libc = _Libc()
+    said = hwmod.keep_step_memory(env={}, libc=libc)
+    assert "backends started before keep_step_memory" in said and libc.calls == []
+    said = hwmod.keep_step_memory(env={"REASONKIT_KEEP_STEP_MEMORY": "0"}, libc=libc)
+    assert said.endswith("(REASONKIT_KEEP_STEP_MEMORY=0)") and libc.calls == []
+
+
+
+def test_cpu_only_without_a_setting_looks_for_an_accelerator_runtime(monkeypatch):
+    import importlib.util
+
+    assert hwmod.cpu_only("") is True  # this venv: jaxlib alone
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "libtpu"
+                        else real(name, *a))
+    assert hwmod.cpu_only("") is False and hwmod.cpu_only("cpu") is True
 
 # --- the budget by hand ------------------------------------------------------------------
 

@@ -235,11 +235,12 @@ def test_start_session_restores_then_caches_then_fixes_the_deadline(tmp_path, mo
     make_run_tree(tmp_path / "input" / "prev" / "runs", "r", finished=("data",))
     monkeypatch.setattr(runs, "use_compilation_cache", lambda root: pathlib.Path(root) / ".jax_cache")
     s = runs.start_session(tmp_path / "runs", inputs=tmp_path / "input",
-                           env={"REASONKIT_DEADLINE_HOURS": "1"})
+                           env={"REASONKIT_DEADLINE_HOURS": "1", "REASONKIT_KEEP_STEP_MEMORY": "0"})
     assert s.root == tmp_path / "runs" and (tmp_path / "runs" / "r" / "data" / "finished.json").is_file()
     assert abs(s.deadline - (time.time() + 3600)) < 60
     out = capsys.readouterr().out
     assert out.index("restored r") < out.index("runs in") < out.index("session deadline")
+    assert "step memory: left to glibc (REASONKIT_KEEP_STEP_MEMORY=0)" in out  # the env it was given
 
 
 def test_colab_drive_is_mounted_when_the_runs_root_is_on_it(tmp_path):
