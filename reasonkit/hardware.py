@@ -332,8 +332,8 @@ def keep_step_memory(env: Mapping[str, str] | None = None, libc: Any = None) -> 
       kernel (``M_TRIM_THRESHOLD`` -1), so the freed block is still there for the next
       call, also when another program ran in between (a GRPO step's rollout, reference
       forward and update; the benchmark's two SFT steps). The cost: the process keeps
-      the most it ever held, for later allocations to reuse (the tiny series: about
-      2 GiB).
+      the most it ever held, for later allocations to reuse (the tiny demo's largest
+      process: 3.5 GiB at its peak).
 
     The numbers computed are the same, bit for bit. The flag must be set before JAX
     starts its backends, so call this first in a process (:func:`reasonkit.runs.start_session`
