@@ -22,7 +22,7 @@ orbax-checkpoint and google-tunix (plus libtpu on a TPU VM) must be the versions
 attached wheels dataset when there is one, else from the package index, with pip's
 progress shown) and checked again, and the cell stops naming anything still different.
 If one of them was imported before the install, the cell stops and says to restart the
-runtime. Last, :func:`reasonkit.runs.start_session` restores earlier runs from the Kaggle
+runtime. Last, :func:`reasonkit.runtime.session.start_session` restores earlier runs from the Kaggle
 inputs, fixes the session's deadline and turns on the compilation cache.
 
 >>> requirements(tpu=False)[:2], requirements(tpu=True)[:1], requirements(tpu=True)[-1]
@@ -377,8 +377,8 @@ def setup(*, cwd: str | os.PathLike | None = None, kaggle_input: str | os.PathLi
     print("tested stack: " + ", ".join(f"{n} {v}" for n, v in wanted.items()), flush=True)
     if session:
         importlib.invalidate_caches()
-        runs = importlib.import_module("reasonkit.runs")
-        runs.start_session()
+        session = importlib.import_module("reasonkit.runtime.session")
+        session.start_session()
     return source
 
 

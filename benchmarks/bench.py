@@ -43,8 +43,10 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from reasonkit import collate, compiles, data, hardware, models, runs, testing, train  # noqa: E402
+from reasonkit import collate, data, models, testing, train
 from reasonkit.config import get_preset  # noqa: E402
+from reasonkit.runtime import compiles, hardware, runs  # noqa: E402
+from reasonkit.tunix_patches import cpu_memory  # noqa: E402
 
 # benchmarks/attention.py as a module (benchmarks/ is not a package): its SFT step and FLOPs
 _spec = importlib.util.spec_from_file_location("attention_bench", ROOT / "benchmarks" / "attention.py")
@@ -439,11 +441,11 @@ def main(argv=None) -> dict[str, Any]:
     ap.add_argument("--grpo-steps", type=int, default=24, help="(f): GRPO steps per path")
     ap.add_argument("--widths", default="128,512,1024", help="(f): SFT model widths")
     ap.add_argument("--step-memory", choices=("kept", "glibc"), default="kept",
-                    help="kept: as the notebooks run (hardware.keep_step_memory); glibc: "
+                    help="kept: as the notebooks run (tunix_patches.cpu_memory.keep_step_memory); glibc: "
                          "its defaults, each step's temporaries mapped fresh")
     args = ap.parse_args(argv)
     # First, before JAX starts its backends; in a process where they started it says so.
-    step_memory = hardware.keep_step_memory(
+    step_memory = cpu_memory.keep_step_memory(
         env={"REASONKIT_KEEP_STEP_MEMORY": "1" if args.step_memory == "kept" else "0"})
     print(step_memory, flush=True)
     if args.max_length < 64:

@@ -33,8 +33,9 @@ sys.path.insert(0, str(ROOT))
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from reasonkit import evaluate, masks, models, plots, runs, testing, train  # noqa: E402
+from reasonkit import evaluate, masks, models, plots, testing, train
 from reasonkit.config import Preset, get_preset  # noqa: E402
+from reasonkit.runtime import runs  # noqa: E402
 
 PRESET = "gemma3-270m"
 
@@ -159,7 +160,7 @@ def pipeline(preset: Preset, root: str | os.PathLike, stages=("grpo",), *,
             out["export"] = timed("export", train.export, result, preset, run)
             out["export_logits"] = forward(models.load_model(out["export"]["merged"], preset.model))
         del result
-        train.free()
+        models.free()
     out["eval"], seconds = timed("eval", evaluate.evaluate_run, preset, run, stages)
     evaluate.save_run(run, preset, out["eval"], seconds,
                       plots.eval_tables(out["eval"], preset.eval.num_samples))

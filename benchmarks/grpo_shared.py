@@ -11,7 +11,8 @@ random adapters, remat as the preset has it) and a GRPO batch of its shapes:
 half to all of it), each repeated ``grpo.num_generations`` times as Tunix's learner
 repeats them, and a different answer per row (length drawn up to
 ``grpo.max_generation_length``, EOS, then padding). Two programs each for ``group`` = 1
-(Tunix's way: every row whole) and ``group`` = G (:func:`reasonkit.logprobs.shared_prompt_hidden`):
+(Tunix's way: every row whole) and ``group`` = G
+(:func:`reasonkit.tunix_patches.logprobs.shared_prompt_hidden`):
 
 - **update**: the sum of the answers' log-probabilities and its gradient in the LoRA
   parameters, through ``logprobs.grpo_compute_per_token_logps`` (what GRPO's policy loss
@@ -42,8 +43,9 @@ from flax import nnx
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from reasonkit import logprobs, models  # noqa: E402
+from reasonkit import models
 from reasonkit.config import Preset, get_preset  # noqa: E402
+from reasonkit.tunix_patches import logprobs  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("attention_bench", ROOT / "benchmarks" / "attention.py")
 bench = importlib.util.module_from_spec(_spec)

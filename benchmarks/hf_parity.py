@@ -43,7 +43,7 @@ import jax.numpy as jnp  # noqa: E402
 from flax import nnx  # noqa: E402
 from safetensors.numpy import save_file  # noqa: E402
 
-from reasonkit import data, masks, models  # noqa: E402
+from reasonkit import data, masks, models, template  # noqa: E402
 from reasonkit.config import LoraConfig, ModelConfig, get_preset  # noqa: E402
 
 LORA = LoraConfig(rank=4, alpha=8.0)
@@ -183,10 +183,10 @@ def check_chat(path, hf):
     tok = AutoTokenizer.from_pretrained(path)
     sp = models.load_tokenizer(path / "tokenizer.model")
     q = "Sort 3 1 2 from smallest to largest."
-    messages = [{"role": "user", "content": f"{data.INSTRUCTION}\n{q}"}]
+    messages = [{"role": "user", "content": f"{template.INSTRUCTION}\n{q}"}]
     ids = tok.apply_chat_template(messages, add_generation_prompt=True, return_dict=True,
                                   return_tensors="pt")["input_ids"]
-    same = ids[0].tolist() == [sp.bos_id()] + sp.EncodeAsIds(data.format_prompt(q))
+    same = ids[0].tolist() == [sp.bos_id()] + sp.EncodeAsIds(template.format_prompt(q))
     # Random weights never choose <end_of_turn>: force it as the first token; generate() must
     # then stop there, through the export's generation_config.json alone.
     eot = sp.PieceToId(data.END_OF_TURN)

@@ -5,7 +5,7 @@ Run from the repository root on a machine with an accelerator::
     python benchmarks/mfu.py --preset gemma3-1b --batch 8 --seq 1024 --out mfu.json
 
 One process, one device: the preset's architecture (random weights in its dtype) with its
-LoRA, and the step the SFT stage jits: ``reasonkit.logprobs.sft_loss`` (the final hidden
+LoRA, and the step the SFT stage jits: ``reasonkit.tunix_patches.logprobs.sft_loss`` (the final hidden
 states, then the vocabulary projection and log-softmax a chunk of positions at a time)
 and its gradient with respect to the LoRA parameters, the optimizer's few elementwise ops
 left out. Each attention implementation (``--impls``) and remat setting (``--remat``)
@@ -51,8 +51,10 @@ from flax import nnx
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from reasonkit import attention, hardware, logprobs, models  # noqa: E402
+from reasonkit import models
 from reasonkit.config import get_preset  # noqa: E402
+from reasonkit.runtime import hardware
+from reasonkit.tunix_patches import attention, logprobs  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("attention_bench", ROOT / "benchmarks" / "attention.py")
 bench = importlib.util.module_from_spec(_spec)

@@ -37,8 +37,10 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from reasonkit import data, evaluate, models, runs, tasks, template, tiny, train  # noqa: E402
+from reasonkit import data, evaluate, models, tasks, template, train  # noqa: E402
 from reasonkit.config import env_overrides, get_preset  # noqa: E402
+from reasonkit.models import tiny  # noqa: E402
+from reasonkit.runtime import runs, session  # noqa: E402
 
 STAGES = ("sft", "dpo", "grpo")  # the base scores 0%: it never writes the tags
 FRESH_SEED = 50_000  # task seeds from here on: apart from the pool's and pretraining's
@@ -107,13 +109,13 @@ def heldout_sets(preset, splits: data.Splits, count, n_fresh: int) -> dict[str, 
 
 def greedy_accuracy(preset, run: runs.RunDir, stage: str, records: list[dict]) -> np.ndarray:
     """Per prompt: is the greedy answer right (format and value)?"""
-    _, policy, tok, _ = train.load_policy(preset, run, stage, None)
+    _, policy, tok, _ = models.load_policy(preset, run, stage, None)
     sampler = evaluate.make_sampler(policy, tok, preset.model, preset.eval)
     prompts = [template.format_prompt(r["prompt"]) for r in records]
     out = evaluate.generate(sampler, prompts, preset.eval, models.stop_token_ids(tok),
                             desc=f"{stage}: greedy")
     del policy, sampler
-    train.free()
+    models.free()
     return np.array([evaluate.score(r, t)["correct"] for r, t in zip(records, out, strict=True)])
 
 
@@ -192,7 +194,7 @@ def main(argv=None) -> dict[str, Any]:
     args = ap.parse_args(argv)
     if args.quick:
         args.seeds, args.fresh = args.seeds[:2], 4
-    root = pathlib.Path(args.root) if args.root else runs.default_root() / "seeds"
+    root = pathlib.Path(args.root) if args.root else session.default_root() / "seeds"
     out = pathlib.Path(args.out or (root / "seeds-quick.json" if args.quick
                                     else ROOT / "benchmarks" / "seeds.json"))
     results: dict[int, dict[str, dict[str, float]]] = {}
@@ -210,7 +212,7 @@ def main(argv=None) -> dict[str, Any]:
         for stage in STAGES:
             t = time.time()
             train.train_or_load(preset, run, stage)
-            train.free()
+            models.free()
             got = scores(preset, run, stage, sets)
             results[seed][stage] = {k: v["accuracy"] for k, v in got.items()}
             by_domain[seed][stage] = {k: v["by_domain"] for k, v in got.items()}

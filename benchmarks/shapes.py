@@ -8,7 +8,7 @@ constraints on as on a TPU, and abstract weights (no checkpoint is downloaded). 
 bytes) and ``benchmarks/shapes.md`` (the table the README quotes), after each check, so
 an interrupted run keeps what it measured; ``--resume`` skips the checks already there.
 ``--reestimate`` compiles nothing: it recomputes the estimate columns from the stored
-compiler figures (seconds), after a change to ``hardware.memory_budget``.
+compiler figures (seconds), after a change to ``budget.memory_budget``.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from reasonkit import hardware, shapes  # noqa: E402
+from reasonkit import budget, shapes  # noqa: E402
 from reasonkit.config import PRESETS, get_preset  # noqa: E402
+from reasonkit.runtime import hardware  # noqa: E402
 
 GEMMA_PRESETS = [name for name in PRESETS if name != "tiny"]
 
@@ -47,13 +48,13 @@ def reuse(result: dict, name: str) -> dict:
     hw = hardware.from_name(preset.hardware)
     return reestimate({**result, "preset": name, "hardware": hw.name,
                        "capacity": hw.memory_per_device,
-                       "fits": result["peak"] <= hardware.FIT_FRACTION * hw.memory_per_device,
+                       "fits": result["peak"] <= budget.FIT_FRACTION * hw.memory_per_device,
                        "same_programs_as": result["preset"], "seconds": 0.0})
 
 
 def reestimate(result: dict) -> dict:
     """``result`` with its estimates and ratio recomputed by the current
-    :func:`reasonkit.hardware.memory_budget` (the compiler's figures kept as measured)."""
+    :func:`reasonkit.budget.memory_budget` (the compiler's figures kept as measured)."""
     if "error" in result:
         return result
     preset = get_preset(result["preset"])

@@ -75,9 +75,11 @@ source = reasonkit_bootstrap.setup()  # reasonkit, the tested JAX stack, this se
 import jax
 import matplotlib.pyplot as plt
 
-from reasonkit import hardware, mesh, plots
+from reasonkit import plots
+from reasonkit.budget import budget_table, memory_budget
 from reasonkit.config import get_preset
-from reasonkit.runs import RunDir
+from reasonkit.runtime import hardware, mesh
+from reasonkit.runtime.runs import RunDir
 
 mesh.init_distributed()  # a no-op on one host; joins the pod on several
 preset = get_preset()  # $REASONKIT_PRESET ("auto": from the hardware), $REASONKIT_OVERRIDES
@@ -123,14 +125,14 @@ if bench["peak_flops_per_s"]:
 # %%
 from IPython.display import Markdown, display
 
-rows = hardware.budget_table(preset, hw)
+rows = budget_table(preset, hw)
 display(Markdown(plots.budget_table(rows)))
 
 # %%
 if preset.hardware != "cpu":
     target = hardware.from_name(preset.hardware)
     print(f"on the preset's target, {target.name}:")
-    display(Markdown(plots.budget_table(hardware.budget_table(preset, target))))
+    display(Markdown(plots.budget_table(budget_table(preset, target))))
 
 # %% [markdown]
 # ## What the compiler says
@@ -153,7 +155,7 @@ for stage in ["sft"]:  # also "dpo", "grpo", "rollout", "eval": a minute or two 
 
 # %%
 for stage in ("sft", "dpo", "grpo", "eval"):
-    budget = hardware.memory_budget(preset, stage, hw=hw)
+    budget = memory_budget(preset, stage, hw=hw)
     print(f"{stage:5s} {'fits' if budget.fits else 'DOES NOT FIT'}: "
           f"{hardware.format_bytes(budget.total)} of {hardware.format_bytes(budget.capacity)}")
     for advice in budget.advice()[:3]:
@@ -199,7 +201,7 @@ assert bench["flops_per_s"] > 0, bench
 assert [r["stage"] for r in rows] == ["sft", "dpo", "grpo", "eval"], [r["stage"] for r in rows]
 assert all(r["total"] > 0 and r["capacity"] > 0 for r in rows), rows
 sized_for = hw if preset.hardware == "cpu" else hardware.from_name(preset.hardware)
-too_big = [r["stage"] for r in hardware.budget_table(preset, sized_for) if not r["fits"]]
+too_big = [r["stage"] for r in budget_table(preset, sized_for) if not r["fits"]]
 assert not too_big, f"{too_big} do not fit {sized_for.name}, the machine {preset.name!r} is sized for"
 print(f"checked: {hw.device_count} device(s); a budget for every stage; all fit {sized_for.name}")
 

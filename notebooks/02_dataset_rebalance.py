@@ -60,7 +60,7 @@ from IPython.display import Markdown, display
 
 from reasonkit import data, models, plots, template
 from reasonkit.config import get_preset
-from reasonkit.runs import RunDir, finish_data
+from reasonkit.runtime.runs import RunDir, finish_data
 
 preset = get_preset()  # $REASONKIT_PRESET (default "auto": tiny on a CPU), $REASONKIT_OVERRIDES
 run = RunDir.create()

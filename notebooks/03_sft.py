@@ -62,9 +62,11 @@ import dataclasses
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
-from reasonkit import data, evaluate, hardware, mesh, plots, train
+from reasonkit import data, evaluate, models, plots, train
+from reasonkit.budget import memory_budget
 from reasonkit.config import get_preset
-from reasonkit.runs import RunDir, checkpoint_dir
+from reasonkit.runtime import hardware, mesh
+from reasonkit.runtime.runs import RunDir, checkpoint_dir
 
 mesh.init_distributed()  # a no-op on one host; joins the pod on several
 preset = get_preset()  # $REASONKIT_PRESET (default "auto": tiny on a CPU), $REASONKIT_OVERRIDES
@@ -85,7 +87,7 @@ print(f"run {run.path}: {len(splits.sft)} SFT records; SFT starts from the base 
 for key, value in dataclasses.asdict(preset.sft).items():
     print(f"  {key:18s} {value}")
 print(f"  LoRA rank {preset.lora.rank}, alpha {preset.lora.alpha}, qlora {preset.lora.qlora}")
-budget = hardware.memory_budget(preset, "sft")
+budget = memory_budget(preset, "sft")
 print(f"memory: about {hardware.format_bytes(budget.total)} per device of "
       f"{hardware.format_bytes(budget.capacity)}: {'fits' if budget.fits else 'DOES NOT FIT'}")
 
@@ -96,7 +98,7 @@ print(f"memory: about {hardware.format_bytes(budget.total)} per device of "
 # model does: what you see below is the base model.
 
 # %%
-base, model, tok, _ = train.load_policy(preset, run, None, mesh=None)
+base, model, tok, _ = models.load_policy(preset, run, None, mesh=None)
 print(f"{preset.model.num_params / 1e6:.1f}M base parameters, tokenizer of {tok.GetPieceSize()} "
       f"pieces; LoRA on {preset.lora.module_path!r}")
 
@@ -126,7 +128,7 @@ print(f"rank {preset.lora.rank}, alpha {preset.lora.alpha}: the adapters' output
 
 # %% [markdown]
 # DPO and GRPO also need a frozen **reference** model: the policy as the stage found it.
-# It costs no second copy of the base. `train.frozen_reference` puts a second set of
+# It costs no second copy of the base. `models.frozen_reference` puts a second set of
 # adapters (restored from the stage before, then never given to an optimizer) on the
 # *same* base model object, so the reference and the policy hold the very same base
 # arrays, and only the adapters are extra. Tunix's RL cluster checks exactly this (by
@@ -136,7 +138,7 @@ print(f"rank {preset.lora.rank}, alpha {preset.lora.alpha}: the adapters' output
 # %%
 from tunix.rl.utils import is_sharing_backbone
 
-reference = train.frozen_reference(base, preset, None, None, mesh=None)  # as DPO and GRPO build it
+reference = models.frozen_reference(base, preset, None, None, mesh=None)  # as DPO and GRPO build it
 print("the reference's base weights are the policy's own arrays:", is_sharing_backbone(reference, model))
 del reference
 
@@ -188,7 +190,7 @@ before = evaluate.show_completions(model, tok, EXAMPLES, preset.model, preset.ev
 
 # %%
 del model, base
-train.free()
+models.free()
 
 # %% [markdown]
 # ## Train
@@ -223,7 +225,7 @@ train.free()
 #
 # - **The loss**: Tunix's default SFT loss builds `one_hot(target, vocab)` and a
 #   full-vocabulary `log_softmax`, several float32 `[B, S, V]` buffers per step (4 GiB
-#   each for 4 rows of 1024 Gemma tokens). `reasonkit.logprobs.sft_loss` computes the
+#   each for 4 rows of 1024 Gemma tokens). `reasonkit.tunix_patches.logprobs.sft_loss` computes the
 #   same cross-entropy a chunk of positions at a time.
 # - **The model inputs**: `train.gen_model_input_fn` turns a batch into the causal
 #   attention mask and positions from its padding (block-causal per example when
@@ -234,7 +236,7 @@ train.free()
 #   warm-up + cosine schedule, its learning rate logged.
 # - **The attention**: Tunix's Gemma computes every layer's `[B, T, N, S]` logits and
 #   softmax whole, in the backward too. `model.attention="chunked"` (every preset;
-#   `reasonkit.attention`) computes the same numbers a block of 64 queries at a time,
+#   `reasonkit.tunix_patches.attention`) computes the same numbers a block of 64 queries at a time,
 #   each against only the keys it can see (none after it, none before a local layer's
 #   window): 2.3x the forward + backward on packed rows of 1024 (`docs/performance.md`).
 #
@@ -259,7 +261,7 @@ display(Markdown(plots.parts_table({
     "optimizer state (LoRA params only)": trainer.optimizer})))
 display(Markdown(plots.config_table(trainer.config)))
 del stage, trainer
-train.free()
+models.free()
 
 # %%
 RETRAIN = False  # True: delete this run's SFT checkpoints and metrics, and train again
@@ -298,7 +300,7 @@ else:
 # ## What this stage left behind
 # `runs/<run>/sft/` now holds the Orbax checkpoints of the adapters (Tunix's
 # `CheckpointManager` restores them, which is what `04_dpo` does through
-# `train.load_policy(preset, run, "sft", mesh)`), `metrics.jsonl`, TensorBoard logs, the
+# `models.load_policy(preset, run, "sft", mesh)`), `metrics.jsonl`, TensorBoard logs, the
 # plot, `settings.json` and `finished.json`. A merged Hugging Face model is exported
 # once, at the end of `05_grpo`.
 

@@ -63,9 +63,11 @@ import dataclasses
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
-from reasonkit import data, evaluate, hardware, mesh, plots, train
+from reasonkit import data, evaluate, models, plots, train
+from reasonkit.budget import memory_budget
 from reasonkit.config import get_preset
-from reasonkit.runs import RunDir, start_from
+from reasonkit.runtime import hardware, mesh
+from reasonkit.runtime.runs import RunDir, start_from
 
 mesh.init_distributed()  # a no-op on one host; joins the pod on several
 preset = get_preset()  # $REASONKIT_PRESET (default "auto": tiny on a CPU), $REASONKIT_OVERRIDES
@@ -85,7 +87,7 @@ print(f"run {run.path}: {len(splits.dpo)} preference pairs; DPO starts from the 
 # %%
 for key, value in dataclasses.asdict(preset.dpo).items():
     print(f"  {key:20s} {value}")
-budget = hardware.memory_budget(preset, "dpo")
+budget = memory_budget(preset, "dpo")
 print(f"memory: about {hardware.format_bytes(budget.total)} per device of "
       f"{hardware.format_bytes(budget.capacity)}: {'fits' if budget.fits else 'DOES NOT FIT'}")
 
@@ -94,7 +96,7 @@ print(f"memory: about {hardware.format_bytes(budget.total)} per device of "
 # The base weights with the SFT adapters restored from `runs/<run>/sft/checkpoints`.
 
 # %%
-_, model, tok, _ = train.load_policy(preset, run, start, mesh=None)
+_, model, tok, _ = models.load_policy(preset, run, start, mesh=None)
 print(f"{preset.model.num_params / 1e6:.1f}M base parameters + LoRA rank {preset.lora.rank} "
       f"adapters from {start}")
 
@@ -129,7 +131,7 @@ for part in ("prompt", "chosen", "rejected"):
 EXAMPLES = evaluate.pick_examples(splits.eval)  # math, coding, summarization if present
 before = evaluate.show_completions(model, tok, EXAMPLES, preset.model, preset.eval, start.upper())
 del model
-train.free()  # the trainer loads its own copy onto the DPO mesh
+models.free()  # the trainer loads its own copy onto the DPO mesh
 
 # %% [markdown]
 # ## How DPO learns, and what it logs
@@ -171,10 +173,11 @@ train.free()  # the trainer loads its own copy onto the DPO mesh
 #
 # - **The log-probabilities**: Tunix computes each response's log-probability from the
 #   full-vocabulary logits upcast to float32 (`compute_logps`). While DPO's loss and the
-#   reference's forward (in `_prepare_inputs`) are traced, `train.chunked_log_probs` swaps
-#   in `reasonkit.logprobs.dpo_compute_logps`: the same numbers, a chunk of positions at
-#   a time. That is the `_chunked(...)` around both below.
-# - **The reference**: `train.frozen_reference`, the SFT adapters restored and frozen on
+#   reference's forward (in the trainer's input preparation) are traced,
+#   `tunix_patches.loss_swap.chunked_log_probs` swaps in `tunix_patches.logprobs.dpo_compute_logps`:
+#   the same numbers, a chunk of positions at a time. That is the `chunked(...)` around the
+#   loss below (`tunix_patches.PATCHES` lists every such patch).
+# - **The reference**: `models.frozen_reference`, the SFT adapters restored and frozen on
 #   the policy's own base arrays (`03_sft`, "LoRA"); Tunix takes any model.
 # - **The batches**: `reasonkit.collate.DPOCollator`, the prompt left-padded and each
 #   response right-padded to fixed lengths (the pair above).
@@ -183,11 +186,10 @@ train.free()  # the trainer loads its own copy onto the DPO mesh
 stage = train.build_stage(preset, "dpo", None, weights="abstract")  # built, not trained
 trainer = stage.trainer
 display(Markdown(plots.parts_table({
-    "trainer": trainer, "loss": trainer.loss_fn, "batch preparation (reference)": trainer._prepare_inputs,
-    "batches": train.dpo_collator(preset, stage.tokenizer)})))
+    "trainer": trainer, "loss": trainer.loss_fn, "batches": train.dpo_collator(preset, stage.tokenizer)})))
 display(Markdown(plots.config_table(trainer.dpo_config)))
 del stage, trainer
-train.free()
+models.free()
 
 # %%
 RETRAIN = False  # True: delete this run's DPO checkpoints and metrics, and train again

@@ -67,9 +67,11 @@ import statistics
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
-from reasonkit import data, evaluate, hardware, mesh, plots, rewards, runs, train
+from reasonkit import data, evaluate, models, plots, rewards, train
+from reasonkit.budget import memory_budget
 from reasonkit.config import get_preset
-from reasonkit.runs import RunDir, start_from
+from reasonkit.runtime import hardware, mesh, runs
+from reasonkit.runtime.runs import RunDir, start_from
 
 mesh.init_distributed()  # a no-op on one host; joins the pod on several
 preset = get_preset()  # $REASONKIT_PRESET (default "auto": tiny on a CPU), $REASONKIT_OVERRIDES
@@ -91,7 +93,7 @@ print(f"run {run.path}: {len(splits.grpo)} GRPO prompts; GRPO starts from the "
 # %%
 for key, value in dataclasses.asdict(preset.grpo).items():
     print(f"  {key:22s} {value}")
-budget = hardware.memory_budget(preset, "grpo")
+budget = memory_budget(preset, "grpo")
 print(f"memory: about {hardware.format_bytes(budget.total)} per device of "
       f"{hardware.format_bytes(budget.capacity)} at the peak ({budget.phase} phase): "
       f"{'fits' if budget.fits else 'DOES NOT FIT'}")
@@ -101,7 +103,7 @@ print(f"memory: about {hardware.format_bytes(budget.total)} per device of "
 # The base weights with the adapters of the stage before, restored from its checkpoints.
 
 # %%
-_, model, tok, _ = train.load_policy(preset, run, start, mesh=None)
+_, model, tok, _ = models.load_policy(preset, run, start, mesh=None)
 print(f"{preset.model.num_params / 1e6:.1f}M base parameters + LoRA rank {preset.lora.rank} "
       f"adapters from {start}")
 
@@ -176,7 +178,7 @@ display(Markdown(plots.reward_table(EXAMPLES, scored)))
 # - **Every step samples with fresh noise.** Tunix 0.1.7's sampler falls back to
 #   `PRNGKey(0)` when the rollout config has no seed, so every step would draw the same
 #   random numbers and each group would explore the same few deviations forever.
-#   `train.reseed_rollouts` gives each step its own key from `grpo.seed` and the step
+#   `tunix_patches.grpo.patch_grpo_step` gives each step its own key from `grpo.seed` and the step
 #   number, so a resumed run still samples what an uninterrupted one would.
 # - **The loss variant is one config field**, `grpo.loss`: `"grpo"` (the default),
 #   `"gspo-token"` (GSPO: sequence-level importance ratios), `"dapo"` (no KL term,
@@ -232,7 +234,7 @@ print("rewards:   ", same)
 print("advantages:", evaluate.group_advantages(same, G).tolist())
 print(f"here: {sum(row.std() == 0 for row in totals)} of the {len(totals)} sampled groups have no spread")
 del model
-train.free()  # the trainer loads its own copy onto the GRPO mesh
+models.free()  # the trainer loads its own copy onto the GRPO mesh
 
 # %% [markdown]
 # ## Under the hood: what `train_or_load` builds
@@ -246,21 +248,21 @@ train.free()  # the trainer loads its own copy onto the GRPO mesh
 #
 # - **The KL estimator**: `kl_loss_mode="low_var_kl"` (`grpo.kl_loss_mode`) instead of
 #   Tunix 0.1.7's `"kl"`, whose gradient does not depend on the reference (above).
-# - **Reseeded rollouts**: `RolloutConfig.seed` stays unset, and `train.reseed_rollouts`
+# - **Reseeded rollouts**: `RolloutConfig.seed` stays unset, and `tunix_patches.grpo`
 #   wraps the rollout's `generate` so each step samples with its own key from
 #   `grpo.seed` and the step (unset, Tunix uses `PRNGKey(0)` every step).
 # - **Chunked log-probabilities**: the actor's policy loss and the reference's per-token
 #   log-probabilities (and the rollout's, with `num_iterations > 1`) run inside
-#   `train.chunked_log_probs`, which swaps Tunix's `compute_per_token_logps` and its
-#   entropy for `reasonkit.logprobs`' chunked ones: no `[B, S, V]` float32 logits.
-# - **The sampling graph**: the rollout sampler traces `models.sampling_graphdef(policy)`,
+#   `tunix_patches.loss_swap.chunked_log_probs`, which swaps Tunix's `compute_per_token_logps` and its
+#   entropy for `reasonkit.tunix_patches.logprobs`' chunked ones: no `[B, S, V]` float32 logits.
+# - **The sampling graph**: the rollout sampler traces `tunix_patches.sampling.sampling_graphdef(policy)`,
 #   the policy's graph with rematerialisation off over the same arrays; Tunix's sampler
 #   traces the training graph, which with `model.remat` on (every Gemma preset) cannot
-#   decode. Its class (`reasonkit.sampling`) computes the prefill's output layer at the
+#   decode. Its class (`reasonkit.tunix_patches.sampling`) computes the prefill's output layer at the
 #   last prompt position only (Tunix's Gemma: every position, `[B, P, V]`), and
-#   `train.SharedPrefill` prefills each prompt once for its G answers instead of G times.
+#   `tunix_patches.sampling.SharedPrefill` prefills each prompt once for its G answers instead of G times.
 # - **Length buckets**: each step pads its prompts and cuts its answers to the smallest
-#   of `grpo.length_buckets` that holds them (`train.bucket_lengths`), where Tunix pads
+#   of `grpo.length_buckets` that holds them (`tunix_patches.grpo`), where Tunix pads
 #   every step to the maximum lengths; the reference and the update run on fewer positions.
 # - **Each prompt once per group**: a step's G answers to one prompt share its positions,
 #   so the reference's forward and the update run each prompt once into a KV cache and
@@ -285,7 +287,7 @@ config = cluster.cluster_config
 for part in (config, config.training_config, config.rollout_config, learner.algo_config):
     display(Markdown(f"`{type(part).__name__}`\n\n{plots.config_table(part)}"))
 del stage, cluster, learner, config
-train.free()
+models.free()
 
 # %%
 RETRAIN = False  # True: delete this run's GRPO checkpoints and metrics, and train again
@@ -325,7 +327,7 @@ else:
 # ## Export the final model
 # `runs/<run>/grpo/checkpoints` holds Orbax checkpoints of the LoRA adapters (and
 # optimizer state): Tunix's `CheckpointManager` restores them onto a LoRA model, which
-# is how `train.load_policy(preset, run, "grpo", mesh)` and `06_evaluation` load them.
+# is how `models.load_policy(preset, run, "grpo", mesh)` and `06_evaluation` load them.
 # For everything outside JAX, `train.export` writes two Hugging Face directories:
 # `grpo/adapter`, the adapters in PEFT's format (exact, applied to the base model; 100 MB
 # for gemma3-1b), and `grpo/merged`, the base with the adapters merged in (2 GB for

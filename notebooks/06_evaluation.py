@@ -67,9 +67,10 @@ import dataclasses
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
-from reasonkit import data, evaluate, mesh, models, plots, template
+from reasonkit import data, evaluate, models, plots, template
 from reasonkit.config import get_preset
-from reasonkit.runs import NOTEBOOK_OF, RunDir, latest_step
+from reasonkit.runtime import mesh
+from reasonkit.runtime.runs import NOTEBOOK_OF, RunDir, latest_step
 
 mesh.init_distributed()  # a no-op on one host; joins the pod on several
 preset = get_preset()  # $REASONKIT_PRESET (default "auto": tiny on a CPU), $REASONKIT_OVERRIDES

@@ -3,7 +3,7 @@
 What the notebooks 02_dataset_rebalance to 06_evaluation do, without their plots of the
 data and the curves: build the data splits, train SFT, DPO and GRPO (exporting the GRPO
 model), evaluate every finished stage (and, with ``eval.gsm8k_test`` set, GSM8K's test
-split). Before training it prints the time model (:func:`reasonkit.hardware.time_model`)
+split). Before training it prints the time model (:func:`reasonkit.runtime.hardware.time_model`)
 and whether the stages left fit the session's deadline; once each stage has warmed up it
 prints its measured ETA. At the deadline a stage stops cleanly; run the command again (in
 a new session: on Kaggle, with this session's output attached as an input) and it goes on
@@ -24,9 +24,10 @@ import sys
 import time
 from typing import Sequence
 
-from reasonkit import evaluate, hardware, mesh, models, plots, runs, train
+from reasonkit import evaluate, models, plots, train
 from reasonkit.config import Preset, get_preset
-from reasonkit.runs import RunDir
+from reasonkit.runtime import hardware, mesh, runs, session
+from reasonkit.runtime.runs import RunDir
 
 TRAINING = ("sft", "dpo", "grpo")
 STOPPED = 3
@@ -64,9 +65,9 @@ def plan(preset: Preset, run: RunDir, deadline: float | None, eval_prompts: int 
 
 
 def export_grpo(preset: Preset, run: RunDir, result: train.StageResult | None) -> None:
-    """Merge GRPO's adapters into the base and save it (``grpo/merged``), once."""
-    merged = run.stage("grpo") / "merged" / "model.safetensors"
-    if merged.is_file():
+    """GRPO's adapters as a PEFT adapter and merged into the base (``grpo/adapter``,
+    ``grpo/merged``), once."""
+    if train.exported(run, "grpo"):
         return
     result = result or train.train_or_load(preset, run, "grpo")  # finished earlier: loads it
     print(f"exported the GRPO model to {train.export(result, preset, run)}")
@@ -75,11 +76,11 @@ def export_grpo(preset: Preset, run: RunDir, result: train.StageResult | None) -
 def run_series(preset_name: str | None = None, run_name: str | None = None) -> int:
     """02 -> 06 in this process, resuming where an earlier call stopped; the exit status."""
     mesh.init_distributed()  # a no-op on one host; on several, first: process 0 alone writes the runs
-    session = runs.start_session()
+    started = session.start_session()
     preset = get_preset(preset_name)
-    run = RunDir.create(run_name or os.environ.get("REASONKIT_RUN") or preset.name, root=session.root)
+    run = RunDir.create(run_name or os.environ.get("REASONKIT_RUN") or preset.name, root=started.root)
     print(f"preset {preset.name!r}: {preset.description}\nrun {run.path}")
-    deadline = session.deadline
+    deadline = started.deadline
 
     models.read_platform_secrets()  # Gemma weights: HF_TOKEN or KAGGLE_* secrets, never printed
     model_dir = models.resolve_source(preset.model)
@@ -108,7 +109,7 @@ def run_series(preset_name: str | None = None, run_name: str | None = None) -> i
         if stage == "grpo":
             export_grpo(preset, run, result)
         del result
-        train.free()
+        models.free()
 
     stages = evaluate.stages_to_evaluate(run)
     if eval_is_current(run):
@@ -144,10 +145,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(line_buffering=True)  # a notebook's `!python -m ...` shows it live
     if args.command == "plan":
-        session = runs.start_session()
+        started = session.start_session()
         preset = get_preset(args.preset)
         name = args.run or os.environ.get("REASONKIT_RUN") or preset.name
-        plan(preset, RunDir.create(name, root=session.root), session.deadline)
+        plan(preset, RunDir.create(name, root=started.root), started.deadline)
         return 0
     return run_series(args.preset, args.run)
 

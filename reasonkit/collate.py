@@ -27,6 +27,10 @@ import numpy as np
 
 from reasonkit import masks
 
+__all__ = ["POLICIES", "REMAINDERS", "tokenize", "assert_numeric", "CollateStats", "StaticLayout",
+           "BucketLayout", "PackedLayout", "bucket_lengths", "layout_for", "length_sorted",
+           "SFTCollator", "DPOCollator", "GRPOCollator", "batches"]
+
 POLICIES = ("drop", "truncate_prompt_left")
 REMAINDERS = ("drop", "pad")
 

@@ -21,6 +21,12 @@ import math
 import os
 from typing import Any, Callable, Mapping
 
+__all__ = ["DOMAINS", "check_weights", "ATTENTION_IMPLS", "ModelConfig", "LORA_TARGETS",
+           "LoraConfig", "MeshConfig", "DataConfig", "TrainConfig", "SFTConfig", "DPOConfig",
+           "DEFAULT_REWARDS", "MAX_LENGTH_SHAPES", "GRPOConfig", "GSM8K_TEST_SIZE",
+           "GSM8K_SOURCES", "EvalConfig", "Preset", "PRESETS", "UNTESTED", "auto_preset_name",
+           "env_overrides", "preset_name", "get_preset"]
+
 DOMAINS = ("math", "coding", "science", "instruction", "summarization", "general")
 
 
@@ -91,7 +97,7 @@ def check_weights(weights: Mapping[str, float]) -> dict[str, float]:
     return {d: float(w) for d, w in weights.items()}
 
 
-ATTENTION_IMPLS = ("chunked", "tunix", "dense")  # ModelConfig.attention's choices (reasonkit.attention)
+ATTENTION_IMPLS = ("chunked", "tunix", "dense")  # ModelConfig.attention: tunix_patches.attention
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -119,7 +125,7 @@ class ModelConfig:
     # --- how it runs
     dtype: str = "bfloat16"  # parameter and compute dtype
     remat: bool = False  # rematerialise each decoder block in training
-    # full-sequence attention (training, reference forwards): "chunked" is reasonkit.attention's
+    # full-sequence attention (training, reference forwards): "chunked" is reasonkit.tunix_patches.attention's
     # query blocks that skip the keys they cannot see, "tunix" Tunix 0.1.7's own (its [B, T, N, S]
     # logits), "dense" ours in one block. Same numbers (1e-5); the sampler's cached path is Tunix's.
     attention: str = "chunked"
@@ -410,9 +416,8 @@ class GRPOConfig(TrainConfig):
     length_buckets: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())  # [prompts, answers]
     # each prompt once per group in the reference's forward and the update (a KV-cache prefix,
     # the answers continuing from it; needs model.attention other than "tunix"): the same
-    # numbers on fewer positions. On in the tiny preset (its GRPO step 2.06x); off at Gemma's
-    # shapes, where XLA:CPU compiled the update 2-3x slower for up to a quarter fewer positions
-    # (docs/performance.md, "Each prompt once per group")
+    # numbers on fewer positions. On in the tiny preset; off at Gemma's shapes, where it did
+    # not pay (docs/performance.md, "Each prompt once per group")
     share_prompts: bool = False
     # --- bookkeeping: free to change between a checkpoint and its resume
     show_every: int = 50  # steps between printouts of one sampled answer and its rewards; 0: never
@@ -621,14 +626,11 @@ def _tiny() -> Preset:
         dpo=DPOConfig(batch_size=8, max_steps=30, learning_rate=1e-4, warmup_ratio=0.1,
                       checkpoint_every=15, log_every=5, max_prompt_length=96,
                       max_response_length=64),
-        # 200 steps of 8 prompts x 8 answers at a gentle rate: 60 such steps gained less than
-        # SFT's spread across seeds, and 30 steps of 4 x 4 at lr 5e-4 ended below SFT on
-        # every seed (README, "What the tiny preset shows").
+        # 200 steps of 8 prompts x 8 answers at a gentle rate (docs/experiments.md: how it was chosen)
         grpo=GRPOConfig(batch_size=8, max_steps=200, learning_rate=2.5e-4, warmup_ratio=0.1,
                         checkpoint_every=20, log_every=5, num_generations=8,
                         max_prompt_length=96, max_generation_length=64, temperature=0.9,
-                        # from the tiny data: a batch's longest prompt is <= 80 tokens in 45%
-                        # of steps, its longest answer <= 48 in 54% (docs/performance.md)
+                        # from the tiny data's lengths (docs/performance.md)
                         length_buckets=((80,), (48,)), share_prompts=True),
         eval=EvalConfig(batch_size=16, max_prompt_length=96, max_generation_length=64,
                         num_samples=4),
@@ -638,7 +640,7 @@ def _tiny() -> Preset:
 def _gemma(name: str, hardware: str, model: ModelConfig, *, batch: int, grpo_mesh: tuple,
            dpo_batch: int | None = None, lora: LoraConfig = _LORA64,
            description: str = "") -> Preset:
-    # Sized with reasonkit.hardware.memory_budget: remat on everywhere (Gemma's 262k-vocab
+    # Sized with reasonkit.budget.memory_budget: remat on everywhere (Gemma's 262k-vocab
     # logits and activations dominate), DPO at half the SFT batch (chosen + rejected).
     return Preset(
         name=name, hardware=hardware, description=description,

@@ -30,11 +30,21 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from reasonkit import answers, collate, data, models, template, train
-from reasonkit import mesh as mesh_lib
+from reasonkit import answers, collate, data, models, template
 from reasonkit import rewards as rewards_lib
 from reasonkit.config import EvalConfig, ModelConfig, Preset
-from reasonkit.runs import RunDir, is_writer, write_files
+from reasonkit.runtime import mesh as mesh_lib
+from reasonkit.runtime.runs import RunDir, write_files
+from reasonkit.runtime.session import is_writer
+from reasonkit.tunix_patches import sampling
+
+__all__ = ["STAGE_ORDER", "NUMERIC", "METRICS", "LABELS", "make_sampler", "prompt_lengths",
+           "generate", "partial_credit", "score", "majority", "extract", "score_stage",
+           "summarize", "evaluate_model", "load_gsm8k_test", "score_gsm8k", "too_long_row",
+           "summarize_gsm8k", "evaluate_gsm8k", "gsm8k_line", "stages_to_evaluate", "load_stage",
+           "evaluate_run", "save_run", "pick_examples", "show_completions", "group_advantages",
+           "rollout_groups", "standard_error", "noise_points", "ordered", "describe_changes",
+           "write_results", "judge"]
 
 STAGE_ORDER = ("base", "sft", "dpo", "grpo")
 NUMERIC = answers.NUMERIC_DOMAINS
@@ -53,7 +63,7 @@ def make_sampler(model, tokenizer, model_cfg: ModelConfig, cfg: EvalConfig):
     cache = tunix.CacheConfig(cache_size=cfg.max_prompt_length + cfg.max_generation_length,
                               num_layers=model_cfg.num_layers, num_kv_heads=model_cfg.num_kv_heads,
                               head_dim=model_cfg.head_dim)
-    return tunix.Sampler(transformer=models.without_remat(model), tokenizer=tokenizer, cache_config=cache)
+    return tunix.Sampler(transformer=sampling.without_remat(model), tokenizer=tokenizer, cache_config=cache)
 
 
 def prompt_lengths(sampler, prompts: Sequence[str]) -> list[int]:
@@ -463,7 +473,7 @@ def load_stage(preset: Preset, run: RunDir, name: str, mesh):
     if name == "base":
         model, tok, _ = models.load_base(preset.model, mesh=mesh)
         return model, tok
-    _, policy, tok, _ = train.load_policy(preset, run, name, mesh)
+    _, policy, tok, _ = models.load_policy(preset, run, name, mesh)
     return policy, tok
 
 
@@ -495,7 +505,7 @@ def evaluate_run(preset: Preset, run: RunDir, stages: Sequence[str] | None = Non
                                                     stage=name, sampler=sampler)
             results[name]["gsm8k"]["summary"]["source"] = gsm8k[1].source
         del model, sampler
-        train.free()  # release this stage's weights before the next one loads
+        models.free()  # release this stage's weights before the next one loads
         seconds[name] = time.perf_counter() - t0
         o = results[name]["summary"]["overall"]
         print(f"{name:5s} format pass {o['format_rate']:6.1%}  accuracy {o['accuracy']:6.1%}  "
@@ -573,7 +583,7 @@ def group_advantages(rewards: Sequence[float], num_generations: int) -> np.ndarr
     if num_generations < 2:
         raise ValueError(f"group_advantages: num_generations={num_generations}; a group needs "
                          "at least 2 answers to have a spread")
-    groups = rewards_lib.grouped(rewards, num_generations, "group_advantages")  # [prompts, G]
+    groups = rewards_lib.reward_groups(rewards, num_generations, "group_advantages")  # [prompts, G]
     mean, std = groups.mean(axis=1, keepdims=True), groups.std(axis=1, ddof=1, keepdims=True)
     return ((groups - mean) / (std + 1e-6)).reshape(-1)
 

@@ -14,6 +14,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+__all__ = ["padding_mask", "expand_padding_mask", "causal_mask", "positions_from_mask",
+           "completion_mask", "segment_causal_mask", "segment_positions"]
+
 
 def _xp(*arrays):
     """jax.numpy if any input is a jax array (tracers included), else numpy."""

@@ -25,10 +25,17 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from reasonkit import template
+from reasonkit.budget import COLUMNS, format_bytes
 from reasonkit.config import DOMAINS
 from reasonkit.data import DataReport
 from reasonkit.evaluate import LABELS, METRICS, extract, ordered, standard_error
-from reasonkit.hardware import COLUMNS, format_bytes
+
+__all__ = ["GIB", "markdown_table", "bullets", "budget_table", "data_table", "drop_table",
+           "before_after", "reward_table", "stage_table", "gsm8k_table", "eval_tables",
+           "domain_table", "failure_table", "judge_table", "side_by_side", "advantage_table",
+           "qualified_name", "parts_table", "config_table", "lora_table", "plot_memory",
+           "plot_token_lengths", "plot_mix", "plot_loss_mask", "plot_sft", "plot_dpo", "plot_grpo",
+           "plot_stages", "plot_domains", "plot_lengths"]
 
 GIB = 2**30
 
@@ -65,7 +72,7 @@ def bullets(lines: Sequence[str], empty: str) -> str:
 
 
 def budget_table(rows: list[dict[str, Any]]) -> str:
-    """The rows of :func:`reasonkit.hardware.budget_table` as a Markdown table (empty columns dropped)."""
+    """The rows of :func:`reasonkit.budget.budget_table` as a Markdown table (empty columns dropped)."""
     cols = [c for c in COLUMNS if any(r[c] for r in rows)]
     head = ["stage", "mesh", *cols, "total", "of", "fits"]
     return markdown_table(head, [
@@ -409,7 +416,7 @@ def lora_table(model: Any) -> str:
 
 
 def plot_memory(rows: list[dict[str, Any]], title: str):
-    """Stacked bars: bytes per device of each stage, item by item (:func:`hardware.budget_table`)."""
+    """Stacked bars: bytes per device of each stage, item by item (:func:`budget.budget_table`)."""
     items = [k for k in rows[0] if k not in ("stage", "mesh", "phase", "total", "capacity", "fits")]
     fig, ax = plt.subplots(figsize=(8, 3.5))
     bottom = [0.0] * len(rows)

@@ -54,11 +54,11 @@ from reasonkit.answers import (
     normalize_text,
     symbolic_budget,
 )
-from reasonkit.template import TAGS, Extraction, extract_answer, has_exact_format, reasoning_of
+from reasonkit.template import TAGS, Extraction, as_text, extract_answer, has_exact_format, reasoning_of
 
 __all__ = [
     "reasoning_quality", "format_exact", "format_approx", "answer_correct", "answer_close",
-    "numeric_backup", "multi_domain", "weighted", "from_config", "frac_zero_std", "grouped",
+    "numeric_backup", "multi_domain", "weighted", "from_config", "frac_zero_std", "reward_groups",
     "MATH_REWARDS",
     "BY_NAME",
     "SYMBOLIC_BUDGET_SECONDS", "SYMBOLIC_SKIPS",
@@ -79,9 +79,8 @@ REASONING_WORDS = (3, 512)   # a "reasonable" reasoning length, in words
 # may spend (answers.symbolic_budget); after it, an answer that only sympy could judge scores
 # as wrong: never a false credit, but a right answer written in a new symbolic form can miss
 # its reward (answers judged are judged exactly; the one in flight when the budget runs out
-# is finished). Sized for the tiny preset: a step of 64 new expressions with a variable
-# costs ~75 ms of CPU (2.3% of its 3.3 s GRPO step; ~2.6 s without the budget), and two
-# answer rewards both at their budget stay under 5%. Repeated answers are cached and closed
+# is finished). Sized for the tiny preset's GRPO step, a few percent of it at most
+# (docs/performance.md). Repeated answers are cached and closed
 # forms of a clearly different value are rejected without sympy, so a realistic step never
 # reaches it. A larger model's longer step affords more (set this module constant before
 # training). Evaluation (evaluate.py) has no budget and stays exact.
@@ -117,7 +116,7 @@ def reasoning_quality(reasoning: Any, answer: Any = None) -> float:
     >>> reasoning_quality("42", "42"), reasoning_quality("", "42"), reasoning_quality("hmm ok")
     (0.5, 0.0, 0.25)
     """
-    text = _as_text(reasoning)
+    text = as_text(reasoning)
     if not text.strip():
         return 0.0
     n_words = len(text.split())
@@ -365,14 +364,14 @@ def frac_zero_std(rewards: Sequence[float], num_generations: int) -> float:
     ...               num_generations=2)
     0.5
     """
-    groups = grouped(rewards, num_generations, "frac_zero_std")
+    groups = reward_groups(rewards, num_generations, "frac_zero_std")
     return float(np.mean(np.all(groups == groups[:, :1], axis=1)))
 
 
-def grouped(rewards: Sequence[float], num_generations: int, caller: str) -> np.ndarray:
+def reward_groups(rewards: Sequence[float], num_generations: int, caller: str) -> np.ndarray:
     """A GRPO step's rewards as ``[prompts, G]``, or a ValueError naming ``caller``.
 
-    >>> grouped([1, 2, 3, 4], 2, "f").tolist()
+    >>> reward_groups([1, 2, 3, 4], 2, "f").tolist()
     [[1.0, 2.0], [3.0, 4.0]]
     """
     scores = np.asarray(rewards, dtype=np.float64)
@@ -383,14 +382,6 @@ def grouped(rewards: Sequence[float], num_generations: int, caller: str) -> np.n
 
 
 # --- plumbing ------------------------------------------------------------------------
-
-def _as_text(x: Any) -> str:
-    if x is None:
-        return ""
-    if isinstance(x, bytes):
-        return x.decode("utf-8", "replace")
-    return x if isinstance(x, str) else str(x)
-
 
 def _as_list(completions: Any) -> list:
     if completions is None:
@@ -437,7 +428,7 @@ def _score(reward: Callable, completions: Sequence[Any], score: Callable[..., fl
     with symbolic_budget(SYMBOLIC_BUDGET_SECONDS) as budget:
         for i, completion in enumerate(_as_list(completions)):
             try:
-                value = float(score(_as_text(completion), *(column[i] for column in columns)))
+                value = float(score(as_text(completion), *(column[i] for column in columns)))
             except Exception:
                 if _STRICT:
                     raise

@@ -26,7 +26,7 @@ Two things differ from a TPU and are handled here, in one place:
   which changes no buffer and saves about 40% of the compile time.)
 - XLA:CPU computes bfloat16 matmuls in float32 (converted copies of their operands), so
   its figure is an upper bound of a TPU's, by design. A check therefore compares it to
-  ``hardware.memory_budget(..., backend="cpu")``, which counts those copies as items of
+  ``budget.memory_budget(..., backend="cpu")``, which counts those copies as items of
   their own, and reports the accelerator's estimate (``backend="tpu"``) beside it.
 
 Stages: ``sft``, ``dpo``, ``grpo`` (the policy update), ``rollout`` (GRPO's sampler:
@@ -41,7 +41,6 @@ the preset's device count).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import functools
 import json
@@ -49,14 +48,20 @@ import os
 import subprocess
 import sys
 import time
-from typing import Any, Iterator
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from reasonkit import evaluate, hardware, train
-from reasonkit import mesh as mesh_lib
+from reasonkit import evaluate, train
+from reasonkit.budget import FIT_FRACTION, memory_budget
 from reasonkit.config import Preset, get_preset
+from reasonkit.runtime import hardware
+from reasonkit.runtime import mesh as mesh_lib
+from reasonkit.tunix_patches import sampling, sharding
+
+__all__ = ["CHECK_STAGES", "CPU_XLA_FLAGS", "BUDGET_STAGE", "PHASE", "Memory", "check", "estimate",
+           "device_count", "check_in_subprocess", "describe", "main"]
 
 CHECK_STAGES = ("sft", "dpo", "grpo", "rollout", "eval")
 CPU_XLA_FLAGS = "--xla_disable_hlo_passes=cse_barrier_expander --xla_backend_optimization_level=0"
@@ -66,38 +71,6 @@ GiB = 2**30
 
 
 # --- Tunix's activation constraints, as on a TPU ---------------------------------------------
-
-
-def _constrain(x, spec, eager: bool = False):
-    """Tunix's ``shard`` without its CPU shortcut: a sharding constraint wherever a mesh is set."""
-    from jax.interpreters import pxla
-
-    mesh = pxla.thread_resources.env.physical_mesh
-    if mesh.empty:
-        return jnp.asarray(x)
-    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*spec))
-    if eager:
-        return jax.device_put(x, sharding)
-    return jax.lax.with_sharding_constraint(x, sharding)
-
-
-@contextlib.contextmanager
-def tpu_sharding_constraints() -> Iterator[None]:
-    """While active, Tunix's Gemma 2 / Gemma 3 constrain activations on CPU as on a TPU.
-
-    Both modules look their ``shard`` up at call time, so replacing it here reaches every
-    layer traced inside the block (the one place reasonkit patches this).
-    """
-    from tunix.models.gemma import model as gemma2
-    from tunix.utils import sharding_utils
-
-    saved = sharding_utils.shard, gemma2.shard
-    sharding_utils.shard = _constrain
-    gemma2.shard = lambda x, s: _constrain(x, s)
-    try:
-        yield
-    finally:
-        sharding_utils.shard, gemma2.shard = saved
 
 
 # --- what the compiler says ------------------------------------------------------------------
@@ -143,9 +116,8 @@ def _sampler_programs(sampler, batch: int, prompt_len: int, gen_len: int, sampli
     # a static field holding an array: concrete in a real call, a leaked tracer here
     state = state.replace(num_input_tokens=jnp.array(prompt_len, dtype=jnp.int32))
     sampler.eos_ids = jnp.array([1])
-    params = train.tunix_private(sampler, "_flattened_transformer_state")
-    prefill_fn = train.tunix_private(sampler, "_compiled_prefill_fn")
-    if isinstance(prefill_fn, train.SharedPrefill):  # GRPO's rollout: both of its prefills
+    params, prefill_fn, decode_fn = sampling.sampler_programs(sampler)
+    if isinstance(prefill_fn, sampling.SharedPrefill):  # GRPO's rollout: both of its prefills
         _compile(prefill_fn.shared.lower(params, state, None, echo=False), f"{prefix}shared prefill",
                  programs)
         prefill_fn = prefill_fn.every_row
@@ -154,7 +126,7 @@ def _sampler_programs(sampler, batch: int, prompt_len: int, gen_len: int, sampli
     programs[f"{prefix}prefill"] = Memory.of(compiled).to_dict()
     after = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
                          prefill.out_info, compiled.output_shardings)
-    _compile(train.tunix_private(sampler, "_compiled_decode_fn").lower(params, after),
+    _compile(decode_fn.lower(params, after),
              f"{prefix}decode", programs)
 
 
@@ -163,7 +135,7 @@ def _generation_programs(preset: Preset, stage: str, programs: dict[str, Any]) -
         built = train.build_stage(preset, "grpo", weights="abstract")
         cfg = preset.grpo
         with built.mesh:
-            _sampler_programs(train.tunix_private(built.cluster.rollout, "_sampler"),
+            _sampler_programs(sampling.sampler_of(built.cluster.rollout),
                               cfg.batch_size * cfg.num_generations, cfg.max_prompt_length,
                               cfg.max_generation_length,
                               dict(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k),
@@ -186,11 +158,11 @@ def check(preset: Preset, stage: str, hw: hardware.HardwareInfo | None = None) -
     """Compile ``stage`` of ``preset`` at its real shapes on the devices JAX sees.
 
     Returns the compiler's bytes per device for each program (``programs``), the stage's
-    ``peak`` (its largest program), ``hardware.memory_budget``'s estimate for the same
+    ``peak`` (its largest program), ``budget.memory_budget``'s estimate for the same
     thing as XLA:CPU compiles it (``estimate``; :func:`estimate`) and on an accelerator
     (``estimate_tpu``), ``ratio`` = estimate / peak, the device memory of ``hw``
     (default: the preset's machine) and whether the peak fits in
-    ``hardware.FIT_FRACTION`` of it.
+    ``budget.FIT_FRACTION`` of it.
     """
     if stage not in CHECK_STAGES:
         raise ValueError(f"stage={stage!r}: must be one of {', '.join(CHECK_STAGES)}")
@@ -198,7 +170,7 @@ def check(preset: Preset, stage: str, hw: hardware.HardwareInfo | None = None) -
         hw = hardware.detect() if preset.hardware == "cpu" else hardware.from_name(preset.hardware)
     t0 = time.time()
     programs: dict[str, Any] = {}
-    with tpu_sharding_constraints():
+    with sharding.tpu_sharding_constraints():
         if stage in train.TRAIN_STAGES:
             _compile(train.build_stage(preset, stage, weights="abstract").lower(), "step", programs)
         else:
@@ -211,13 +183,13 @@ def check(preset: Preset, stage: str, hw: hardware.HardwareInfo | None = None) -
             "devices": jax.device_count(), "mesh": list(mesh), "programs": programs,
             "peak": peak, **estimates, "ratio": round(estimates["estimate"] / peak, 3),
             "capacity": hw.memory_per_device,
-            "fits": peak <= hardware.FIT_FRACTION * hw.memory_per_device,
+            "fits": peak <= FIT_FRACTION * hw.memory_per_device,
             "seconds": round(time.time() - t0, 1)}
 
 
 def estimate(preset: Preset, stage: str, devices: int,
              hw: hardware.HardwareInfo) -> dict[str, int]:
-    """``hardware.memory_budget``'s bytes per device for a check's stage, two ways.
+    """``budget.memory_budget``'s bytes per device for a check's stage, two ways.
 
     ``estimate``: as XLA:CPU compiles it (``backend="cpu"``: the float32 copies and the
     rest of what only XLA:CPU holds), the figure a check compares to the compiler's.
@@ -225,8 +197,8 @@ def estimate(preset: Preset, stage: str, devices: int,
     """
     out = {}
     for key, backend in (("estimate", "cpu"), ("estimate_tpu", "tpu")):
-        budget = hardware.memory_budget(preset, BUDGET_STAGE[stage], n_devices=devices, hw=hw,
-                                        backend=backend)
+        budget = memory_budget(preset, BUDGET_STAGE[stage], n_devices=devices, hw=hw,
+                               backend=backend)
         out[key] = budget.phase_total(PHASE[stage])
     return out
 
@@ -263,7 +235,7 @@ def describe(result: dict[str, Any]) -> str:
     verdict = "fits" if result["fits"] else "does NOT fit"
     return (f"{result['preset']} {result['stage']:8s} mesh {'x'.join(map(str, result['mesh']))}: "
             f"compiler {fmt(result['peak'])} per device, estimate {fmt(result['estimate'])} "
-            f"(x{result['ratio']:.2f}), {verdict} in {hardware.FIT_FRACTION:.0%} of "
+            f"(x{result['ratio']:.2f}), {verdict} in {FIT_FRACTION:.0%} of "
             f"{fmt(result['capacity'])}")
 
 

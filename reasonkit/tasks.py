@@ -24,6 +24,11 @@ from typing import Callable, Iterable, Sequence
 from reasonkit.config import DOMAINS
 from reasonkit.template import format_completion, format_prompt, normalize_prompt
 
+__all__ = ["NAMES", "ITEMS", "BOXES", "WORDS", "FRUITS", "ANIMALS", "VEHICLES", "THINGS", "UNITS",
+           "ORDERS", "math_task", "coding_task", "science_task", "instruction_task",
+           "summarization_task", "general_task", "GENERATORS", "MAX_DIFFICULTY", "generate",
+           "generate_all", "corpus_texts"]
+
 NAMES = ("Ann", "Ben", "Cal", "Dan", "Eva", "Fay", "Gus", "Ivy", "Jon", "Kim", "Leo", "Mia",
          "Ned", "Pam", "Sam", "Tom")
 ITEMS = ("apples", "pears", "eggs", "pens", "books", "cards", "coins", "shells", "stamps",

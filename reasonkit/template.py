@@ -28,7 +28,7 @@ __all__ = [
     "REASONING_START", "REASONING_END", "ANSWER_START", "ANSWER_END", "START_OF_TURN",
     "END_OF_TURN", "EOS", "TAGS", "SPECIAL_TOKENS", "INSTRUCTION", "format_prompt",
     "format_completion", "split_tagged", "normalize_prompt", "FAILURE_REASONS", "Extraction",
-    "extract_answer", "has_exact_format", "reasoning_of",
+    "extract_answer", "has_exact_format", "reasoning_of", "as_text",
 ]
 
 REASONING_START, REASONING_END = "<reasoning>", "</reasoning>"
@@ -163,7 +163,7 @@ def extract_answer(completion: Any, hedged: Callable[[str], bool] | None = None)
     >>> extract_answer("<answer>41 or 42</answer>", hedged=lambda a: " or " in a).reason
     'hedged'
     """
-    text = _as_text(completion)
+    text = as_text(completion)
     n_open, n_close = text.count(ANSWER_START), text.count(ANSWER_END)
     if n_open == 0 and n_close == 0:
         return Extraction(None, "no_answer_tag")
@@ -200,7 +200,7 @@ def has_exact_format(completion: Any) -> bool:
     >>> has_exact_format("<answer>4</answer><reasoning>2 + 2 = 4</reasoning>")
     False
     """
-    text = _as_text(completion)
+    text = as_text(completion)
     if any(text.count(tag) != 1 for tag in TAGS):
         return False
     r0, r1, a0, a1 = (text.find(tag) for tag in TAGS)
@@ -219,7 +219,7 @@ def reasoning_of(completion: Any) -> str | None:
     >>> reasoning_of("<reasoning>6 * 7 = 42</reasoning><answer>42</answer>"), reasoning_of("42")
     ('6 * 7 = 42', None)
     """
-    text = _as_text(completion)
+    text = as_text(completion)
     if text.count(REASONING_START) != 1 or text.count(REASONING_END) != 1:
         return None
     r0, r1 = text.find(REASONING_START), text.find(REASONING_END)
@@ -234,8 +234,13 @@ def _only_end_markers(text: str, pos: int) -> bool:
     return _TAIL_RE.fullmatch(text, pos) is not None
 
 
-def _as_text(x: Any) -> str:
-    """A completion of any type as text: None is empty, bytes are decoded."""
+def as_text(x: Any) -> str:
+    r"""Any value as text: None is empty, bytes are decoded (UTF-8, bad bytes replaced),
+    anything else is ``str(x)``. Completions, answers and golds all come as any type.
+
+    >>> as_text(None), as_text(b"caf\xc3\xa9"), as_text(42), as_text("x")
+    ('', 'café', '42', 'x')
+    """
     if x is None:
         return ""
     if isinstance(x, bytes):

@@ -29,8 +29,14 @@ import jax.numpy as jnp
 import numpy as np
 from sentencepiece import sentencepiece_model_pb2 as spm_pb2
 
-from reasonkit import evaluate, masks, models, runs, tiny
+from reasonkit import evaluate, masks, models
 from reasonkit.config import ModelConfig, Preset, get_preset
+from reasonkit.models import tiny
+from reasonkit.runtime import runs
+
+__all__ = ["UNUSED", "unused_piece", "padded_proto", "write_padded_tokenizer", "hf_config_fields",
+           "write_hf_checkpoint", "write_random_source", "base_differences", "SMALL",
+           "small_preset", "make_run", "fake_results", "forward"]
 
 UNUSED = spm_pb2.ModelProto.SentencePiece.Type.UNUSED
 

@@ -34,3 +34,10 @@ def close_figures():
     yield
     if "matplotlib.pyplot" in sys.modules:
         sys.modules["matplotlib.pyplot"].close("all")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The notebooks under nbval run the whole series: slow, as every test that trains is."""
+    for item in items:
+        if item.path.suffix == ".ipynb":
+            item.add_marker(pytest.mark.slow)

@@ -24,6 +24,15 @@ from reasonkit.answers import (
     normalize_number,
     read_answer,
 )
+from reasonkit.answers.closed import _closed_apart, _closed_form
+from reasonkit.answers.symbolic import (
+    _limited,
+    _OutOfTime,
+    _points_apart,
+    _symbolic_equal,
+    _symbolic_tools,
+    _sympy_of,
+)
 
 CASES_FILE = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "checker_cases.jsonl"
 
@@ -31,16 +40,31 @@ CASES_FILE = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "check
 @pytest.fixture(autouse=True, scope="module")
 def strict():
     """A bug inside the checker raises here instead of reading as "no answer"."""
-    answers._STRICT = True
-    yield
-    answers._STRICT = False
+    with answers.strict():
+        yield
 
 
-def test_answers_is_a_leaf_and_loads_sympy_only_when_needed():
+def test_strict_makes_a_bug_raise_and_restores_what_it_found(monkeypatch):
+    from reasonkit.answers import check
+
+    def bug(*args):
+        raise RuntimeError("a bug in the checker")
+
+    monkeypatch.setattr(check, "_check", bug)
+    with pytest.raises(RuntimeError, match="a bug in the checker"):  # this module runs strict
+        check_answer("math", "1", "1")
+    with answers.strict(False):
+        assert check_answer("math", "1", "1") is False  # judged unequal, logged once
+    with pytest.raises(RuntimeError, match="a bug in the checker"):
+        check_answer("math", "1", "1")
+
+
+def test_answers_imports_only_the_template_and_loads_sympy_only_when_needed():
     code = ("import sys, reasonkit.answers; "
             "print(sorted(m for m in sys.modules if m.startswith('reasonkit')), 'sympy' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "['reasonkit', 'reasonkit.answers'] False"
+    package = [f"reasonkit.answers.{m}" for m in ("check", "closed", "numeric", "symbolic", "text")]
+    assert out.stdout.strip() == f"{['reasonkit', 'reasonkit.answers', *package, 'reasonkit.template']} False"
 
 
 # --- equality means the same value ----------------------------------------------------
@@ -295,7 +319,7 @@ GOLDS = ["42", "\\frac{\\sqrt{3}}{2}", "Paris"]
 
 
 def test_the_worst_call_on_a_100_kb_answer_is_far_below_a_second():
-    answers._symbolic_tools()  # sympy loads and warms up once per process, outside the bound
+    _symbolic_tools()  # sympy loads and warms up once per process, outside the bound
     calls = [lambda t, g: check_answer("math", t, g), lambda t, g: check_answer("math", g, t),
              closeness, lambda t, g: canonical(t), lambda t, g: final_answer(t),
              lambda t, g: gold_problem(t)]
@@ -316,7 +340,7 @@ SLOW = ["\\frac{(x+1)^{999}}{(x+1)^{998}} - x", "(x+y+z+1)^{40}", "\\sin^{40}(x)
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 @pytest.mark.parametrize("pred", SLOW)
 def test_expensive_math_stays_within_the_time_limit(pred):
-    answers._symbolic_tools()
+    _symbolic_tools()
     start = time.process_time()
     check_answer("math", pred, "(x+1)^{40} - 1")
     assert time.process_time() - start < 4 * answers.SYMBOLIC_SECONDS  # 2 parses, 1 comparison
@@ -335,13 +359,13 @@ def test_the_time_limit_works_in_any_thread(in_thread):
     def run():
         start = time.thread_time()
         try:
-            answers._limited(_busy, 0.1)
-        except answers._OutOfTime:
+            _limited(_busy, 0.1)
+        except _OutOfTime:
             result["cpu"] = time.thread_time() - start
         total = 0
         for i in range(200_000):  # no stray exception arrives later
             total += i
-        result["after"] = answers._limited(lambda: total, 0.1)
+        result["after"] = _limited(lambda: total, 0.1)
 
     if in_thread:
         worker = threading.Thread(target=run)
@@ -364,7 +388,7 @@ def test_same_verdicts_in_a_worker_thread():
 
 def test_math_verify_logs_no_answer_text(capfd, caplog):
     """math-verify logs failing inputs in full; the checker silences it."""
-    answers._symbolic_tools()
+    _symbolic_tools()
     secret = "\\frac{SECRET" + "x" * 50 + "}{"
     with caplog.at_level(logging.DEBUG):
         check_answer("math", secret, "\\frac{\\sqrt{3}}{2}")
@@ -421,8 +445,8 @@ NOT_READ = ["x", "1/2", "\\sqrt{-4}", "2^34", "2^3^2", "\\frac{1}{2}3", "\\frac1
 
 @pytest.mark.parametrize("latex, value", CLOSED)
 def test_closed_forms_are_read_as_latex2sympy_reads_them(latex, value):
-    tools = answers._symbolic_tools()
-    iv = answers._closed_form(f"L:{latex}", True)
+    tools = _symbolic_tools()
+    iv = _closed_form(f"L:{latex}", True)
     exact = Fraction(str(tools["sympy"].N(tools["parse"](latex), 80)))
     slack = Fraction(1, 10**15 if "." in latex else 10**60)  # sympy's Float of 0.1 is binary
     assert iv is not None and iv.lo - slack <= exact <= iv.hi + slack
@@ -436,13 +460,13 @@ def test_closed_forms_are_read_as_latex2sympy_reads_them(latex, value):
     ("2\\frac{1}{2}", Fraction(5, 2)), ("-2\\frac{1}{2}", Fraction(-5, 2)), ("(1+2)(3+4)", 21)])
 def test_closed_forms_as_written_multiply_what_they_juxtapose(latex, written):
     """The second reading, as written: only a written mixed number adds."""
-    iv = answers._closed_form(f"L:{latex}", False)
+    iv = _closed_form(f"L:{latex}", False)
     assert iv is not None and iv.lo == iv.hi == written
 
 
 @pytest.mark.parametrize("latex", NOT_READ)
 def test_closed_forms_in_doubt_are_left_to_sympy(latex):
-    assert answers._closed_form(f"L:{latex}", True) is None
+    assert _closed_form(f"L:{latex}", True) is None
 
 
 _ATOMS = st.one_of(st.integers(0, 30).map(str), st.just("\\pi"),
@@ -466,10 +490,10 @@ def _compound(inner):
 def test_the_interval_holds_latex2sympy_s_value(latex):
     """Whatever the reader accepts, latex2sympy's value lies in its interval (mixed numbers,
     juxtaposition, unary minus and powers included)."""
-    iv = answers._closed_form(f"L:{latex}", True)
+    iv = _closed_form(f"L:{latex}", True)
     if iv is None:
         return
-    tools = answers._symbolic_tools()
+    tools = _symbolic_tools()
     sympy = tools["sympy"]
     try:
         value = sympy.N(tools["parse"](latex), 60)
@@ -499,26 +523,26 @@ SYMBOLIC_PAIRS = [
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 @pytest.mark.parametrize("gold, pred, verdict", SYMBOLIC_PAIRS)
 def test_cheap_rejection_keeps_math_verify_s_verdicts(gold, pred, verdict):
-    tools = answers._symbolic_tools()
+    tools = _symbolic_tools()
     items = [f"Q:{a.value}" if a.kind == "number" else f"L:{a.latex}" for a in map(read_answer, (gold, pred))]
-    plain = tools["verify"](*map(answers._sympy_of, items), float_rounding=9, numeric_precision=15,
+    plain = tools["verify"](*map(_sympy_of, items), float_rounding=9, numeric_precision=15,
                             strict=True, timeout_seconds=None)
-    assert answers._symbolic_equal.__wrapped__(*items) is bool(plain) is verdict  # uncached
+    assert _symbolic_equal.__wrapped__(*items) is bool(plain) is verdict  # uncached
     assert check_answer("math", pred, gold) is verdict
-    if answers._closed_apart(*items) or answers._points_apart(*map(answers._sympy_of, items), tools["sympy"]):
+    if _closed_apart(*items) or _points_apart(*map(_sympy_of, items), tools["sympy"]):
         assert not verdict  # a cheap rejection is only ever of an unequal pair
 
 
 def test_closed_forms_are_apart_only_by_a_clear_margin():
-    assert answers._closed_apart("L:\\sqrt{2}", "Q:1414/1000")
-    assert not answers._closed_apart("L:\\sqrt{2}", "Q:1414213562/1000000000")  # within 1e-6: sympy decides
-    assert not answers._closed_apart("L:10^{12}\\pi", "L:10^{12}\\pi + 1")      # relative to the size
-    assert answers._closed_apart("L:\\frac{\\sqrt{3}}{2}", "L:\\sqrt{507} + \\frac{2}{9}")
-    assert not answers._closed_apart("L:x", "L:2")                               # not closed: not judged
+    assert _closed_apart("L:\\sqrt{2}", "Q:1414/1000")
+    assert not _closed_apart("L:\\sqrt{2}", "Q:1414213562/1000000000")  # within 1e-6: sympy decides
+    assert not _closed_apart("L:10^{12}\\pi", "L:10^{12}\\pi + 1")      # relative to the size
+    assert _closed_apart("L:\\frac{\\sqrt{3}}{2}", "L:\\sqrt{507} + \\frac{2}{9}")
+    assert not _closed_apart("L:x", "L:2")                               # not closed: not judged
 
 
 def test_a_symbolic_budget_never_credits_and_never_caches_a_skipped_answer():
-    answers._symbolic_tools()
+    _symbolic_tools()
     pred, gold = "\\frac{3\\sqrt{6}}{6}", "\\frac{3}{\\sqrt{6}}"  # equal, and only sympy can say so
     with answers.symbolic_budget(0.0) as budget:
         assert not check_answer("math", pred, gold)
@@ -531,7 +555,7 @@ def test_a_symbolic_budget_never_credits_and_never_caches_a_skipped_answer():
 
 
 def test_a_symbolic_budget_finishes_the_answer_it_began():
-    answers._symbolic_tools()
+    _symbolic_tools()
     with answers.symbolic_budget(1e-9) as budget:  # spent by the first comparison
         gold = "y_1 = x^2 - 2x + 6, y_2 = 3x^2+12x+12"
         assert check_answer("math", "y_1 = (x-1)^2 + 5, y_2 = 3(x+2)^2", gold)  # two comparisons, both made
@@ -543,14 +567,14 @@ def test_a_symbolic_budget_finishes_the_answer_it_began():
 
 
 def test_the_point_check_rejects_only_plain_expressions_that_differ():
-    tools = answers._symbolic_tools()
+    tools = _symbolic_tools()
     parse, sympy = tools["parse"], tools["sympy"]
-    assert answers._points_apart(parse("(x+1)^2"), parse("x^2+2x"), sympy)
-    assert answers._points_apart(parse("\\log(2)"), parse("0.693"), sympy)
-    assert not answers._points_apart(parse("(x+1)^2"), parse("x^2+2x+1"), sympy)
-    assert not answers._points_apart(parse("x"), parse("\\sqrt{x^2}"), sympy)   # equal at every point tried
-    assert not answers._points_apart(parse("\\{1, 2\\}"), parse("\\{1, 3\\}"), sympy)  # sets: math-verify's
+    assert _points_apart(parse("(x+1)^2"), parse("x^2+2x"), sympy)
+    assert _points_apart(parse("\\log(2)"), parse("0.693"), sympy)
+    assert not _points_apart(parse("(x+1)^2"), parse("x^2+2x+1"), sympy)
+    assert not _points_apart(parse("x"), parse("\\sqrt{x^2}"), sympy)   # equal at every point tried
+    assert not _points_apart(parse("\\{1, 2\\}"), parse("\\{1, 3\\}"), sympy)  # sets: math-verify's
     # math-verify's own equalities of unequal values: a symbol named as the letters of a
     # product (abc is a*b*c), and a percent that equals its number (9% and 9)
-    assert not answers._points_apart(parse("\\text{abc}"), parse("abc"), sympy)
-    assert not answers._points_apart(parse("9\\%"), parse("9"), sympy)
+    assert not _points_apart(parse("\\text{abc}"), parse("abc"), sympy)
+    assert not _points_apart(parse("9\\%"), parse("9"), sympy)

@@ -1,4 +1,4 @@
-"""reasonkit.attention against Tunix 0.1.7's own attention, on small random float32 models."""
+"""reasonkit.tunix_patches.attention against Tunix 0.1.7's own attention, on small random float32 models."""
 
 import dataclasses
 
@@ -9,8 +9,9 @@ import optax
 import pytest
 from flax import nnx
 
-from reasonkit import attention, masks, models
+from reasonkit import masks, models
 from reasonkit.config import LoraConfig, ModelConfig
+from reasonkit.tunix_patches import attention
 
 S = 64  # sequence; the window (16) is smaller, so local layers mask something
 TOL = 1e-5  # relative error: max |new - tunix| / max |tunix|

@@ -9,8 +9,11 @@ import jax
 import pytest
 from flax import nnx
 
-from reasonkit import attention, data, models, runs, tiny
+from reasonkit import data, models
 from reasonkit.config import get_preset
+from reasonkit.models import tiny
+from reasonkit.runtime import runs
+from reasonkit.tunix_patches import attention
 
 
 def _benchmark(name: str):
@@ -139,7 +142,7 @@ def test_mfu_times_each_variant_on_the_same_weights_and_counts_the_model_flops()
 def test_mfu_traces_a_variant_per_loss_chunk_size_and_restores_the_packages():
     """``--chunk-mib``: each size is its own variant (16 chunks of 4 positions here against
     the package's one), with the same loss; ``logprobs.CHUNK_BYTES`` is the package's after."""
-    from reasonkit import logprobs
+    from reasonkit.tunix_patches import logprobs
 
     before = logprobs.CHUNK_BYTES
     r = mfu.measure("tiny", batch=2, seq=64, steps=1, impls=("tunix",), remats=(False,),
@@ -193,11 +196,11 @@ grpo_shared = _benchmark("grpo_shared")
 def test_grpo_shared_times_both_ways_and_they_agree():
     """benchmarks/grpo_shared.py on a small GRPO shape (2 prompts x 8 answers, 96 + 24): the
     batch is groups of equal prompts, and both programs give every row's log-probs."""
-    from reasonkit import sampling
     from reasonkit.testing import small_preset
+    from reasonkit.tunix_patches import sampling
 
     prompt, answer = grpo_shared.grpo_batch(2, 8, 96, 24, 512)
-    assert sampling.grouped(prompt, 8) and not sampling.grouped(prompt, 16)
+    assert sampling.is_grouped(prompt, 8) and not sampling.is_grouped(prompt, 16)
     assert (answer == 1).sum() == 16  # one EOS per row
     r = grpo_shared.measure(small_preset(), steps=1, log=lambda s: None)
     assert (r["rows"], r["group"], r["prompt"], r["answer"]) == (16, 8, 96, 24)

@@ -3,7 +3,7 @@
 import jax
 import numpy as np
 
-from reasonkit import compiles
+from reasonkit.runtime import compiles
 
 
 def test_watch_ignores_the_length_of_text_columns():

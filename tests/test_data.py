@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from reasonkit import answers, data, plots, tasks, template
 from reasonkit.config import DOMAINS, DataConfig, get_preset
 from reasonkit.data import Drops, Limits
+from reasonkit.data.sources import _gsm8k_parser  # TFDS's bytes rows: no public way without TFDS
 from reasonkit.template import END_OF_TURN, format_completion, normalize_prompt, split_tagged
 
 
@@ -324,11 +325,11 @@ def test_parse_gsm8k_strings_and_tfds_bytes():
     tfds_row = {k: v.encode() for k, v in GSM8K_ROWS[1].items()}  # TFDS's feature layout
     tfds_row["short_answer"] = b"2,000"
     assert data.parse_gsm8k(tfds_row) == (GSM8K_ROWS[1]["question"], "1000 * 2 = 2000", "2000")
-    record, reason = data._gsm8k_parser("train")(tfds_row, 5)
+    record, reason = _gsm8k_parser("train")(tfds_row, 5)
     assert reason is None and record == {
         "id": "gsm8k-train-5", "domain": "math", "source": "gsm8k",
         "prompt": GSM8K_ROWS[1]["question"], "reasoning": "1000 * 2 = 2000", "answer": "2000"}
-    assert data._gsm8k_parser("train")({"question": b"q", "answer": b"no marker"}, 0) == (
+    assert _gsm8k_parser("train")({"question": b"q", "answer": b"no marker"}, 0) == (
         None, "no #### answer line")
 
 
@@ -846,3 +847,22 @@ def test_wrong_answer_is_wrong_by_the_checker():
             read = answers.read_answer(gold, domain)
             if read.kind == "number" and read.value >= 0:  # a nearby number, never negative
                 assert answers.read_answer(wrong, domain).value >= 0
+
+
+def test_the_package_layers_one_way():
+    """records <- sources, pairs <- splits <- the face; outside reasonkit.data only config,
+    template, answers and tasks."""
+    import ast
+    import pathlib
+
+    order = ["records", "sources", "pairs", "splits", "__init__"]
+    allowed = {"reasonkit.config", "reasonkit.template", "reasonkit.answers", "reasonkit.tasks"}
+    for i, name in enumerate(order):
+        tree = ast.parse((pathlib.Path(data.__file__).parent / f"{name}.py").read_text())
+        imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        imported |= {f"reasonkit.{a.name}" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                     and n.module == "reasonkit" for a in n.names}
+        ours = {m for m in imported if m.startswith("reasonkit")} - {"reasonkit"}
+        assert ours <= allowed | {f"reasonkit.data.{m}" for m in order[:i]}, (name, ours)
+    assert all(hasattr(data, n) for n in data.__all__)
+    assert plots.qualified_name(data.DataReport()) == "reasonkit.data.DataReport"

@@ -1,5 +1,6 @@
 """README.md and docs/: the first page stays one, every link lands, the preset docs match the presets."""
 
+import importlib
 import importlib.util
 import json
 import pathlib
@@ -53,9 +54,48 @@ def _value(preset, key: str):
 def test_readme_is_a_first_page():
     text = README.read_text()
     assert len(text.splitlines()) <= 200, "README.md is a first page: move detail into docs/"
-    # The quick start's two commands, as scripts/ and .ci/run know them.
-    assert "bash scripts/demo.sh    # runs notebooks 01-06 on the tiny preset" in text
-    assert "bash scripts/test.sh    # the whole test suite" in text
+    # The quick start: two commands, each a script of the repository; CI runs the tests' one.
+    start = text.split("## Quick start", 1)[1].split("## ", 1)[0]
+    commands = re.findall(r"^bash (scripts/\S+)", start, re.M)
+    assert len(commands) == 2 and all((ROOT / c).is_file() for c in commands), commands
+    assert commands[1] in (ROOT / ".ci" / "run").read_text()
+
+
+# `reasonkit.a.b` in backticks, or `train.x` with a unit of the package first: a module or a
+# name the docs send a reader to.
+UNITS = ("config", "template", "answers", "tasks", "data", "masks", "collate", "tunix_patches",
+         "runtime", "models", "budget", "rewards", "train", "evaluate", "shapes", "plots", "testing")
+RUNTIME = ("mesh", "hardware", "runs", "compiles")
+DOTTED = re.compile(r"`((?:reasonkit|%s)(?:\.[A-Za-z_][A-Za-z0-9_]*)+)(?:\([^`]*\))?`"
+                    % "|".join(UNITS + RUNTIME))
+
+
+def _resolves(dotted: str) -> bool:
+    parts = dotted.split(".")
+    if parts[-1] in ("json", "jsonl", "md", "py", "txt"):  # a file name
+        return True
+    if len(parts) == 2 and hasattr(getattr(config.get_preset("tiny"), parts[0], None), parts[1]):
+        return True  # a preset setting, as the overrides name it
+    if parts[0] != "reasonkit":
+        parts = ["reasonkit", *(["runtime"] if parts[0] in RUNTIME else []), *parts]
+    for i in range(len(parts), 1, -1):  # the longest importable module, then attributes
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        try:
+            for name in parts[i:]:
+                obj = getattr(obj, name)
+        except AttributeError:
+            return False
+        return True
+    return False
+
+
+@pytest.mark.parametrize("page", [README, *DOCS], ids=lambda p: p.name)
+def test_every_dotted_name_in_the_docs_exists(page):
+    missing = sorted({d for d in DOTTED.findall(page.read_text()) if not _resolves(d)})
+    assert missing == [], f"{page.name} names what reasonkit does not have: {missing}"
 
 
 def test_every_doc_is_linked_from_the_readme():

@@ -15,8 +15,9 @@ import pathlib
 import numpy as np
 import pytest
 
-from reasonkit import data, rewards, runs, train
+from reasonkit import data, rewards, train
 from reasonkit.config import get_preset
+from reasonkit.runtime import runs
 
 _spec = importlib.util.spec_from_file_location(
     "e2e_real", pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "e2e_real.py")

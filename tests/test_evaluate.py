@@ -228,7 +228,7 @@ def test_pick_examples_prefers_the_named_domains_and_fills_in():
 
 def test_evaluate_run_every_finished_stage_then_save(tmp_path, monkeypatch, capsys):
     """The base model and each finished stage, in order, freed in between; saved and marked."""
-    from reasonkit import runs
+    from reasonkit.runtime import runs
 
     preset = get_preset("tiny")
     run = runs.RunDir.create("e", root=tmp_path)
@@ -242,7 +242,7 @@ def test_evaluate_run_every_finished_stage_then_save(tmp_path, monkeypatch, caps
     assert evaluate.stages_to_evaluate(run) == ["base", "sft", "grpo"]
     loaded = []
     monkeypatch.setattr(evaluate, "load_stage", lambda p, r, name, mesh: (loaded.append(name), None))
-    monkeypatch.setattr(evaluate.train, "free", lambda: loaded.append("free"))
+    monkeypatch.setattr(evaluate.models, "free", lambda: loaded.append("free"))
     monkeypatch.setattr(evaluate, "make_sampler", lambda *args: "a sampler")
 
     def fake_evaluate(model, tok, records, model_cfg, cfg, *, stage, sampler):
@@ -392,7 +392,7 @@ class FakeSampler:
 def test_evaluate_run_scores_the_gsm8k_test_split_beside_the_held_out_set(tmp_path, monkeypatch,
                                                                             capsys, tiny_dir):
     """The tiny preset with a small local GSM8K file: the code path of the Gemma presets' "hf"."""
-    from reasonkit import runs
+    from reasonkit.runtime import runs
 
     test = write_jsonl(tmp_path / "test.jsonl", GSM8K_TEST)
     # 160 tokens hold the robe's and Josh's prompts, not Janet's (215 with the tiny tokenizer)
@@ -418,7 +418,7 @@ def test_evaluate_run_scores_the_gsm8k_test_split_beside_the_held_out_set(tmp_pa
 
     monkeypatch.setattr(evaluate, "load_stage", lambda p, r, name, mesh: (name, tok))
     monkeypatch.setattr(evaluate, "make_sampler", make_sampler)
-    monkeypatch.setattr(evaluate.train, "free", lambda: None)
+    monkeypatch.setattr(evaluate.models, "free", lambda: None)
     results, seconds = evaluate.evaluate_run(preset, run, mesh="a mesh")
     assert list(results) == ["base", "sft"] and len(samplers) == 2  # one sampler a stage, shared
     # per stage: held-out greedy + 1 sampled pass (3 prompts, 1 batch each), then GSM8K (2 of 3)

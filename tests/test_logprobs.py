@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from reasonkit import logprobs, masks, models
+from reasonkit import masks, models
 from reasonkit.config import LoraConfig, ModelConfig
+from reasonkit.tunix_patches import logprobs
 
 G3 = ModelConfig(family="gemma3", source="unused", num_layers=2, vocab_size=512, embed_dim=32,
                  hidden_dim=64, num_heads=2, head_dim=16, num_kv_heads=1, sliding_window=16,
@@ -237,7 +238,7 @@ def test_shared_prompts_refuse_rows_that_are_not_groups_and_tunix_attention():
     graphdef, state = nnx.split(model)
     with pytest.raises(ValueError, match="6 rows are not groups of 4"):
         logprobs.grpo_compute_per_token_logps(graphdef, state, prompt, answer, pad_id=0, eos_id=1, group=4)
-    from reasonkit import attention
+    from reasonkit.tunix_patches import attention
     tunix = attention.use(models.new_model(G3, seed=0), "tunix")
     graphdef, state = nnx.split(tunix)
     with pytest.raises(ValueError, match="needs reasonkit's attention"):

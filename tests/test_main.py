@@ -12,8 +12,9 @@ import time
 import pytest
 
 from reasonkit import __main__ as cli
-from reasonkit import evaluate, hardware, models, runs, train
+from reasonkit import evaluate, models, train
 from reasonkit.config import get_preset
+from reasonkit.runtime import hardware, runs, session
 
 
 class Words:
@@ -30,7 +31,7 @@ def series(tmp_path, monkeypatch):
     state["preset"] = get_preset("tiny", **{"data.num_records": 12, "data.eval_per_domain": 2,
                                             "data.train_size": 24})
 
-    monkeypatch.setattr(runs, "start_session", lambda: runs.Session(
+    monkeypatch.setattr(session, "start_session", lambda: session.Session(
         tmp_path, state["deadline"], [], tmp_path / ".jax_cache"))
     monkeypatch.setattr(cli, "get_preset", lambda name=None: state["preset"])
     monkeypatch.setattr(models, "read_platform_secrets", lambda: [])
@@ -38,7 +39,7 @@ def series(tmp_path, monkeypatch):
     monkeypatch.setattr(models, "load_tokenizer", lambda path, vocab_size: Words())
     monkeypatch.setattr(hardware, "detect", lambda: hardware.from_name("cpu-1"))
     monkeypatch.setattr(hardware, "matmul_benchmark", lambda: {"flops_per_s": 1e11})
-    monkeypatch.setattr(train, "free", lambda: None)
+    monkeypatch.setattr(models, "free", lambda: None)
 
     def train_or_load(p, run, stage, *, retrain=False, deadline=None):
         state["calls"].append(stage)
@@ -52,8 +53,9 @@ def series(tmp_path, monkeypatch):
 
     def export(result, p, run):
         state["calls"].append("export")
-        (run.stage("grpo") / "merged").mkdir(exist_ok=True)
-        (run.stage("grpo") / "merged" / "model.safetensors").write_text("")
+        for kind, name in (("adapter", "adapter_model.safetensors"), ("merged", "model.safetensors")):
+            (run.stage("grpo") / kind).mkdir(exist_ok=True)  # what train.exported looks for
+            (run.stage("grpo") / kind / name).write_text("")
         return run.stage("grpo") / "merged"
 
     def evaluate_run(p, run, stages):

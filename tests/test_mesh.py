@@ -15,8 +15,8 @@ import jax
 import numpy as np
 import pytest
 
-from reasonkit import mesh as rkmesh
 from reasonkit.config import MeshConfig, get_preset
+from reasonkit.runtime import mesh as rkmesh
 
 # --- shapes (no devices needed) ------------------------------------------------------------
 
@@ -195,7 +195,7 @@ _EIGHT_DEVICES = textwrap.dedent("""
     import jax, jax.numpy as jnp, numpy as np
     from flax import nnx
     from jax.sharding import PartitionSpec as P
-    from reasonkit import mesh as rkmesh
+    from reasonkit.runtime import mesh as rkmesh
     from reasonkit.config import get_preset
 
     out = {"n_devices": jax.device_count()}

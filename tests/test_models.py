@@ -14,6 +14,7 @@ from safetensors.numpy import save_file
 
 from reasonkit import data, masks, models, template
 from reasonkit.config import LoraConfig, ModelConfig
+from reasonkit.models.architecture import _quiet_transformers
 from reasonkit.testing import forward, write_hf_checkpoint
 
 G3 = ModelConfig(family="gemma3", source="unused", num_layers=2, vocab_size=512, embed_dim=32,
@@ -24,6 +25,42 @@ LORA = LoraConfig(rank=4, alpha=8.0)
 
 
 TOKENS = np.array([[2, 17, 40, 5, 99, 7, 0, 0], [2, 300, 12, 8, 9, 11, 13, 21]])
+
+
+# --- the package ------------------------------------------------------------------------
+
+MODULES = ("architecture", "tokenizer", "checkpoint", "tiny", "sources", "lora", "export")  # import order
+
+
+def test_models_is_a_package_of_small_modules_importing_one_way():
+    import ast
+    import importlib
+    import pathlib
+
+    import reasonkit
+
+    root = pathlib.Path(models.__file__).parent
+    assert sorted(p.stem for p in root.glob("*.py")) == sorted([*MODULES, "__init__", "__main__"])
+    assert not (pathlib.Path(reasonkit.__file__).parent / "models.py").exists()
+    face = {"tiny"}
+    for i, name in enumerate(MODULES):
+        module = importlib.import_module(f"reasonkit.models.{name}")
+        source = (root / f"{name}.py").read_text()
+        assert len(source.splitlines()) < 600, name
+        assert module.__doc__ and module.__doc__.strip(), name
+        assert module.__all__ and all(hasattr(module, n) for n in module.__all__), name
+        froms = [node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.ImportFrom)]
+        imported = {node.module.removeprefix("reasonkit.models.") for node in froms
+                    if (node.module or "").startswith("reasonkit.models.")}
+        imported |= {a.name for node in froms if node.module == "reasonkit.models" for a in node.names}
+        assert imported <= set(MODULES[:i]), f"{name} imports {imported - set(MODULES[:i])}: not before it"
+        if name != "tiny":  # the recipe is models.tiny, its names are not the face's
+            face |= set(module.__all__)
+            for public in module.__all__:
+                assert getattr(models, public) is getattr(module, public), public
+    assert set(models.__all__) == face and len(models.__all__) == len(face)
+    assert models.tiny.ASSET == pathlib.Path(reasonkit.__file__).parent / "assets" / "tiny"
+    assert (models.tiny.ASSET / "model.safetensors").is_file()
 
 
 # --- tokenizer -------------------------------------------------------------------------
@@ -439,6 +476,8 @@ def test_a_remat_model_samples_with_remat_off(family, tokenizer_path):
     # TraceContextError while decoding; sampling_graphdef turns remat off for it.
     import tunix
 
+    from reasonkit.tunix_patches import sampling
+
     cfg = dataclasses.replace(G3 if family == "gemma3" else G2, remat=True)
     model = models.apply_lora(models.new_model(cfg), LORA)
     tok = models.load_tokenizer(tokenizer_path)
@@ -447,19 +486,21 @@ def test_a_remat_model_samples_with_remat_off(family, tokenizer_path):
     with pytest.raises(Exception, match="different trace level"):
         tunix.Sampler(transformer=model, tokenizer=tok, cache_config=cache)(
             ["apple pear"], max_generation_steps=3, max_prompt_length=16)
-    sampler = tunix.Sampler(transformer=models.without_remat(model), tokenizer=tok, cache_config=cache)
+    sampler = tunix.Sampler(transformer=sampling.without_remat(model), tokenizer=tok, cache_config=cache)
     assert len(sampler(["apple pear"], max_generation_steps=3, max_prompt_length=16).tokens[0]) == 3
     # the model itself keeps remat (training wants it), and the sampler shares its arrays
     assert {layer.attn.remat_config.name for layer in model.layers} == {"BLOCK"}
-    np.testing.assert_array_equal(forward(models.without_remat(model), TOKENS), forward(model, TOKENS))
+    np.testing.assert_array_equal(forward(sampling.without_remat(model), TOKENS), forward(model, TOKENS))
 
 
 def test_flat_lora_delta_equals_qwixs_and_takes_bs_gradient_without_copying_the_cotangent(monkeypatch):
     from qwix._src.providers import lora as qwix_lora
 
+    from reasonkit.tunix_patches import lora_delta
+
     models.apply_lora(models.new_model(G3), LORA)  # puts the flat delta in place
-    assert qwix_lora._compute_lora_delta is models._flat_lora_delta
-    qwix_own = models._QWIX_LORA_DELTA
+    assert qwix_lora._compute_lora_delta is lora_delta.flat_lora_delta
+    qwix_own = lora_delta.qwix_own()
     assert qwix_own is not None and qwix_own.__module__ == qwix_lora.__name__
     k = jax.random.split(jax.random.key(0), 4)
     x, a = jax.random.normal(k[0], (4, 256, 64)), jax.random.normal(k[1], (64, 8))
@@ -468,7 +509,7 @@ def test_flat_lora_delta_equals_qwixs_and_takes_bs_gradient_without_copying_the_
     def loss(delta):  # a Linear's [B, T, in] x [in, out], as qwix calls it
         return lambda x, a, b: jnp.sum(delta(x, a, b, (2,), (), (64,), (), (128,), 8) * g)
 
-    flat, own = loss(models._flat_lora_delta), loss(qwix_own)
+    flat, own = loss(lora_delta.flat_lora_delta), loss(qwix_own)
     np.testing.assert_allclose(flat(x, a, b), own(x, a, b), rtol=1e-6)
     grads = [jax.grad(f, argnums=(0, 1, 2))(x, a, b) for f in (flat, own)]
     for got, want in zip(*grads, strict=True):
@@ -483,7 +524,7 @@ def test_flat_lora_delta_equals_qwixs_and_takes_bs_gradient_without_copying_the_
     assert copies_cotangent(flat)
     monkeypatch.undo()
     # contracted axes other than the last ones go to qwix's own
-    mid = models._flat_lora_delta(jnp.ones((3, 64, 5)), a, b, (1,), (), (64,), (), (128,), 8)
+    mid = lora_delta.flat_lora_delta(jnp.ones((3, 64, 5)), a, b, (1,), (), (64,), (), (128,), 8)
     np.testing.assert_allclose(mid, qwix_own(jnp.ones((3, 64, 5)), a, b, (1,), (), (64,), (), (128,), 8))
 
 
@@ -540,7 +581,7 @@ def test_qlora_merged_export_dequantizes_the_nf4_base(tmp_path, tokenizer_path, 
 
 def hf_tokenizer(path):
     """transformers' AutoTokenizer on a directory (no PyTorch needed for tokenizers)."""
-    with models._quiet_transformers():
+    with _quiet_transformers():
         from transformers import AutoTokenizer
 
         return AutoTokenizer.from_pretrained(path)
@@ -604,7 +645,7 @@ def test_chat_template_and_tokenizer_of_the_export_match_reasonkit(tmp_path, tok
         "<start_of_turn>model\nyo<end_of_turn>\n<start_of_turn>user\nx<end_of_turn>\n")
     with pytest.raises(Exception, match="alternate"):
         hf.apply_chat_template(turns[1:2] * 2, tokenize=False)
-    with models._quiet_transformers():
+    with _quiet_transformers():
         from transformers import GenerationConfig
 
         stops = GenerationConfig.from_pretrained(out).eos_token_id
@@ -620,7 +661,7 @@ def test_export_copies_the_sources_tokenizer_files_and_generation_config(
     (src / "tokenizer_config.json").write_text(json.dumps(marker))
     (src / "generation_config.json").write_text(json.dumps({"eos_token_id": [1, 7], "top_k": 64}))
     (src / "special_tokens_map.json").unlink()  # written without converting tokenizer.model again
-    with models._quiet_transformers():
+    with _quiet_transformers():
         import transformers
     monkeypatch.setattr(transformers, "GemmaTokenizer", None)  # (for 262k pieces: minutes)
     out = models.export_merged(lora_model_with_delta(G2), G2, LORA, tmp_path / "merged", src)

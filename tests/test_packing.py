@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from reasonkit import collate, compiles, masks, models, train
+from reasonkit import collate, masks, models, train
 from reasonkit.collate import (
     BucketLayout,
     DPOCollator,
@@ -17,6 +17,7 @@ from reasonkit.collate import (
     batches,
 )
 from reasonkit.config import get_preset
+from reasonkit.runtime import compiles
 
 PAD, BOS = 0, 2
 

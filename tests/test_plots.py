@@ -3,9 +3,10 @@
 import numpy as np
 import pytest
 
-from reasonkit import evaluate, hardware, plots
+from reasonkit import budget, evaluate, plots
 from reasonkit.config import DOMAINS, get_preset
 from reasonkit.data import DataReport, Drops
+from reasonkit.runtime import hardware
 from reasonkit.testing import fake_results
 
 
@@ -53,7 +54,7 @@ def test_data_and_training_tables():
 
 
 def test_budget_table_drops_empty_columns():
-    rows = hardware.budget_table(get_preset("gemma3-1b"), hardware.from_name("tpu-v5e-8"))
+    rows = budget.budget_table(get_preset("gemma3-1b"), hardware.from_name("tpu-v5e-8"))
     lines = plots.budget_table(rows).splitlines()
     assert lines[0].startswith("| stage | mesh | base params") and len(lines) == 6
     assert "| KV cache |" in lines[0] and "| sft | 8x1 |" in lines[2]
@@ -79,7 +80,7 @@ def test_every_figure_draws(tmp_path):
     assert figs["grpo_zero_std"].axes[3].get_title() == "groups with all G rewards equal"
     batch = {"input_tokens": np.array([[2, 5, 6, 0]]), "input_mask": np.array([[0, 0, 1, 0]], bool)}
     figs["mask"] = plots.plot_loss_mask(batch, pad_id=0)
-    rows = hardware.budget_table(get_preset("tiny"), hardware.from_name("cpu-1"))
+    rows = budget.budget_table(get_preset("tiny"), hardware.from_name("cpu-1"))
     figs["memory"] = plots.plot_memory(rows, "tiny")
     lengths = {"prompt": {"math": [3, 4], "coding": [5]}, "completion": {"math": [9], "coding": [7]}}
     figs["token_lengths"] = plots.plot_token_lengths(lengths, {("prompt", 4): ["sft", "dpo"]}, 3)

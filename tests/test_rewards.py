@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from reasonkit import answers, template
 from reasonkit import rewards as R
+from reasonkit.answers.symbolic import _symbolic_tools
 from reasonkit.config import DOMAINS, get_preset
 from reasonkit.template import FAILURE_REASONS, TAGS, format_completion
 
@@ -29,9 +30,10 @@ A = "<answer>{}</answer>".format
 @pytest.fixture(autouse=True, scope="module")
 def strict():
     """Make a bug inside a reward or the checker raise here instead of quietly scoring 0.0."""
-    R._STRICT = answers._STRICT = True
-    yield
-    R._STRICT = answers._STRICT = False
+    R._STRICT = True
+    with answers.strict():
+        yield
+    R._STRICT = False
 
 
 # (reward's name, completion, gold, expected score). A tuple gold is (answer, domain);
@@ -304,7 +306,7 @@ def _step_cpu(completions, gold):
 def test_a_step_of_new_closed_forms_is_within_the_bound(gold, right):
     """64 completions, each a closed form no cache has seen: the wrong ones are told apart
     without sympy, the right one is confirmed by it."""
-    answers._symbolic_tools()  # sympy loads once per process, outside the bound
+    _symbolic_tools()  # sympy loads once per process, outside the bound
     answers.gold_problem(gold)  # the data filters have parsed every gold
     completions = [RS + A(f"\\sqrt{{{8191 + k}}} + \\frac{{{k + 1}}}{{{k % 11 + 2}}}") for k in range(63)]
     cpu, scores = _step_cpu(completions + [RS + A(right)], gold)
@@ -315,7 +317,7 @@ def test_a_step_of_new_closed_forms_is_within_the_bound(gold, right):
 def test_the_symbolic_budget_bounds_a_step_of_new_expressions(caplog):
     """Expressions with a variable need sympy: after SYMBOLIC_BUDGET_SECONDS a call judges
     no more of them (no credit, counted, warned once); alone, each gets its exact verdict."""
-    answers._symbolic_tools()
+    _symbolic_tools()
     gold = "x^2 + 2x + 1"
     answers.gold_problem(gold)
     new = [RS + A(f"x^2 + {4099 + k}x - \\frac{{{k + 1}}}{{3}}") for k in range(62)]

@@ -1,12 +1,13 @@
-"""reasonkit.sampling: the sampler's model against Tunix 0.1.7's own, on the tiny model."""
+"""reasonkit.tunix_patches.sampling: the sampler's model against Tunix 0.1.7's own, on the tiny model."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from reasonkit import models, sampling, template
+from reasonkit import models, template
 from reasonkit.config import get_preset
+from reasonkit.tunix_patches import sampling
 
 PROMPTS = [template.format_prompt(q) for q in
            ("What is 3 + 4?", "Name a colour.", "What does this code print?\nprint(2 * 5)")]
@@ -21,18 +22,14 @@ def tiny():
 
 
 def sampler_for(model, tok, cfg, group: int = 1):
-    """A Tunix sampler on ``model``; with ``group`` > 1, as train._grpo_learner sets the rollout's."""
+    """A Tunix sampler on ``model``; with ``group`` > 1, as a GRPO stage sets its rollout's."""
     import tunix
-
-    from reasonkit import train
 
     cache = tunix.CacheConfig(cache_size=96 + 24, num_layers=cfg.num_layers,
                               num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim)
     sampler = tunix.Sampler(transformer=model, tokenizer=tok, cache_config=cache)
     if group > 1:
-        sampler._transformer_graphdef = models.sampling_graphdef(model)
-        sampler._supports_decode_only_last_token = True
-        train.share_prefill(sampler, model, group)
+        sampling.trace_for_sampling(sampler, model, group)
     return sampler
 
 
@@ -45,7 +42,7 @@ def sample(sampler, prompts, **kwargs):
 def test_tunix_sampler_asks_for_the_last_position_only(tiny):
     preset, model, tok = tiny
     plain = sampler_for(model, tok, preset.model)
-    ours = sampler_for(models.without_remat(model), tok, preset.model)
+    ours = sampler_for(sampling.without_remat(model), tok, preset.model)
     assert not plain._supports_decode_only_last_token
     assert ours._supports_decode_only_last_token  # found in the class's signature
     assert sample(ours, PROMPTS) == sample(plain, PROMPTS)
@@ -53,7 +50,7 @@ def test_tunix_sampler_asks_for_the_last_position_only(tiny):
 
 def test_output_layer_at_the_last_position_matches_every_position(tiny):
     preset, model, _ = tiny
-    ours = models.without_remat(model)
+    ours = sampling.without_remat(model)
     tokens = jnp.asarray(np.random.default_rng(0).integers(3, 500, (2, 9)))
     positions = jnp.broadcast_to(jnp.arange(9), (2, 9))
     cache = {f"layer_{i}": {"k": jnp.zeros((2, 16, 1, 32)), "v": jnp.zeros((2, 16, 1, 32)),
@@ -106,7 +103,7 @@ def test_sampling_class_refuses_a_bad_group_and_does_not_stack():
 def test_training_calls_run_tunix_as_is(tiny):
     """No cache (training, the reference forward): the class changes nothing."""
     preset, model, _ = tiny
-    ours = models.without_remat(model)
+    ours = sampling.without_remat(model)
     tokens = jnp.asarray(np.random.default_rng(1).integers(3, 500, (4, 12)))
     positions = jnp.broadcast_to(jnp.arange(12), (4, 12))
     mask = jnp.tril(jnp.ones((12, 12), bool))[None].repeat(4, 0)

@@ -11,8 +11,9 @@ import textwrap
 
 import pytest
 
-from reasonkit import hardware, shapes, train
+from reasonkit import budget, shapes
 from reasonkit.config import get_preset
+from reasonkit.runtime import hardware
 
 
 def test_gemma3_1b_sft_compiles_on_eight_devices_and_fits():
@@ -22,7 +23,7 @@ def test_gemma3_1b_sft_compiles_on_eight_devices_and_fits():
     step = result["programs"]["step"]
     assert step["peak"] == step["arguments"] + step["outputs"] - step["aliased"] + step["temporaries"]
     assert step["aliased"] > 0  # the optimizer state is donated
-    assert result["peak"] <= hardware.FIT_FRACTION * 16 * 2**30, shapes.describe(result)
+    assert result["peak"] <= budget.FIT_FRACTION * 16 * 2**30, shapes.describe(result)
     assert result["fits"]
     assert 0.8 <= result["ratio"] <= 1.2, shapes.describe(result)  # memory_budget agrees
 
@@ -32,7 +33,9 @@ _FOUR_DEVICES = textwrap.dedent("""
     import jax, numpy as np
     import qwix
     from flax import nnx
-    from reasonkit import mesh as rkmesh, models, shapes, train
+    from reasonkit import models, train
+    from reasonkit.runtime import mesh as rkmesh
+    from reasonkit.tunix_patches import sharding
     from reasonkit.config import get_preset
     from tunix.sft import sharding_utils
 
@@ -41,7 +44,7 @@ _FOUR_DEVICES = textwrap.dedent("""
                               "sft.max_prompt_length": 16})
     mesh = rkmesh.stage_mesh(p, "sft")
     out["mesh"] = dict(mesh.shape)
-    with shapes.tpu_sharding_constraints():
+    with sharding.tpu_sharding_constraints():
         base = models.load_model(models.resolve_source(p.model), p.model, mesh=mesh)
         provider = qwix.LoraProvider(module_path=p.lora.module_path, rank=2, alpha=2.0)
         try:  # what Tunix's own dummy input (2 rows) does under a TPU's constraints
@@ -65,7 +68,7 @@ _FOUR_DEVICES = textwrap.dedent("""
         rows = [([5 + i, 6], [7 + i] * (10 + 3 * i) + [1]) for i in range(8)]
         batch = train.sft_collator(p, tok)(rows)
         from tunix.sft.peft_trainer import _default_loss_fn
-        from reasonkit import logprobs
+        from reasonkit.tunix_patches import logprobs
         with mesh:
             sharded = sharding_utils.shard_input(batch, ("fsdp",))
             inputs = train.gen_model_input_fn(tok.pad_id())
@@ -131,33 +134,9 @@ def test_a_batch_that_does_not_split_is_refused_before_training(four):
     assert "2 or 4 (multiples of 2)" in four["grpo_refused"]
 
 
-def test_chunked_log_probs_restore_tunix_afterwards():
-    from tunix.rl import algo_core, common
-    from tunix.sft.dpo import dpo_trainer
-
-    before = (common.compute_per_token_logps, dpo_trainer.compute_logps,
-              algo_core.compute_entropy_from_logits)
-    with pytest.raises(KeyError):
-        with train.chunked_log_probs():
-            assert common.compute_per_token_logps is not before[0]
-            raise KeyError("a failing trace")
-    assert (common.compute_per_token_logps, dpo_trainer.compute_logps,
-            algo_core.compute_entropy_from_logits) == before
-
-
-def test_tpu_sharding_constraints_are_scoped():
-    from tunix.models.gemma import model as gemma2
-    from tunix.utils import sharding_utils
-
-    before = sharding_utils.shard, gemma2.shard
-    with shapes.tpu_sharding_constraints():
-        assert sharding_utils.shard is shapes._constrain
-    assert (sharding_utils.shard, gemma2.shard) == before
-
-
 def test_every_committed_check_is_within_20_percent_of_the_estimate():
     """benchmarks/shapes.json's compiler figures (no compiling here) against the estimate the
-    current ``hardware.memory_budget(..., backend="cpu")`` makes for the same stage."""
+    current ``budget.memory_budget(..., backend="cpu")`` makes for the same stage."""
     path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "shapes.json")
     with open(path) as f:
         results = json.load(f)["results"]

@@ -6,8 +6,9 @@ import json
 import numpy as np
 import pytest
 
-from reasonkit import data, models, tasks, template, tiny
+from reasonkit import data, models, tasks, template
 from reasonkit.config import get_preset
+from reasonkit.models import tiny
 from reasonkit.testing import forward
 
 TOKENS = np.array([[2, 17, 40, 5, 99, 7, 0, 0], [2, 300, 12, 8, 9, 11, 13, 21]])
@@ -28,7 +29,7 @@ def test_shipped_tiny_base_model_is_the_current_recipe(tiny_dir):
 
 @pytest.mark.parametrize("change", [{"remat": True}, {"attention": "tunix"}, {"attention": "dense"}])
 def test_how_it_computes_does_not_rebuild_the_tiny_base_model(change):
-    # remat trades memory for compute (hardware.py suggests it), the attention choice
+    # remat trades memory for compute (budget.py suggests it), the attention choice
     # computes the same numbers: same weights, so the shipped checkpoint serves them
     # instead of a ~45-minute rebuild.
     cfg = dataclasses.replace(get_preset("tiny").model, **change)
@@ -57,3 +58,23 @@ def test_tiny_build_script_runs_and_is_deterministic(tmp_path):
     np.testing.assert_array_equal(forward(models.load_model(a, cfg), TOKENS),
                                   forward(models.load_model(b, cfg), TOKENS))
     assert models.build_tiny_checkpoint(cfg, steps=3, out_root=tmp_path / "a") == a  # cached
+
+
+def test_python_m_reasonkit_models_rebuilds_the_shipped_files(tmp_path, monkeypatch):
+    """``python -m reasonkit.models [out_root]`` (README): build with force, copy into ASSET."""
+    import importlib.util
+
+    from reasonkit.models import __main__ as rebuild
+
+    assert importlib.util.find_spec("reasonkit.models.__main__") is not None
+    built = tmp_path / "built"
+    built.mkdir()
+    for name in rebuild.SHIPPED:
+        (built / name).write_text(name)
+    calls = []
+    monkeypatch.setattr(rebuild, "build_tiny_checkpoint", lambda cfg, **kw: calls.append((cfg, kw)) or built)
+    monkeypatch.setattr(tiny, "ASSET", tmp_path / "asset")
+    rebuild.main(["out"])
+    assert calls == [(get_preset("tiny").model, {"force": True, "out_root": "out"})]
+    assert {"config.json", "model.safetensors", "tokenizer.model"} <= set(rebuild.SHIPPED)
+    assert all((tmp_path / "asset" / name).read_text() == name for name in rebuild.SHIPPED)

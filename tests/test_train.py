@@ -18,11 +18,13 @@ import numpy as np
 import optax
 import pytest
 
-from reasonkit import compiles, data, evaluate, models, rewards, runs, template, train
+from reasonkit import data, evaluate, models, rewards, template, train
 from reasonkit.config import SFTConfig, get_preset
-from reasonkit.hardware import format_duration
-from reasonkit.runs import RunDir
+from reasonkit.runtime import compiles, runs
+from reasonkit.runtime.hardware import format_duration
+from reasonkit.runtime.runs import RunDir
 from reasonkit.testing import SMALL, make_run, small_preset
+from reasonkit.tunix_patches import grpo, loss_swap, private
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +45,7 @@ def pipeline(tmp_path_factory, preset):
     """SFT -> DPO -> GRPO, a few steps each, in one run directory."""
     run = make_run(tmp_path_factory.mktemp("runs"), "pipe", preset)
     base = models.base_params(models.load_model(models.resolve_source(preset.model), preset.model))
-    fresh = models.lora_params(train.load_policy(preset, None, None, None)[1])
+    fresh = models.lora_params(models.load_policy(preset, None, None, None)[1])
     results = {"sft": train.train_sft(preset, run)}
     results["dpo"] = train.train_dpo(preset, run)
     results["grpo"] = train.train_grpo(preset, run)
@@ -90,7 +92,7 @@ def test_hand_off_chain_and_metrics(pipeline):
 
 def test_restored_adapters_reproduce_the_stage(pipeline, preset):
     run, _, _, results = pipeline
-    _, policy, _, _ = train.load_policy(preset, run, "dpo", None)
+    _, policy, _, _ = models.load_policy(preset, run, "dpo", None)
     want = models.lora_params(results["dpo"].policy)
     got = models.lora_params(policy)
     assert changed(want, got) == 0
@@ -150,7 +152,7 @@ def test_resume_after_a_crash_ends_like_an_uninterrupted_run(tmp_path, preset, m
     whole = train.train_sft(p, make_run(tmp_path, "whole", p))
 
     run = make_run(tmp_path, "crashed", p)
-    monkeypatch.setattr(train, "until", dies_at(5))  # mid-step 6, last checkpoint at 4
+    monkeypatch.setattr(train.clock, "until", dies_at(5))  # mid-step 6, last checkpoint at 4
     slow_saves(monkeypatch, 3.0)  # step 4's save is still being written when step 6 dies
     with pytest.raises(KeyboardInterrupt):
         train.train_sft(p, run)
@@ -177,27 +179,9 @@ def test_an_interrupt_is_not_hidden_by_a_save_that_fails_to_land():
     assert "was lost: OSError('disk full')" in stop.value.__notes__[0]
 
 
-def test_grpo_resume_samples_and_ends_like_an_uninterrupted_run(tmp_path, preset, monkeypatch):
-    """GRPO samples fresh noise each step (reseed_rollouts); a resumed run must draw the same."""
-    p = preset.replace(**{"grpo.max_steps": 3})
-    first = make_run(tmp_path, "whole", p)
-    train.train_sft(p, first)
-    run = run_after(first, tmp_path, "crashed", p, "sft")
-    whole = train.train_grpo(p, first)
-    monkeypatch.setattr(train, "until", dies_at(2))  # step 3's batch
-    with pytest.raises(KeyboardInterrupt):
-        train.train_grpo(p, run)
-    # The learner fetches a step's batch before the previous step's checkpoint is written.
-    assert not run.is_finished("grpo") and 1 <= runs.latest_step(run, "grpo") < 3
-    monkeypatch.undo()
-    resumed = train.train_grpo(p, run)
-    assert resumed.finished and resumed.steps == 3
-    assert changed(models.lora_params(whole.policy), models.lora_params(resumed.policy)) < 1e-5
-
-
 def test_deadline_stops_the_stream_cleanly(monkeypatch):
     clock = iter(range(0, 1000, 10))  # every call to time.time() advances 10 s
-    monkeypatch.setattr(train.time, "time", lambda: next(clock))
+    monkeypatch.setattr(train.clock.time, "time", lambda: next(clock))
     got = list(train.until(range(100), deadline=200, margin_s=50))
     assert 0 < len(got) < 100  # stopped early, with room for a step and the checkpoint
     assert list(train.until(range(5), deadline=None)) == list(range(5))
@@ -239,7 +223,7 @@ def test_eta_after_warm_up_from_the_measured_steps(monkeypatch, capsys, skip):
     """The first step compiles (50 s), the others take 2 s; a resumed run skips ``skip`` batches
     at no cost. Once two steady steps ran, one line gives their time and the ETA."""
     clock = [0.0]
-    monkeypatch.setattr(train.time, "time", lambda: clock[0])
+    monkeypatch.setattr(train.clock.time, "time", lambda: clock[0])
     for i in train.until(range(40), deadline=1000, margin_s=0, total=40, skip=skip, name="SFT"):
         if i >= skip:
             clock[0] += 50 if i == skip else 2
@@ -390,44 +374,13 @@ def test_grpo_climbs_a_verifiable_reward(tmp_path, preset):
             hits += says_gold(None, out, [gold] * 16)
         return float(np.mean(hits))
 
-    _, before_model, tok, _ = train.load_policy(preset, run, "sft", None)
+    _, before_model, tok, _ = models.load_policy(preset, run, "sft", None)
     before = hit_rate(before_model, tok)
     after = hit_rate(train.train_grpo(preset, run, reward_fns=[says_gold]).policy, tok)
     curve = train.read_metrics(run, "grpo")["rewards/train/says_gold"][1]
     assert 0.2 < before < 0.8, before  # room to climb, and something to reinforce
     assert after > before + 0.2, (before, after, curve)
     assert np.mean(curve[-4:]) > np.mean(curve[:4]), curve
-
-
-def test_rollouts_get_a_fresh_key_per_step_and_call_and_the_same_after_resume():
-    """Tunix 0.1.7 samples with PRNGKey(0) whenever RolloutConfig.seed is None."""
-    from tunix.rl.rollout import base_rollout
-
-    class Cluster:  # the two attributes reseed_rollouts touches
-        def __init__(self, step):
-            self.global_steps, self.rollout, self.seen = step, self, []
-
-        def generate(self, prompts, rollout_config, **kwargs):
-            self.seen.append(np.asarray(rollout_config.seed).tolist())  # a raw uint32 key
-            return prompts
-
-    config = base_rollout.RolloutConfig(max_tokens_to_generate=4)
-    assert config.seed is None  # what the fix is for
-    whole = Cluster(0)
-    train.reseed_rollouts(whole, seed=3)
-    for step in range(3):
-        whole.global_steps = step
-        assert whole.rollout.generate(["p"], config) == ["p"]
-        whole.rollout.generate(["q"], config)  # a second micro-batch in the same step
-    assert len({tuple(k) for k in whole.seen}) == 6  # every call draws new noise
-    resumed = Cluster(2)  # a new process that restored step 2
-    train.reseed_rollouts(resumed, seed=3)
-    resumed.rollout.generate(["p"], config)
-    assert resumed.seen[0] == whole.seen[4]
-    other = Cluster(2)
-    train.reseed_rollouts(other, seed=4)
-    other.rollout.generate(["p"], config)
-    assert other.seen[0] != whole.seen[4]  # the preset's seed matters
 
 
 def test_grpo_kl_term_pulls_towards_the_reference(preset):
@@ -445,38 +398,6 @@ def test_grpo_kl_term_pulls_towards_the_reference(preset):
     assert jnp.allclose(grad("kl", near), grad("kl", far))  # why we do not use Tunix's default
     assert not jnp.allclose(grad("low_var_kl", near), grad("low_var_kl", far))
     assert jnp.allclose(grad("low_var_kl", logp), 0.0)  # no pull at the reference itself
-
-
-def test_a_missing_tunix_private_attribute_names_itself_and_the_versions(monkeypatch):
-    """Tunix renamed something reasonkit reaches into: say what, where, and which Tunix."""
-    class Sampler:
-        _transformer_graphdef = "graph"
-
-    class Rollout:
-        _sampler = Sampler()
-
-    rollout = Rollout()
-    assert train.tunix_private(rollout, "_sampler._transformer_graphdef") == "graph"
-    train.set_tunix_private(rollout, "_sampler._transformer_graphdef", "ours")
-    assert rollout._sampler._transformer_graphdef == "ours"
-    monkeypatch.setattr(train, "tunix_version", lambda: "0.2.0")
-    with pytest.raises(AttributeError) as missing:
-        train.tunix_private(rollout, "_sampler._compiled_decode_fn")
-    assert str(missing.value) == (
-        "Tunix private attribute '_sampler._compiled_decode_fn' not found: a "
-        "test_train.Sampler (reached from a Rollout) has no '_compiled_decode_fn'. reasonkit "
-        "reaches into this private part of Tunix as google-tunix 0.1.7 has it; installed: "
-        "google-tunix 0.2.0. Install google-tunix==0.1.7 (requirements.txt), or update "
-        "reasonkit for this version.")
-    # Setting one Tunix does not have would change nothing Tunix reads: refused alike.
-    with pytest.raises(AttributeError, match=r"'_ref_model_exists' not found: a test_train\.Rollout "
-                                             r"has no '_ref_model_exists'.*installed: google-tunix 0\.2\.0"):
-        train.set_tunix_private(rollout, "_ref_model_exists", False)
-    assert not hasattr(rollout, "_ref_model_exists")
-    monkeypatch.undo()  # the pin the helper names is the one installed and required
-    requirements = (pathlib.Path(__file__).resolve().parents[1] / "requirements.txt").read_text()
-    assert train.tunix_version() == train.TUNIX_PINNED
-    assert f"google-tunix=={train.TUNIX_PINNED}\n" in requirements
 
 
 def test_schedule_warms_up_then_decays():
@@ -552,7 +473,7 @@ def test_reloading_a_stage_trained_with_other_settings_says_so(pipeline, preset)
 def test_deadline_margin_counts_the_trainers_step_not_just_the_batch_fetch(monkeypatch):
     """Fetching a batch takes no time here, each step 100 s: no step may end past the deadline."""
     clock = [0.0]
-    monkeypatch.setattr(train.time, "time", lambda: clock[0])
+    monkeypatch.setattr(train.clock.time, "time", lambda: clock[0])
     ends = []
     for _ in train.until(range(100), deadline=1000, margin_s=0):
         clock[0] += 100  # the step the trainer runs on this batch
@@ -587,7 +508,7 @@ def test_a_stage_does_not_start_from_adapters_of_another_model_or_lora(tmp_path,
 def test_an_interrupted_stage_stops_listening_for_metrics(tmp_path, preset, monkeypatch):
     """Tunix unregisters nothing when training raises: its listeners heard every later metric."""
     run = make_run(tmp_path, "stopped", preset)
-    monkeypatch.setattr(train, "until", dies_at(0))
+    monkeypatch.setattr(train.clock, "until", dies_at(0))
     with pytest.raises(KeyboardInterrupt):
         train.train_sft(preset, run)
     jax.monitoring.record_scalar("train/loss", 123.0, step=1)  # the next stage, same kernel
@@ -600,7 +521,7 @@ def test_an_empty_split_and_a_missing_checkpoint_say_what_to_do(tmp_path, preset
     run = RunDir.create("nockpt", root=tmp_path)
     with pytest.raises(FileNotFoundError, match=r"no checkpoint of stage 'sft' .*run notebooks/03_sft "
                                                 r"for run 'nockpt'"):
-        train.load_policy(preset, run, "sft", None)
+        models.load_policy(preset, run, "sft", None)
 
 
 # --- several JAX processes -----------------------------------------------------------------
@@ -652,7 +573,7 @@ def _multihost_worker(root: str, name: str, out: str, restore: str = "") -> None
     """
     from tunix.sft import sharding_utils
 
-    from reasonkit import mesh
+    from reasonkit.runtime import mesh
 
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     mesh.init_distributed()  # $JAX_COORDINATOR_ADDRESS, $JAX_NUM_PROCESSES, $JAX_PROCESS_ID; alone: no-op
@@ -694,7 +615,7 @@ def _multihost_worker(root: str, name: str, out: str, restore: str = "") -> None
             if other.is_finished("sft"):
                 break
             time.sleep(1)
-        train.restore_lora(result.policy, other, "sft")
+        models.restore_lora(result.policy, other, "sft")
         lora.update(_adapters(result.policy, f"{restore}/"))
     me = f"p{jax.process_index()}"
     np.savez(pathlib.Path(out) / f"{me}.npz", **{f"lora/{k}": v for k, v in lora.items()},
@@ -803,7 +724,7 @@ def test_export_once_keeps_an_export_that_is_there(tmp_path, monkeypatch, capsys
     run = RunDir.create("exp", root=tmp_path)
     result = train.StageResult("grpo", 2, True, "dpo", 0.0, {})
     calls = []
-    monkeypatch.setattr(train, "export", lambda r, p, rd: calls.append(r.stage) or {"adapter": "new"})
+    monkeypatch.setattr(train.stages, "export", lambda r, p, rd: calls.append(r.stage) or {"adapter": "new"})
     assert train.export_once(result, "a preset", run) == {"adapter": "new"} and calls == ["grpo"]
     for name in ("adapter/adapter_model.safetensors", "merged/model.safetensors"):
         (run.stage("grpo") / name).parent.mkdir(parents=True, exist_ok=True)
@@ -813,46 +734,6 @@ def test_export_once_keeps_an_export_that_is_there(tmp_path, monkeypatch, capsys
     assert calls == ["grpo"] and "already exported:" in capsys.readouterr().out
     assert train.export_once(result, "a preset", run, again=True) == {"adapter": "new"}
     assert calls == ["grpo", "grpo"]
-
-
-def test_grpo_shares_prompts_only_for_rows_checked_to_be_groups():
-    """The update's loss is compiled to run each prompt once per group: share_prompts stops
-    the run on an example whose rows are not groups. The reference's forward, called from
-    Python, shares them only when its rows are groups (checked there, row by row)."""
-    from types import SimpleNamespace
-
-    from tunix.rl import common
-
-    class Learner:
-        def __init__(self, prompt_ids):
-            self.prompt_ids = prompt_ids
-
-        def _generate_and_compute_advantage(self, training_input, mode=None):
-            return SimpleNamespace(prompt_ids=self.prompt_ids)
-
-    grouped = np.repeat(np.array([[0, 5, 6], [7, 8, 9]]), 4, axis=0)
-    learner = Learner(grouped)
-    train.share_prompts(learner, 4)
-    assert learner._generate_and_compute_advantage({"prompts": []}).prompt_ids is grouped
-    learner = Learner(np.roll(grouped, 1, axis=0))
-    train.share_prompts(learner, 4)
-    with pytest.raises(RuntimeError, match="8 prompt rows are not groups of 4"):
-        learner._generate_and_compute_advantage({"prompts": []})
-
-    installed = lambda prompt_tokens, completion_tokens: common.compute_per_token_logps  # noqa: E731
-    forward = train._chunked_if_grouped(installed, 4)
-    assert forward(grouped, None).keywords == {"group": 4}
-    assert forward(prompt_tokens=np.roll(grouped, 1, axis=0), completion_tokens=None) is \
-        train.logprobs.grpo_compute_per_token_logps
-    assert common.compute_per_token_logps is not train.logprobs.grpo_compute_per_token_logps  # put back
-
-
-def test_grpo_bucket_choice_and_answer_width():
-    assert [train.fit_bucket(n, (48, 80), 96) for n in (1, 48, 49, 80, 81, 96, 97)] == \
-        [48, 48, 80, 80, 96, 96, 96]  # longer than every bucket: the max, as without buckets
-    assert train.fit_bucket(50, (), 64) == 64 and train.fit_bucket(50, (64, 72), 64) == 64
-    assert train.used_width(np.array([[3, 4, 0, 5, 0, 0], [6, 0, 0, 0, 0, 0]]), 0) == 4
-    assert train.used_width(np.zeros((2, 5), np.int32), 0) == 0
 
 
 def test_grpo_length_buckets_train_on_the_numbers_of_the_step_padded_to_the_max(tmp_path, preset):
@@ -873,14 +754,14 @@ def test_grpo_length_buckets_train_on_the_numbers_of_the_step_padded_to_the_max(
     stage = train.build_stage(p, "grpo")
     learner, cluster, n = stage.learner, stage.cluster, p.grpo.batch_size * p.grpo.num_generations
     for name in ("_rollout_micro_batch_size", "_compute_logps_micro_batch_size"):
-        train.set_tunix_private(learner, name, p.grpo.batch_size)  # as learner.train() sets them
+        private.set_tunix_private(learner, name, p.grpo.batch_size)  # as learner.train() sets them
     batch, _ = train.grpo_batches(train.grpo_records(splits.grpo), p, stage.tokenizer)
     batch = {k: np.repeat(v, p.grpo.num_generations, axis=0) for k, v in next(iter(batch)).items()}
     with stage.mesh, compiles.CompileCounter() as counter:
-        cut = train.tunix_private(learner, "_generate_and_compute_advantage")(batch)
+        cut = private.tunix_private(learner, "_generate_and_compute_advantage")(batch)
     assert counter.step_shapes == {"('grpo', 80, 48)"}
     assert cut.prompt_ids.shape == (n, 80) and cut.completion_ids.shape == (n, 48)
-    assert 0 < train.used_width(cut.completion_ids, 0) <= 48  # the answers' columns all kept
+    assert 0 < grpo.used_width(cut.completion_ids, 0) <= 48  # the answers' columns all kept
     assert cut.ref_per_token_logps.shape == cut.old_per_token_logps.shape == (n, 48)
 
     def pad(x, before, after, value=0):
@@ -902,12 +783,12 @@ def test_grpo_length_buckets_train_on_the_numbers_of_the_step_padded_to_the_max(
             assert want.shape == (n, 64)
             np.testing.assert_allclose(np.where(mask, got, 0), np.where(mask, want[:, :48], 0),
                                        atol=2e-3)
-        policy_loss = train._chunked(function_registry.get_policy_loss_fn("grpo"))  # every variant's
-        shared_loss = train._chunked(function_registry.get_policy_loss_fn("grpo"), p.grpo.num_generations)
+        policy_loss = loss_swap.chunked(function_registry.get_policy_loss_fn("grpo"))  # every variant's
+        shared_loss = loss_swap.chunked(function_registry.get_policy_loss_fn("grpo"), p.grpo.num_generations)
         for loss in ("grpo", "gspo-token", "dapo", "dr-grpo"):
             algo = train.grpo_algorithm(p.replace(**{"grpo.loss": loss}))[1]
             algo.temperature = learner.algo_config.temperature  # as the learner sets it
-            assert train.cuts_answers(algo) == (loss != "dr-grpo")
+            assert grpo.cuts_answers(algo) == (loss != "dr-grpo")
             short, long = (policy_loss(stage.policy, ex, algo_config=algo, pad_id=0, eos_id=1)[0]
                            for ex in (cut, full))
             if loss == "grpo":  # each prompt run once for its group: the same loss
@@ -917,3 +798,43 @@ def test_grpo_length_buckets_train_on_the_numbers_of_the_step_padded_to_the_max(
                 assert float(short) == pytest.approx(float(long) * 64 / 48, rel=1e-3, abs=1e-6)
             else:
                 assert float(short) == pytest.approx(float(long), rel=1e-3, abs=1e-5), loss
+
+
+def test_grpo_resume_samples_and_ends_like_an_uninterrupted_run(tmp_path, preset, monkeypatch):
+    """GRPO samples fresh noise each step (reseed_rollouts); a resumed run must draw the same."""
+    p = preset.replace(**{"grpo.max_steps": 3})
+    first = make_run(tmp_path, "whole", p)
+    train.train_sft(p, first)
+    run = run_after(first, tmp_path, "crashed", p, "sft")
+    whole = train.train_grpo(p, first)
+    monkeypatch.setattr(train.clock, "until", dies_at(2))  # step 3's batch
+    with pytest.raises(KeyboardInterrupt):
+        train.train_grpo(p, run)
+    # The learner fetches a step's batch before the previous step's checkpoint is written.
+    assert not run.is_finished("grpo") and 1 <= runs.latest_step(run, "grpo") < 3
+    monkeypatch.undo()
+    resumed = train.train_grpo(p, run)
+    assert resumed.finished and resumed.steps == 3
+    assert changed(models.lora_params(whole.policy), models.lora_params(resumed.policy)) < 1e-5
+
+
+@pytest.mark.slow
+def test_every_stage_trains_on_plain_tunix(tmp_path, preset):
+    """With every optimisation patch off, SFT, DPO and GRPO are Tunix's as shipped, and learn."""
+    from qwix._src.providers import lora as qwix_lora
+
+    from reasonkit import tunix_patches
+    from reasonkit.tunix_patches import attention, lora_delta
+
+    p = preset.replace(**{"sft.max_steps": 2, "dpo.max_steps": 2, "grpo.max_steps": 1})
+    run = make_run(tmp_path, "plain", p)
+    with tunix_patches.plain_tunix():
+        assert qwix_lora._compute_lora_delta is not lora_delta.flat_lora_delta
+        base = models.base_params(models.load_model(models.resolve_source(p.model), p.model))
+        fresh = models.lora_params(models.load_policy(p, None, None, None)[1])
+        for stage in ("sft", "dpo", "grpo"):
+            result = train.train_or_load(p, run, stage)
+            assert result.finished and attention.impl_of(result.policy) == "tunix"
+            assert changed(fresh, models.lora_params(result.policy)) > 0, stage
+            assert_base_untouched(result.policy, base)
+            assert qwix_lora._compute_lora_delta is not lora_delta.flat_lora_delta

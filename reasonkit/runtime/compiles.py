@@ -22,7 +22,7 @@ function's name; a :class:`CompileCounter` listens to it while it is open.
 warm-up (by default: once the first step has run), so ``after_warmup`` counts only the
 compilations that a steady state should not have. A step whose shapes its batch does not
 show (GRPO's batches are text; the length buckets are chosen inside the step) says which
-shape it runs with :func:`new_shape`: the first step of each such shape is warm-up too.
+shape it runs with :func:`step_shape`: the first step of each such shape is warm-up too.
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ from __future__ import annotations
 from typing import Any, Iterable, Iterator
 
 import jax
+
+__all__ = ["EVENT", "step_shape", "CompileCounter"]
 
 EVENT = "/jax/core/compile/backend_compile_duration"
 _PING = "/reasonkit/compiles/ping"

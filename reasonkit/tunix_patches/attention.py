@@ -36,7 +36,7 @@ one here. The choice travels with the model
 undone with ``use(model, "tunix")``. A call with a KV cache (the sampler's prefill and
 decode) or a single query goes to Tunix's ``block`` unchanged, except a cache marked by
 :func:`continues`: a training forward that runs a prompt once into a cache and its
-answers on from it (GRPO, :func:`reasonkit.logprobs.shared_prompt_hidden`). Its new keys
+answers on from it (GRPO, :func:`reasonkit.tunix_patches.logprobs.shared_prompt_hidden`). Its new keys
 land at the cache's ``end_index`` as in Tunix, and its queries take :func:`attend` with
 the window on their true slots (query blocks against the keys up to their last query).
 
@@ -62,6 +62,9 @@ from tunix.models.gemma3 import model as gemma3_model
 from tunix.utils import sharding_utils
 
 from reasonkit.config import ATTENTION_IMPLS as IMPLS  # use()'s choices; "tunix": Tunix's block
+
+__all__ = ["Q_BLOCK", "KEY_GROUPS", "K_MASK", "window_mask", "block_size", "attend", "key_groups",
+           "CONTINUES", "continues", "use", "impl_of"]
 
 Q_BLOCK = 64  # queries per block in "chunked" (a divisor of T is used; T itself if none)
 KEY_GROUPS = 4  # at most this many key widths, so block bodies, per layer (key_groups)
@@ -128,7 +131,7 @@ def _span(q, k, v, mask, query_at, key_index, *, window, soft_cap, v_mean=None):
     values, as Tunix's softmax over all-masked logits gives) when the keys are a part of
     the sequence; None when they are all of it (the softmax then does it by itself).
     """
-    # Tunix's layouts, which measured fastest on XLA:CPU: [B, T, K, G, S], and with one
+    # Tunix's layouts (faster on XLA:CPU than [B, K, G, T, S]): [B, T, K, G, S], and with one
     # key head (multi-query) that head squeezed out, so the dot has only B as batch axis.
     mqa = k.shape[2] == 1
     qk, pv = ("BTGH,BSH->BTGS", "BTGS,BSH->BTGH") if mqa else ("BTKGH,BSKH->BTKGS", "BTKGS,BSKH->BTKGH")
@@ -271,7 +274,7 @@ def continues(cache: dict) -> dict:
     Tunix 0.1.7 calls with a cache only from its sampler, and its Gemma 3 builds a
     multi-token call's sliding window as if the call started at slot 0. A marked cache
     goes through :func:`attend` instead, windows on the true slots, and the new keys land
-    at ``end_index`` as in Tunix (:func:`reasonkit.logprobs.shared_prompt_hidden` uses it:
+    at ``end_index`` as in Tunix (:func:`reasonkit.tunix_patches.logprobs.shared_prompt_hidden` uses it:
     a prompt's keys computed once for its G answers).
     """
     return {**cache, CONTINUES: jnp.zeros((), jnp.int32)}

@@ -9,8 +9,8 @@ leave out every prompt of the tiny preset's data pool (:func:`pretraining_record
 The repository ships the result in ``reasonkit/assets/tiny`` (:data:`ASSET`);
 :func:`reasonkit.models.build_tiny_checkpoint` returns it when its recorded :func:`key`
 matches the config and this recipe, and otherwise builds one with the functions here.
-``python -m reasonkit.models`` rebuilds the shipped one (about 45 minutes on 2 cores).
-This module comes before :mod:`reasonkit.models` in the data flow: it never imports it.
+``python -m reasonkit.models`` rebuilds the shipped one. This module imports no other
+module of :mod:`reasonkit.models`: it is the recipe, :mod:`reasonkit.models.sources` builds with it.
 """
 
 from __future__ import annotations
@@ -31,11 +31,14 @@ from tqdm.auto import tqdm
 from reasonkit import masks, tasks, template
 from reasonkit.config import ModelConfig, get_preset
 
-ASSET = pathlib.Path(__file__).parent / "assets" / "tiny"
+__all__ = ["ASSET", "STEPS", "DOCS_PER_DOMAIN", "TOKENIZER_RECORDS", "SEQ_LEN", "corpus", "key",
+           "pretraining_records", "tokenizer_texts", "pretrain"]
+
+ASSET = pathlib.Path(__file__).parent.parent / "assets" / "tiny"
 STEPS = 4000
 DOCS_PER_DOMAIN = 3000  # pretraining documents per domain, before exclusions
 TOKENIZER_RECORDS = 600  # per domain: the tokenizer is trained on the first ones
-SEQ_LEN = 160  # the longest document is about 150 tokens: none is cut
+SEQ_LEN = 160  # longer than every pretraining document: none is cut
 _VERSION = 2  # bump when the tiny recipe changes, so caches rebuild
 
 
@@ -57,7 +60,7 @@ def key(cfg: ModelConfig, steps: int = STEPS, seed: int = 0) -> str:
     not the weights.
     """
     arch = dataclasses.asdict(dataclasses.replace(cfg, remat=False))
-    arch.pop("attention")  # a field added after the shipped checkpoint's key was taken
+    arch.pop("attention")
     text = json.dumps([arch, steps, seed, _VERSION], sort_keys=True)
     return hashlib.sha1(text.encode()).hexdigest()[:10]
 

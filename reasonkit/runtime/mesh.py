@@ -34,6 +34,11 @@ import numpy as np
 
 from reasonkit.config import MeshConfig, Preset
 
+__all__ = ["AXIS_NAMES", "STAGES", "DATA_AXES", "factorizations", "resolve_shape", "make_mesh",
+           "stage_mesh_config", "stage_mesh", "Layout", "recommended_layouts", "data_ways",
+           "check_batch", "fit_spec", "reshard", "mesh_of", "host_copy", "init_distributed",
+           "global_batch", "global_batches"]
+
 AXIS_NAMES = ("fsdp", "tp")
 STAGES = ("sft", "dpo", "grpo", "eval")
 # The axes a batch's rows are split over: Tunix's ``TrainingConfig.data_sharding_axis`` and
@@ -454,7 +459,7 @@ def init_distributed(env: Any = None, *, coordinator_address: str | None = None,
         if "only be called once" in str(err):  # the user initialised it already
             _DISTRIBUTED = True
             return True
-        raise RuntimeError(f"{err}: call reasonkit.mesh.init_distributed() first thing, "
+        raise RuntimeError(f"{err}: call reasonkit.runtime.mesh.init_distributed() first thing, "
                            "before any jax.devices() / array creation") from err
     except ValueError as err:  # e.g. a coordinator without the number of processes
         given = ", ".join(f"{k}={v!r}" for k, v in kwargs.items() if v is not None) or "nothing"

@@ -44,13 +44,18 @@ from flax import nnx
 from jax.custom_derivatives import SymbolicZero
 from jax.interpreters import pxla
 
-from reasonkit import attention
+from reasonkit.tunix_patches import attention
+
+__all__ = ["CHUNK_BYTES", "GRAD_IN_FORWARD", "gradient_path", "chunk_positions", "hidden_states",
+           "output_embedding", "final_softcap", "token_log_probs", "shared_prompt_hidden",
+           "model_log_probs", "sft_loss", "dpo_compute_logps", "grpo_compute_per_token_logps",
+           "entropy_of_entropy"]
 
 # float32 logits of one chunk, per device, read when a loss is traced: sized for the TPU
-# presets' memory; a GPU with memory to spare runs faster with 2**30 (docs/performance.md)
+# presets' memory; a GPU with memory to spare may set more (docs/performance.md)
 CHUNK_BYTES = 256 * 2**20
 # Differentiated chunks take their gradient in the forward (_chunk_grad_in_forward); False:
-# jax.checkpoint's recompute (the path before; benchmarks/mfu.py times both).
+# jax.checkpoint's recompute (benchmarks/mfu.py times both).
 GRAD_IN_FORWARD = True
 
 
@@ -252,7 +257,7 @@ def shared_prompt_hidden(model: nnx.Module, tokens: jax.Array, positions: jax.Ar
     ``tokens`` [B, S] are prompts (the first ``S - keep`` columns) each repeated in ``group``
     consecutive rows, then their answers; the caller knows the rows are such groups. The
     first row of each group runs its prompt into a KV cache; the cache is repeated to every
-    row of the group and the answers run on from it (:func:`reasonkit.attention.continues`),
+    row of the group and the answers run on from it (:func:`reasonkit.tunix_patches.attention.continues`),
     so a prompt position costs once per group instead of once per row. The numbers are
     those of one forward over the whole rows: the same keys, values, masks and positions.
     """

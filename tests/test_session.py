@@ -1,0 +1,191 @@
+"""The session: runs root, session id and deadline, restored runs, compilation cache, start-up."""
+
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from reasonkit.runtime import session
+from reasonkit.runtime.session import default_root
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_default_root(monkeypatch, tmp_path):
+    monkeypatch.setenv("REASONKIT_RUNS", str(tmp_path))
+    assert default_root() == tmp_path
+    monkeypatch.delenv("REASONKIT_RUNS")
+    assert str(default_root()) in ("runs", "/kaggle/working/runs")
+
+
+def test_session_id_is_the_start_of_process_1(tmp_path):
+    """A VM's process 1 starts at boot; a container's when the container (the session) starts."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    assert session.session_id(fake_proc(tmp_path, 1_700_000_000, 300 * ticks)) == 1_700_000_300
+    assert abs(session.session_id(tmp_path / "nowhere") - (time.time() - time.monotonic())) < 2
+    assert session.session_id() == session.session_id()  # this machine's: stable
+
+
+def test_one_deadline_per_session_for_every_notebook_and_process(tmp_path, capsys):
+    env = {"REASONKIT_DEADLINE_HOURS": "2"}
+    first = session.session_deadline(tmp_path, env=env, now=1000.0, kaggle=False)
+    assert first == 1000.0 + 2 * 3600
+    assert "session deadline" in capsys.readouterr().out
+    # a later notebook of the same session, an hour on: the same deadline, not 2 h from now
+    assert session.session_deadline(tmp_path, env=env, now=4600.0, kaggle=False) == first
+    # other hours in a later notebook count from the same start; unset, no deadline
+    assert session.session_deadline(tmp_path, env={"REASONKIT_DEADLINE_HOURS": "3"}, now=4600.0,
+                                 kaggle=False) == 1000.0 + 3 * 3600
+    assert session.session_deadline(tmp_path, env={}, now=4600.0, kaggle=False) is None
+    # another process of this session reads the same file
+    code = (f"from reasonkit.runtime.session import session_deadline; print(repr(session_deadline("
+            f"{str(tmp_path)!r}, env={{'REASONKIT_DEADLINE_HOURS': '2'}}, kaggle=False, quiet=True)))")
+    here = session.session_deadline(tmp_path / "real", env=env, kaggle=False, quiet=True)
+    out = subprocess.run([sys.executable, "-c", code.replace(str(tmp_path), str(tmp_path / "real"))],
+                         capture_output=True, text=True, check=True, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
+    assert float(out) == here
+
+
+def test_a_new_session_gets_a_fresh_deadline(tmp_path):
+    """A run restored into a new session (a new start of the machine) starts a new clock."""
+    env = {"REASONKIT_DEADLINE_HOURS": "2"}
+    old = session.session_deadline(tmp_path, env=env, session=100, now=1000.0, kaggle=False)
+    new = session.session_deadline(tmp_path, env=env, session=200, now=90_000.0, kaggle=False)
+    assert (old, new) == (1000.0 + 7200, 90_000.0 + 7200)
+    assert json.loads((tmp_path / "session.json").read_text())["session"] == 200
+
+
+def test_kaggle_default_is_8_5_hours_from_the_session_start(tmp_path, capsys):
+    got = session.session_deadline(tmp_path, env={}, session=50_000, now=50_600.0, kaggle=True)
+    assert got == 50_000 + 8.5 * 3600
+    assert "Kaggle's default, 8.5 h from the session's start" in capsys.readouterr().out
+    # changing the hours within the session moves the deadline from the same start
+    assert session.session_deadline(tmp_path, env={"REASONKIT_DEADLINE_HOURS": "1"}, session=50_000,
+                                 now=50_700.0, kaggle=True) == 50_000 + 3600
+    assert session.session_deadline(tmp_path / "elsewhere", env={}, kaggle=False) is None
+    # a "start" two days old is not a Kaggle session's (at most 12 h): count from now
+    assert session.session_deadline(tmp_path / "odd", env={}, session=0, now=172_800.0,
+                                 kaggle=True) == 172_800.0 + 8.5 * 3600
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "-inf", "0", "-1", "1e308", "8h", "eight"])
+def test_bad_deadline_hours_are_refused(tmp_path, bad):
+    with pytest.raises(ValueError, match=f"REASONKIT_DEADLINE_HOURS='{re.escape(bad)}': must be a "
+                                         "positive, finite number of hours"):
+        session.session_deadline(tmp_path, env={"REASONKIT_DEADLINE_HOURS": bad}, kaggle=False)
+    assert not (tmp_path / "session.json").exists()
+
+
+def test_restore_takes_the_furthest_copy_and_never_replaces_work_here(tmp_path):
+    inputs, working = tmp_path / "input", tmp_path / "working" / "runs"
+    make_run_tree(inputs / "day1" / "runs", "r", finished=("data",), files=("data/sft.jsonl",))
+    make_run_tree(inputs / "day2" / "out" / "runs", "r", finished=("data", "sft"),
+                  files=("data/sft.jsonl", "sft/checkpoints/240/x", "dpo/checkpoints/20/x"))
+    (inputs / "day2" / "out" / "runs" / ".jax_cache").mkdir()
+    (inputs / "day2" / "out" / "runs" / ".jax_cache" / "jit_step-abc").write_text("compiled")
+    make_run_tree(working, "r", files=("dpo/checkpoints/40/x",))  # this session's newer DPO
+    restored = session.restore_runs(working, inputs)
+    assert len(restored) == 1 and restored[0].startswith("r (data, sft) from ")
+    assert "day2" in restored[0]
+    assert (working / "r" / "sft" / "finished.json").is_file()
+    assert (working / "r" / "sft" / "checkpoints" / "240" / "x").is_file()
+    assert not (working / "r" / "dpo" / "checkpoints" / "20").exists()  # never mixed in
+    assert (working / ".jax_cache" / "jit_step-abc").read_text() == "compiled"
+    assert session.restore_runs(working, inputs) == []  # nothing left to restore
+    assert session.restore_runs(working, tmp_path / "no-inputs") == []
+
+
+def test_compilation_cache_under_the_runs_root(tmp_path, monkeypatch):
+    import jax
+
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
+    monkeypatch.delenv(session.MIN_COMPILE_ENV, raising=False)
+    old = jax.config.jax_compilation_cache_dir, jax.config.jax_persistent_cache_min_compile_time_secs
+    try:
+        path = session.use_compilation_cache(tmp_path)
+        assert path == tmp_path / ".jax_cache" and path.is_dir()
+        assert os.environ["JAX_COMPILATION_CACHE_DIR"] == str(path.resolve())
+        assert jax.config.jax_compilation_cache_dir == str(path.resolve())  # jax was imported
+        assert jax.config.jax_persistent_cache_min_compile_time_secs == 0  # every program kept
+        monkeypatch.setenv(session.MIN_COMPILE_ENV, "2.5")  # the user's own threshold stays
+        session.use_compilation_cache(tmp_path)
+        assert jax.config.jax_persistent_cache_min_compile_time_secs == 2.5
+        monkeypatch.setenv(session.MIN_COMPILE_ENV, "one")
+        with pytest.raises(ValueError, match="JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS='one'"):
+            session.use_compilation_cache(tmp_path)
+    finally:  # the other tests compile uncached
+        jax.config.update("jax_compilation_cache_dir", old[0])
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", old[1])
+
+
+def test_a_fresh_kernel_keeps_and_then_loads_a_quick_program(tmp_path):
+    """Programs that compile in milliseconds are written to the cache by one process and
+    loaded from it, every one of them, by the next (as the next notebook's kernel does)."""
+    script = (
+        "import sys, jax, jax.numpy as jnp\n"
+        "from reasonkit.runtime import session\n"
+        "session.use_compilation_cache(sys.argv[1])\n"
+        "seen = []\n"
+        "jax.monitoring.register_event_listener(lambda event, **kw: seen.append(event))\n"
+        "jax.jit(lambda x: jnp.sin(x) * 3 + 1)(jnp.arange(7.0)).block_until_ready()\n"
+        "print(seen.count('/jax/compilation_cache/cache_misses'), "
+        "seen.count('/jax/compilation_cache/cache_hits'))\n")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("JAX_COMPILATION_CACHE_DIR", session.MIN_COMPILE_ENV)}
+
+    def kernel() -> tuple[int, int]:
+        out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=env, check=True,
+                             capture_output=True, text=True, cwd=pathlib.Path(__file__).parents[1])
+        misses, hits = map(int, out.stdout.split()[-2:])
+        return misses, hits
+
+    misses, hits = kernel()
+    assert misses >= 2 and hits == 0  # the arange and the function, each well under 1 s
+    assert len(list((tmp_path / ".jax_cache").iterdir())) == misses
+    assert kernel() == (0, misses)
+
+
+def test_start_session_restores_then_caches_then_fixes_the_deadline(tmp_path, monkeypatch, capsys):
+    make_run_tree(tmp_path / "input" / "prev" / "runs", "r", finished=("data",))
+    monkeypatch.setattr(session, "use_compilation_cache", lambda root: pathlib.Path(root) / ".jax_cache")
+    s = session.start_session(tmp_path / "runs", inputs=tmp_path / "input",
+                           env={"REASONKIT_DEADLINE_HOURS": "1", "REASONKIT_KEEP_STEP_MEMORY": "0"})
+    assert s.root == tmp_path / "runs" and (tmp_path / "runs" / "r" / "data" / "finished.json").is_file()
+    assert abs(s.deadline - (time.time() + 3600)) < 60
+    out = capsys.readouterr().out
+    assert out.index("restored r") < out.index("runs in") < out.index("session deadline")
+    assert "step memory: left to glibc (REASONKIT_KEEP_STEP_MEMORY=0)" in out  # the env it was given
+
+
+def test_colab_drive_is_mounted_when_the_runs_root_is_on_it(tmp_path):
+    mounted = []
+    if not (session.COLAB_DRIVE / "MyDrive").is_dir():
+        assert session.mount_drive(session.COLAB_DRIVE / "MyDrive" / "runs", mounted.append)
+        assert mounted == [str(session.COLAB_DRIVE)]
+    assert not session.mount_drive(tmp_path / "runs", mounted.append)
+    assert len(mounted) <= 1
+
+
+def fake_proc(tmp_path, btime: int, pid1_ticks: int):
+    proc = tmp_path / "proc"
+    (proc / "1").mkdir(parents=True)
+    (proc / "stat").write_text(f"cpu  1 2 3\nbtime {btime}\nprocesses 9\n")
+    fields = ["S", "0"] + ["0"] * 17 + [str(pid1_ticks), "0"]  # field 22 is the start
+    (proc / "1" / "stat").write_text("1 (init (a container)) " + " ".join(fields) + "\n")
+    return proc
+
+
+def make_run_tree(root, name, *, finished=(), files=()):
+    for stage in session.STAGES:
+        (root / name / stage).mkdir(parents=True, exist_ok=True)
+    for stage in finished:
+        (root / name / stage / "finished.json").write_text("{}")
+    for f in files:
+        (root / name / f).parent.mkdir(parents=True, exist_ok=True)
+        (root / name / f).write_text(f)
