@@ -43,7 +43,7 @@ import jax.numpy as jnp  # noqa: E402
 from flax import nnx  # noqa: E402
 from safetensors.numpy import save_file  # noqa: E402
 
-from reasonkit import data, masks, models, template  # noqa: E402
+from reasonkit import masks, models, template  # noqa: E402
 from reasonkit.config import LoraConfig, ModelConfig, get_preset  # noqa: E402
 
 LORA = LoraConfig(rank=4, alpha=8.0)
@@ -189,7 +189,7 @@ def check_chat(path, hf):
     same = ids[0].tolist() == [sp.bos_id()] + sp.EncodeAsIds(template.format_prompt(q))
     # Random weights never choose <end_of_turn>: force it as the first token; generate() must
     # then stop there, through the export's generation_config.json alone.
-    eot = sp.PieceToId(data.END_OF_TURN)
+    eot = sp.PieceToId(template.END_OF_TURN)
 
     class ForceEndOfTurn(LogitsProcessor):
         def __call__(self, input_ids, scores):

@@ -80,24 +80,24 @@ def heldout_sets(preset, splits: data.Splits, count, n_fresh: int) -> dict[str, 
     """``leftover`` and ``fresh`` (see the module docstring); no prompt in both."""
     limits = data.stage_limits(preset)["eval"]
     cfg = preset.data
-    seen = {data.normalize_prompt(r["prompt"])
+    seen = {template.normalize_prompt(r["prompt"])
             for split in (splits.eval, splits.sft, splits.dpo, splits.grpo) for r in split}
     leftover = list(splits.eval)
     pool = tasks.generate_all(cfg.num_records, seed=cfg.seed, difficulty=cfg.difficulty)
     for r in pool:
-        key = data.normalize_prompt(r["prompt"])
+        key = template.normalize_prompt(r["prompt"])
         if key not in seen and _fits(r, count, limits):
             seen.add(key)
             leftover.append(r)
-    seen |= {data.normalize_prompt(r["prompt"]) for r in pool}
-    seen |= {data.normalize_prompt(r["prompt"]) for r in tiny.pretraining_records()[0]}
+    seen |= {template.normalize_prompt(r["prompt"]) for r in pool}
+    seen |= {template.normalize_prompt(r["prompt"]) for r in tiny.pretraining_records()[0]}
     fresh = []
     for domain in tasks.DOMAINS:
         got = 0
         for seed in range(FRESH_SEED, FRESH_SEED + 40):  # small prompt spaces run out
             for r in tasks.generate(domain, max(n_fresh, 1) * 2, seed=seed,
                                     difficulty=cfg.difficulty):
-                key = data.normalize_prompt(r["prompt"])
+                key = template.normalize_prompt(r["prompt"])
                 if got < n_fresh and key not in seen and _fits(r, count, limits):
                     seen.add(key)
                     fresh.append(r)

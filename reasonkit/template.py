@@ -87,14 +87,18 @@ def split_tagged(text: str) -> tuple[str, str] | None:
     >>> split_tagged("<answer>7</answer>"), split_tagged("just 7")
     (('', '7'), None)
     """
-    answer = _first_block(text, ANSWER_START, ANSWER_END)
+    answer = _block(text, ANSWER_START, ANSWER_END)
     if answer is None:
         return None
-    reasoning = _first_block(text, REASONING_START, REASONING_END)
+    reasoning = _block(text, REASONING_START, REASONING_END)
     return (reasoning.strip() if reasoning is not None else "", answer.strip())
 
 
-def _first_block(text: str, start: str, end: str) -> str | None:
+def _block(text: str, start: str, end: str, *, only: bool = False) -> str | None:
+    """The text between the first ``start`` and the first ``end`` after it, or None; with
+    ``only``, None unless each of the two tags appears exactly once."""
+    if only and (text.count(start) != 1 or text.count(end) != 1):
+        return None
     i = text.find(start)
     j = text.find(end, i + len(start)) if i >= 0 else -1
     return text[i + len(start):j] if j >= 0 else None
@@ -219,11 +223,7 @@ def reasoning_of(completion: Any) -> str | None:
     >>> reasoning_of("<reasoning>6 * 7 = 42</reasoning><answer>42</answer>"), reasoning_of("42")
     ('6 * 7 = 42', None)
     """
-    text = as_text(completion)
-    if text.count(REASONING_START) != 1 or text.count(REASONING_END) != 1:
-        return None
-    r0, r1 = text.find(REASONING_START), text.find(REASONING_END)
-    return text[r0 + len(REASONING_START):r1] if r0 < r1 else None
+    return _block(as_text(completion), REASONING_START, REASONING_END, only=True)
 
 
 # Whitespace, <end_of_turn> and <eos>, one at a time: no nested quantifier, linear time.

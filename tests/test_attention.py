@@ -11,6 +11,7 @@ from flax import nnx
 
 from reasonkit import masks, models
 from reasonkit.config import LoraConfig, ModelConfig
+from reasonkit.models import checkpoint as models_checkpoint
 from reasonkit.tunix_patches import attention
 
 S = 64  # sequence; the window (16) is smaller, so local layers mask something
@@ -61,6 +62,7 @@ def rel_err(new, ref) -> float:
     return float(jnp.max(jnp.abs(new - ref)) / jnp.max(jnp.abs(ref)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family,num_kv_heads,impl", [
     ("gemma3", 1, "chunked"), ("gemma3", 2, "dense"),  # multi-query, grouped-query
     ("gemma2", 2, "chunked"), ("gemma2", 4, "chunked"),  # grouped, all heads (qkv_einsum)
@@ -88,6 +90,7 @@ def lora_loss_and_grads(model, inputs, valid):
     return value, jax.tree.leaves(grads)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["gemma3", "gemma2"])
 def test_lora_gradients_match_tunix(family):
     lora = LoraConfig(rank=4, alpha=8.0)
@@ -118,6 +121,7 @@ def test_use_travels_with_split_merge_and_reverts():
     assert type(model.layers[0].attn).__name__ == "Attention"
 
 
+@pytest.mark.slow
 def test_cache_calls_keep_tunix_block():
     """The sampler's path (a KV cache) runs Tunix's own block: same numbers, same cache."""
     model = models.new_model(config("gemma3", 1), seed=0)
@@ -140,6 +144,7 @@ def fresh_attend():
                    static_argnames=("window", "soft_cap", "q_block"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family,num_kv_heads", [("gemma3", 1), ("gemma2", 2)])
 def test_a_continued_cache_call_equals_the_whole_sequence(family, num_kv_heads):
     """A prefix into a marked cache, then the rest continuing from it: each layer's output
@@ -172,6 +177,7 @@ def test_a_continued_cache_call_equals_the_whole_sequence(family, num_kv_heads):
             assert rel_err(seen(theirs, slice(p, None)), seen(whole[:, p:], slice(p, None))) > 0.01
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("groups", [1, 2, 8])
 def test_attend_continuing_a_cache_in_blocks_equals_one_block(monkeypatch, groups):
     """Fewer queries than keys (a call continuing a cache, its queries the last 8 of 24
@@ -202,6 +208,7 @@ def test_bad_use_names_the_choice():
         attention.use(model.final_norm, "chunked")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("groups", [1, 2, 8])
 def test_attend_blocks_equal_one_block(monkeypatch, groups):
     """Query blocks (a block size that does not divide T too), in runs of one key width or
@@ -235,6 +242,7 @@ def test_key_groups_cover_what_each_block_sees():
                     assert max(0, i1 - width) <= lo and i1 - lo <= width
 
 
+@pytest.mark.slow
 def test_model_config_picks_the_attention_of_every_model_built(tmp_path):
     """``ModelConfig.attention`` reaches new, loaded (safetensors) and LoRA'd models; "chunked" by default."""
     from reasonkit.config import get_preset
@@ -244,7 +252,7 @@ def test_model_config_picks_the_attention_of_every_model_built(tmp_path):
     model = models.new_model(cfg, seed=0)
     assert attention.impl_of(model) == "chunked"
     assert attention.impl_of(models.apply_lora(model, LoraConfig(rank=2, alpha=2.0))) == "chunked"
-    models.save_hf_checkpoint(model, cfg, tmp_path, models.tiny.ASSET / "tokenizer.model")
+    models_checkpoint.save_hf_checkpoint(model, cfg, tmp_path, models.tiny.ASSET / "tokenizer.model")
     loaded = models.load_model(tmp_path, dataclasses.replace(cfg, attention="dense"))
     assert attention.impl_of(loaded) == "dense"
     with pytest.raises(ValueError, match="ModelConfig.attention='flash'"):

@@ -9,8 +9,9 @@ import jax
 import pytest
 from flax import nnx
 
-from reasonkit import data, models
+from reasonkit import data, models, template
 from reasonkit.config import get_preset
+from reasonkit.models import checkpoint as models_checkpoint
 from reasonkit.models import tiny
 from reasonkit.runtime import runs
 from reasonkit.tunix_patches import attention
@@ -35,7 +36,7 @@ def test_heldout_sets_hold_no_training_or_pretraining_prompt(tmp_path):
     splits = seeds.build_data(preset, run, count)
     assert run.is_finished("data") and seeds.build_data(preset, run, count) == splits  # read back
     sets = seeds.heldout_sets(preset, splits, count, 30)
-    key = lambda recs: {data.normalize_prompt(r["prompt"]) for r in recs}  # noqa: E731
+    key = lambda recs: {template.normalize_prompt(r["prompt"]) for r in recs}  # noqa: E731
     left, fresh = sets["leftover"], sets["fresh"]
     assert left[:len(splits.eval)] == list(splits.eval) and len(left) > 10 * len(splits.eval)
     assert len(key(left)) == len(left) and len(key(fresh)) == len(fresh) == 6 * 30
@@ -87,13 +88,14 @@ def test_hf_parity_cases_are_checkpoints_the_loader_accepts(tmp_path, name):
     cfg = hf_parity.case_config(family, shapes)
     tokenizer = models.resolve_source(get_preset("tiny").model) / "tokenizer.model"
     hf_parity.write_checkpoint(tmp_path / "c", cfg, extra, tokenizer)
-    assert models.check_checkpoint_dir(tmp_path / "c", cfg) == cfg
+    assert models_checkpoint.check_checkpoint_dir(tmp_path / "c", cfg) == cfg
 
 
 mfu = _benchmark("mfu")
 attention_bench = _benchmark("attention")
 
 
+@pytest.mark.slow
 def test_attention_ceiling_leaves_the_attention_core_out_and_puts_it_back():
     """benchmarks/attention.py's "none": the step traced without softmax (the ceiling),
     the real attention back for every later trace, and compare() times it beside chunked."""
@@ -122,6 +124,7 @@ def test_rotated_puts_every_implementation_in_every_place():
         assert sorted(o[place] for o in orders) == sorted(2 * impls)
 
 
+@pytest.mark.slow
 def test_mfu_times_each_variant_on_the_same_weights_and_counts_the_model_flops():
     """benchmarks/mfu.py on the tiny preset: every variant computes the same loss, the FLOPs
     are the step's, and a CPU (no peak in the table) gets no MFU but a fraction of matmul."""
@@ -139,6 +142,7 @@ def test_mfu_times_each_variant_on_the_same_weights_and_counts_the_model_flops()
     assert "| chunked+remat |" in mfu.table(r)
 
 
+@pytest.mark.slow
 def test_mfu_traces_a_variant_per_loss_chunk_size_and_restores_the_packages():
     """``--chunk-mib``: each size is its own variant (16 chunks of 4 positions here against
     the package's one), with the same loss; ``logprobs.CHUNK_BYTES`` is the package's after."""
@@ -153,6 +157,7 @@ def test_mfu_traces_a_variant_per_loss_chunk_size_and_restores_the_packages():
     assert logprobs.CHUNK_BYTES == before
 
 
+@pytest.mark.slow
 def test_mfu_leaves_out_a_variant_that_has_not_compiled_by_the_deadline():
     import time
 
@@ -162,6 +167,7 @@ def test_mfu_leaves_out_a_variant_that_has_not_compiled_by_the_deadline():
     assert "| variant |" in mfu.table(r)
 
 
+@pytest.mark.slow
 def test_mfu_times_both_loss_paths_and_names_a_variant_that_fails():
     """The gradient taken in the forward and jax.checkpoint's recompute give the same loss;
     a variant that cannot be built (an unknown attention) is named with its error, and
@@ -193,6 +199,7 @@ def test_compile_concurrently_reports_a_compile_that_fails():
 grpo_shared = _benchmark("grpo_shared")
 
 
+@pytest.mark.slow
 def test_grpo_shared_times_both_ways_and_they_agree():
     """benchmarks/grpo_shared.py on a small GRPO shape (2 prompts x 8 answers, 96 + 24): the
     batch is groups of equal prompts, and both programs give every row's log-probs."""

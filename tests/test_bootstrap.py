@@ -119,6 +119,7 @@ def test_a_checkout_as_a_kaggle_dataset(tmp_path, depth):
     assert got == boot.Source("checkout", str(repo))
 
 
+@pytest.mark.slow
 def test_a_wheel_in_a_kaggle_input(tmp_path, wheel):
     folder = tmp_path / "input" / "reasonkit-wheels"
     folder.mkdir(parents=True)
@@ -346,6 +347,7 @@ def test_every_notebook_opens_with_the_same_setup_cell():
     assert len(cell.strip().splitlines()) <= 15
 
 
+@pytest.mark.slow
 def test_the_setup_cell_runs_here(tmp_path):
     """In notebooks/ of this checkout, with reasonkit installed: nothing to install, a session."""
     cell = setup_cell(ROOT / "notebooks" / "01_hardware_check.py")
@@ -389,6 +391,7 @@ def stub_wheel(folder: pathlib.Path, name: str, version: str, requires: list[str
         z.writestr(f"{dist}/RECORD", "".join(f"{p},,\n" for p in [*files, f"{dist}/RECORD"]))
 
 
+@pytest.mark.slow
 def test_the_pinned_tpu_stack_resolves_on_python_3_11_and_3_12(tmp_path):
     """pip resolves requirements-tpu.txt (requirements.txt + jax[tpu] + libtpu) for each Python
     from the package index, wheels only, and picks exactly the pinned versions. A dry run:

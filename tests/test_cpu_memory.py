@@ -6,6 +6,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 from reasonkit.tunix_patches import cpu_memory
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -36,6 +38,7 @@ print(json.dumps({"said": said, "faults": sorted(faults)[4], "outs": outs,
 """
 
 
+@pytest.mark.slow
 def test_kept_step_memory_ends_the_page_faults_of_each_call_and_changes_no_number():
     def process(keep: str) -> dict:
         env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}

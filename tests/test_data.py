@@ -12,9 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reasonkit import answers, data, plots, tasks, template
+from reasonkit import answers, config, data, plots, tasks, template
 from reasonkit.config import DOMAINS, DataConfig, get_preset
-from reasonkit.data import Drops, Limits
+from reasonkit.data import Limits
+from reasonkit.data import pairs as data_pairs
+from reasonkit.data import records as data_records
+from reasonkit.data import sources as data_sources
+from reasonkit.data import splits as data_splits
+from reasonkit.data.records import Drops
 from reasonkit.data.sources import _gsm8k_parser  # TFDS's bytes rows: no public way without TFDS
 from reasonkit.template import END_OF_TURN, format_completion, normalize_prompt, split_tagged
 
@@ -39,15 +44,15 @@ def words(text):
 
 def test_validate_record_reasons():
     ok = rec(1)
-    assert data.validate_record(ok) is None
-    assert data.validate_record(dict(ok, reasoning="")) is None  # reasoning may be empty
+    assert data_records.validate_record(ok) is None
+    assert data_records.validate_record(dict(ok, reasoning="")) is None  # reasoning may be empty
     cases = {"missing answer": {k: v for k, v in ok.items() if k != "answer"},
              "prompt not a string": dict(ok, prompt=["a"]), "empty prompt": dict(ok, prompt=" "),
              "unknown domain": dict(ok, domain="cooking"), "not an object": "text",
              "missing rejected": dict(ok, chosen="a"),
              "chosen equals rejected": dict(ok, chosen="a", rejected="a ")}
     for reason, row in cases.items():
-        assert data.validate_record(row) == reason
+        assert data_records.validate_record(row) == reason
 
 
 def test_gold_rule_is_the_checker_s():
@@ -67,7 +72,7 @@ def test_gold_rule_is_the_checker_s():
 
 def test_load_jsonl_schema_layout(tmp_path):
     rows = [rec(i, domain=d) for i, d in enumerate(["math", "coding", "general"])]
-    records, report = data.load_jsonl(write_jsonl(tmp_path / "mine.jsonl", rows))
+    records, report = data_sources.load_jsonl(write_jsonl(tmp_path / "mine.jsonl", rows))
     assert records == rows
     assert (report.read, report.kept, report.drops.total) == (3, 3, 0)
 
@@ -77,7 +82,7 @@ def test_load_jsonl_instruction_layout(tmp_path):
             {"instruction": "Add these", "input": "2 and 3",
              "output": "<reasoning>2 + 3 = 5.</reasoning>\n<answer>5</answer>", "domain": "math"},
             {"instruction": "Sort 3 1", "output": "  1 3 \n"}]
-    records, report = data.load_jsonl(write_jsonl(tmp_path / "alpaca.jsonl", rows),
+    records, report = data_sources.load_jsonl(write_jsonl(tmp_path / "alpaca.jsonl", rows),
                                       domain="instruction")
     assert report.kept == 3
     assert [(r["prompt"], r["reasoning"], r["answer"], r["domain"]) for r in records] == [
@@ -92,7 +97,7 @@ def test_bad_lines_are_counted_and_good_rows_kept(tmp_path):
     path = write_jsonl(tmp_path / "bad.jsonl", [
         rec(0), "{not json", "", rec(1, prompt=123), {"text": "no layout"}, [1, 2],
         rec(2, domain="cooking"), rec(3)])
-    records, report = data.load_jsonl(path)
+    records, report = data_sources.load_jsonl(path)
     assert [r["id"] for r in records] == ["r0", "r3"]
     assert report.read == 7 and report.kept == 2  # the blank line is not a row
     assert report.drops.counts == {"broken JSON": 1, "prompt not a string": 1,
@@ -106,7 +111,7 @@ def test_bad_lines_are_counted_and_good_rows_kept(tmp_path):
 def test_byte_order_mark_does_not_cost_the_first_row(tmp_path):
     path = tmp_path / "notepad.jsonl"  # Windows editors save UTF-8 with a BOM
     path.write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps(r) + "\n" for r in GSM8K_ROWS).encode())
-    records, report = data.load_jsonl(path, domain="math")
+    records, report = data_sources.load_jsonl(path, domain="math")
     assert [r["answer"] for r in records] == ["72", "2000"] and report.drops.total == 0
     records, report = data.load_gsm8k("train", source="jsonl", path=path)
     assert [r["answer"] for r in records] == ["72", "2000"] and report.drops.total == 0
@@ -117,7 +122,7 @@ def test_a_line_that_is_not_utf8_is_counted_not_fatal(tmp_path):
     path.write_bytes(json.dumps(rec(0)).encode() + b"\n"
                      + '{"prompt": "Caf\u00e9?", "answer": "x"}\n'.encode("latin-1")
                      + json.dumps(rec(1), ensure_ascii=False).encode() + b"\n")
-    records, report = data.load_jsonl(path)
+    records, report = data_sources.load_jsonl(path)
     assert [r["id"] for r in records] == ["r0", "r1"]
     assert report.read == 3 and report.drops.counts == {"not UTF-8": 1}
     assert report.drops.examples["not UTF-8"] == [f"{path}:2: not UTF-8 (byte 0xe9 at column 16)"]
@@ -134,13 +139,13 @@ def test_a_line_the_parser_cannot_take_is_counted_not_fatal(tmp_path):
     good = [rec(0), rec(1)]
     lines = [json.dumps(good[0]), *HOSTILE_LINES.values(), json.dumps(good[1])]
     path = write_jsonl(tmp_path / "hostile.jsonl", lines)
-    records, report = data.load_jsonl(path)
+    records, report = data_sources.load_jsonl(path)
     assert records == good and (report.read, report.kept) == (4, 2)
     assert report.drops.counts == {"broken JSON": 2}
     big, deep = report.drops.examples["broken JSON"]
     assert big.startswith(f"{path}:2: broken JSON (ValueError: Exceeds the limit (4300 digits)")
     assert deep == f"{path}:3: broken JSON (nested too deep)"
-    _, report = data.load_preferences(path)
+    _, report = data_sources.load_preferences(path)
     assert report.read == 4 and report.drops.counts["broken JSON"] == 2
     gsm = write_jsonl(tmp_path / "gsm.jsonl", [GSM8K_ROWS[0], *HOSTILE_LINES.values(), GSM8K_ROWS[1]])
     records, report = data.load_gsm8k("train", source="jsonl", path=gsm)
@@ -154,7 +159,7 @@ def test_a_lone_surrogate_is_dropped_at_load_and_never_half_written(tmp_path):
     path = write_jsonl(tmp_path / "s.jsonl", [rec(0), '{"prompt": "x\\ud800?", "answer": "1"}',
                                                '{"prompt": "ok", "answer": "1", "k": ["\\udfff"]}',
                                                '{"prompt": "\\ud83d\\ude00?", "answer": "1"}'])
-    records, report = data.load_jsonl(path)
+    records, report = data_sources.load_jsonl(path)
     assert [r["prompt"] for r in records] == [rec(0)["prompt"], "\U0001F600?"]  # a pair is fine
     assert report.drops.counts == {"lone surrogate": 2}
     assert report.drops.examples["lone surrogate"][0] == (
@@ -177,17 +182,18 @@ def test_a_lone_surrogate_is_dropped_at_load_and_never_half_written(tmp_path):
     assert list((tmp_path / "fresh").iterdir()) == []
 
 
+@pytest.mark.slow
 def test_load_hf_reads_a_local_jsonl_with_a_broken_line_line_by_line(tmp_path):
     pytest.importorskip("datasets")
     path = write_jsonl(tmp_path / "train.jsonl", [rec(0), "{broken", rec(1), rec(2, answer=3)])
     for columns in (None, {"prompt": "prompt", "answer": "answer", "domain": "domain"}):
-        records, report = data.load_hf(str(path), columns=columns, cache_dir=str(tmp_path / "c"))
+        records, report = data_sources.load_hf(str(path), columns=columns, cache_dir=str(tmp_path / "c"))
         assert [r["prompt"] for r in records] == [rec(i)["prompt"] for i in range(3)]
         assert report.read == 4 and report.drops.counts == {"broken JSON": 1}
         assert report.drops.examples["broken JSON"][0].startswith(f"{path}:2: broken JSON (")
         assert "read line by line" in report.notes[0]
     with pytest.raises(ValueError, match=r"no column\(s\) \['q'\]"):
-        data.load_hf(str(path), columns={"prompt": "q"}, cache_dir=str(tmp_path / "c"))
+        data_sources.load_hf(str(path), columns={"prompt": "q"}, cache_dir=str(tmp_path / "c"))
 
 
 @pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be", "utf-32", "utf-32-le"])
@@ -197,11 +203,11 @@ def test_utf16_and_utf32_files_with_a_byte_order_mark_are_read(tmp_path, encodin
     bom = "" if encoding in ("utf-16", "utf-32") else "\ufeff"  # these two write their own
     path = tmp_path / "wide.jsonl"
     path.write_bytes((bom + text).encode(encoding))
-    records, report = data.load_jsonl(path)
+    records, report = data_sources.load_jsonl(path)
     assert records == rows and report.drops.total == 0
     # garbage that merely starts like a mark costs its own line, not the file
     path.write_bytes(b"\xff\xfe garbage\n" + text.encode())
-    records, report = data.load_jsonl(path)
+    records, report = data_sources.load_jsonl(path)
     assert records == rows and report.drops.counts == {"not UTF-8": 1}
 
 
@@ -209,7 +215,7 @@ def test_a_preference_response_that_is_not_a_string_says_so(tmp_path):
     path = write_jsonl(tmp_path / "prefs.jsonl", [
         {"prompt": "a?", "chosen": 1, "rejected": "x"}, {"prompt": "b?", "chosen": "y", "rejected": None},
         {"prompt": "c?", "chosen": None, "rejected": "z"}, {"prompt": "d?", "chosen": "y", "rejected": "z"}])
-    for load in (data.load_preferences, data.load_jsonl):
+    for load in (data_sources.load_preferences, data_sources.load_jsonl):
         records, report = load(path)
         assert [r["prompt"] for r in records] == ["d?"]
         assert report.drops.counts == {"chosen not a string": 2, "rejected not a string": 1}
@@ -219,7 +225,7 @@ def test_a_preference_response_that_is_not_a_string_says_so(tmp_path):
 
 def test_a_directory_given_as_a_file_is_named(tmp_path):
     write_jsonl(tmp_path / "train.jsonl", [rec(0)])
-    calls = [data.load_jsonl, data.load_preferences,
+    calls = [data_sources.load_jsonl, data_sources.load_preferences,
              lambda p: data.load_gsm8k("train", source="jsonl", path=p)]
     for call in calls:
         with pytest.raises(IsADirectoryError, match=f"{tmp_path} is a directory, not a JSONL file "
@@ -259,7 +265,7 @@ def test_any_mix_of_valid_lines_and_garbage_keeps_every_valid_row(tmp_path_facto
     path = tmp_path_factory.mktemp("prop") / "mixed.jsonl"
     path.write_bytes(b"\n".join(line if isinstance(line, bytes) else line[1] for line in lines))
     valid = [line[0] for line in lines if isinstance(line, tuple)]
-    for load in (data.load_jsonl, data.load_preferences):
+    for load in (data_sources.load_jsonl, data_sources.load_preferences):
         if not lines:
             with pytest.raises(ValueError, match="is empty"):
                 load(path)
@@ -277,7 +283,7 @@ def test_numeric_gold_answers_are_read_as_text(tmp_path):
         {"question": "2 + 2?", "answer": 4}, {"prompt": "3 * 2?", "answer": 6.0},
         {"prompt": "1 / 4?", "answer": 0.25}, {"prompt": "Yes?", "answer": True},
         {"prompt": "Big?", "answer": 10 ** 30}, {"prompt": "Avogadro?", "answer": 6.02e23}])
-    records, report = data.load_jsonl(path, domain="math")
+    records, report = data_sources.load_jsonl(path, domain="math")
     assert [r["answer"] for r in records] == ["4", "6", "0.25", str(10 ** 30), "6.02e+23"]
     assert answers.check_answer("science", "6.02 \\times 10^{23}", records[-1]["answer"])
     assert report.drops.counts == {"answer not a string": 1}  # a bool is no answer
@@ -285,25 +291,25 @@ def test_numeric_gold_answers_are_read_as_text(tmp_path):
 
 def test_unknown_default_domain_is_refused_up_front(tmp_path):
     path = write_jsonl(tmp_path / "x.jsonl", [{"question": "2 + 2?", "answer": "4"}])
-    for load in (data.load_jsonl, data.load_preferences, data.load_hf):
+    for load in (data_sources.load_jsonl, data_sources.load_preferences, data_sources.load_hf):
         with pytest.raises(ValueError, match=r"domain='maths': unknown domain; known: math, "):
-            load(path if load is not data.load_hf else str(path), domain="maths")
+            load(path if load is not data_sources.load_hf else str(path), domain="maths")
 
 
 def test_empty_file_is_an_error(tmp_path):
     for text in ("", "\n  \n"):
         (tmp_path / "empty.jsonl").write_text(text)
         with pytest.raises(ValueError, match=r"empty\.jsonl is empty"):
-            data.load_jsonl(tmp_path / "empty.jsonl")
+            data_sources.load_jsonl(tmp_path / "empty.jsonl")
         with pytest.raises(ValueError, match="is empty"):
-            data.load_preferences(tmp_path / "empty.jsonl")
+            data_sources.load_preferences(tmp_path / "empty.jsonl")
 
 
 def test_missing_file_names_the_path(tmp_path):
     missing = tmp_path / "nope.jsonl"
-    calls = [lambda: data.load_jsonl(missing), lambda: data.load_preferences(missing),
+    calls = [lambda: data_sources.load_jsonl(missing), lambda: data_sources.load_preferences(missing),
              lambda: data.load_gsm8k("train", source="jsonl", path=missing),
-             lambda: data.load_hf(str(missing)), lambda: data.load_source(f"jsonl:{missing}")]
+             lambda: data_sources.load_hf(str(missing)), lambda: data_sources.load_source(f"jsonl:{missing}")]
     for call in calls:
         with pytest.raises(FileNotFoundError, match="nope.jsonl"):
             call()
@@ -320,11 +326,11 @@ GSM8K_ROWS = [
 
 
 def test_parse_gsm8k_strings_and_tfds_bytes():
-    q, reasoning, answer = data.parse_gsm8k(GSM8K_ROWS[0])
+    q, reasoning, answer = data_sources.parse_gsm8k(GSM8K_ROWS[0])
     assert answer == "72" and "<<" not in reasoning and reasoning.endswith("72 clips altogether.")
     tfds_row = {k: v.encode() for k, v in GSM8K_ROWS[1].items()}  # TFDS's feature layout
     tfds_row["short_answer"] = b"2,000"
-    assert data.parse_gsm8k(tfds_row) == (GSM8K_ROWS[1]["question"], "1000 * 2 = 2000", "2000")
+    assert data_sources.parse_gsm8k(tfds_row) == (GSM8K_ROWS[1]["question"], "1000 * 2 = 2000", "2000")
     record, reason = _gsm8k_parser("train")(tfds_row, 5)
     assert reason is None and record == {
         "id": "gsm8k-train-5", "domain": "math", "source": "gsm8k",
@@ -341,10 +347,11 @@ def test_load_gsm8k_jsonl(tmp_path):
     assert {(r["domain"], r["source"]) for r in records} == {("math", "gsm8k")}
     assert report.drops.counts == {"no #### answer line": 1}
     assert report.drops.examples["no #### answer line"] == [f"{path}:3"]
-    same, _ = data.load_source(f"gsm8k:jsonl:{path}")
+    same, _ = data_sources.load_source(f"gsm8k:jsonl:{path}")
     assert same == records
 
 
+@pytest.mark.slow
 def test_gsm8k_and_math_golds_from_their_files_are_judged_by_the_checker(tmp_path):
     """GSM8K's "#### 1,234" and MATH's \\boxed{} golds, read from files in those formats."""
     gsm8k = write_jsonl(tmp_path / "gsm8k.jsonl", [
@@ -358,7 +365,7 @@ def test_gsm8k_and_math_golds_from_their_files_are_judged_by_the_checker(tmp_pat
         {"problem": "Which?", "solution": "The answer is $\\boxed{\\text{(C)}}$."},
         {"problem": "No box?", "solution": "It is 4."}])
     gsm, _ = data.load_gsm8k("train", source="jsonl", path=gsm8k)
-    records, report = data.load_jsonl(math, domain="math")
+    records, report = data_sources.load_jsonl(math, domain="math")
     assert [r["answer"] for r in gsm] == ["1234", "12"]
     assert [r["answer"] for r in records] == ["\\frac{1}{2}", "\\frac{\\sqrt{3}}{2}", "\\text{(C)}"]
     assert report.drops.counts == {"empty answer": 1}  # a MATH row without a box
@@ -376,7 +383,7 @@ def test_gsm8k_and_math_golds_from_their_files_are_judged_by_the_checker(tmp_pat
         assert all(answers.check_answer("math", a, r["answer"]) for a in right[r["answer"]])
         assert not any(answers.check_answer("math", a, r["answer"]) for a in wrong[r["answer"]])
     drops = Drops()
-    assert data.drop_bad_gold(gsm + records, drops) == gsm + records and not drops.counts
+    assert data_splits.drop_bad_gold(gsm + records, drops) == gsm + records and not drops.counts
 
 
 def test_load_gsm8k_through_tfds_without_tensorflow(tmp_path, monkeypatch):
@@ -421,7 +428,7 @@ def test_load_hf_with_a_column_mapping(tmp_path):
     rows = [{"q": "Which is larger, 3 or 5?", "sol": "5 > 3.", "final": "5", "extra": 1},
             {"q": None, "sol": "", "final": "x", "extra": 2}]
     path = write_jsonl(tmp_path / "train.jsonl", rows)
-    records, report = data.load_hf(str(path), columns={"prompt": "q", "reasoning": "sol",
+    records, report = data_sources.load_hf(str(path), columns={"prompt": "q", "reasoning": "sol",
                                                         "answer": "final"},
                                    domain="general", cache_dir=str(tmp_path / "c"))
     assert [(r["prompt"], r["reasoning"], r["answer"], r["domain"]) for r in records] == [
@@ -429,9 +436,9 @@ def test_load_hf_with_a_column_mapping(tmp_path):
     assert report.drops.counts == {"prompt not a string": 1}
     assert "row 1" in report.drops.examples["prompt not a string"][0]
     with pytest.raises(ValueError, match=r"no column\(s\) \['question'\]"):
-        data.load_hf(str(path), columns={"prompt": "question"}, cache_dir=str(tmp_path / "c"))
+        data_sources.load_hf(str(path), columns={"prompt": "question"}, cache_dir=str(tmp_path / "c"))
     with pytest.raises(ValueError, match="unknown schema field"):
-        data.load_hf(str(path), columns={"question": "q"})
+        data_sources.load_hf(str(path), columns={"question": "q"})
 
 
 def test_load_hf_detects_the_layout(tmp_path, monkeypatch):
@@ -440,7 +447,7 @@ def test_load_hf_detects_the_layout(tmp_path, monkeypatch):
     rows = [{"instruction": "Reverse cat", "input": "", "output": "tac"},
             {"instruction": "Reverse dog", "input": "", "output": "<answer>god</answer>"}]
     path = write_parquet(tmp_path / "alpaca" / "train-00000-of-00001.parquet", rows)
-    records, report = data.load_source(f"hf:{path.parent}")
+    records, report = data_sources.load_source(f"hf:{path.parent}")
     assert [r["answer"] for r in records] == ["tac", "god"] and report.kept == 2
 
 
@@ -451,37 +458,37 @@ def test_load_preferences(tmp_path):
             {"prompt": "No pair", "chosen": "a"},
             {"prompt": "Same", "chosen": "x", "rejected": "x"}]
     path = write_jsonl(tmp_path / "prefs.jsonl", rows)
-    records, report = data.load_preferences(path)
+    records, report = data_sources.load_preferences(path)
     assert report.drops.counts == {"missing rejected": 1, "chosen equals rejected": 1}
     first, second = records
     assert (first["reasoning"], first["answer"], first["domain"]) == ("3 * 4 = 12.", "12", "math")
     assert (second["reasoning"], second["answer"], second["domain"]) == (
         "", "Blue, because...", "general")
     assert all(r[k].endswith(END_OF_TURN) for r in records for k in ("chosen", "rejected"))
-    assert data.load_source(f"prefs:{path}")[0] == records
+    assert data_sources.load_source(f"prefs:{path}")[0] == records
 
 
 def test_an_untagged_response_ending_its_turn_leaves_the_marker_out_of_the_answer(tmp_path):
     """Gemma-formatted data ends responses with <end_of_turn>: it is no part of the answer."""
     prefs = write_jsonl(tmp_path / "prefs.jsonl", [
         {"prompt": "Best color?", "chosen": f"Blue.{END_OF_TURN}", "rejected": f"Red.{END_OF_TURN}"}])
-    (pair,), _ = data.load_preferences(prefs)
+    (pair,), _ = data_sources.load_preferences(prefs)
     assert pair["answer"] == "Blue." and pair["chosen"] == f"Blue.{END_OF_TURN}"
     sft = write_jsonl(tmp_path / "sft.jsonl", [{"instruction": "Say hi", "output": f"hi{END_OF_TURN}"}])
-    (record,), _ = data.load_jsonl(sft)
+    (record,), _ = data_sources.load_jsonl(sft)
     assert record["answer"] == "hi"
     assert format_completion(record["reasoning"], record["answer"]).count(END_OF_TURN) == 1
 
 
 def test_load_source_dispatch_and_errors(tmp_path):
     cfg = DataConfig(num_records=5, seed=3)
-    records, report = data.load_source("tasks", cfg)
+    records, report = data_sources.load_source("tasks", cfg)
     assert records == tasks.generate_all(5, seed=3) and report.kept == 30
     path = write_jsonl(tmp_path / "x.jsonl", [rec(1)])
-    assert data.load_source(f"jsonl:{path}")[0] == [rec(1)]
+    assert data_sources.load_source(f"jsonl:{path}")[0] == [rec(1)]
     for bad in ("nope", "jsonl:", "gsm8k:jsonl", "gsm8k:web", "hf:"):
         with pytest.raises(ValueError, match="unknown data source"):
-            data.load_source(bad, cfg)
+            data_sources.load_source(bad, cfg)
     all_records, reports = data.load_sources(dataclasses.replace(
         cfg, sources=("tasks", f"jsonl:{path}")))
     assert len(all_records) == 31 and [r.source for r in reports] == ["tasks", f"jsonl:{path}"]
@@ -495,7 +502,7 @@ def test_drop_malformed_counts_each_reason():
             None, rec(4)]
     rows[3]["answer"] = ""
     drops = Drops()
-    kept = data.drop_malformed(rows, drops)
+    kept = data_splits.drop_malformed(rows, drops)
     assert [r["id"] for r in kept] == ["r0", "r4"]
     assert drops.counts == {"missing domain": 1, "prompt not a string": 1, "empty answer": 1,
                             "unknown domain": 1, "not an object": 1}
@@ -506,7 +513,7 @@ def test_drop_duplicates_ignores_case_and_whitespace():
     rows = [rec(0, prompt="Sort 3 1 2."), rec(1, prompt="  sort 3  1\n2. "),
             rec(2, prompt="Sort 3 1 2!"), rec(3, prompt="SORT 3 1 2.")]
     drops = Drops()
-    assert [r["id"] for r in data.drop_duplicates(rows, drops)] == ["r0", "r2"]
+    assert [r["id"] for r in data_splits.drop_duplicates(rows, drops)] == ["r0", "r2"]
     assert drops.counts == {"duplicate prompt": 2} and drops.examples["duplicate prompt"] == [
         "r1", "r3"]
 
@@ -524,12 +531,12 @@ def test_drop_too_long_by_each_budget():
              (Limits(), {})]
     for limits, expected in cases:
         drops = Drops()
-        kept = data.drop_too_long([short, long_prompt, long_target, pair], drops,
+        kept = data_splits.drop_too_long([short, long_prompt, long_target, pair], drops,
                                   count_tokens=words, limits=limits)
         assert drops.counts == expected, limits
         assert len(kept) == 4 - drops.total and short in kept
     drops = Drops()
-    data.drop_too_long([long_prompt], drops, count_tokens=words, limits=Limits(prompt=30))
+    data_splits.drop_too_long([long_prompt], drops, count_tokens=words, limits=Limits(prompt=30))
     n = words(template.format_prompt(long_prompt["prompt"])) + 1  # + BOS
     assert drops.examples["prompt too long"] == [f"r1: {n} > 30 tokens"]
 
@@ -540,11 +547,11 @@ def test_drop_bad_gold_and_pairs():
             rec(4, domain="coding", answer="catcat"), rec(5, answer="about five"),
             rec(6, answer="\\frac{1}{")]
     drops = Drops()
-    assert [r["id"] for r in data.drop_bad_gold(rows, drops)] == ["r1", "r2", "r4", "r5"]
+    assert [r["id"] for r in data_splits.drop_bad_gold(rows, drops)] == ["r1", "r2", "r4", "r5"]
     assert drops.counts == {"gold answer contradicts itself": 1, "empty gold answer": 1,
                             "gold answer is not parseable math": 1}
     drops = Drops()
-    assert data.drop_pairs([rec(0), rec(1, chosen="a", rejected="b")], drops) == [rec(0)]
+    assert data_splits.drop_pairs([rec(0), rec(1, chosen="a", rejected="b")], drops) == [rec(0)]
     assert drops.counts == {"preference pair (DPO only)": 1}
 
 
@@ -565,7 +572,7 @@ def big_sample():
     {"math": 3, "coding": 2, "science": 1, "instruction": 1, "summarization": 1, "general": 2},
 ])
 def test_rebalance_hits_the_target_mix(big_sample, weights):
-    out, info = data.rebalance(big_sample, weights, 6000, max_repeats=3, seed=0)
+    out, info = data_splits.rebalance(big_sample, weights, 6000, max_repeats=3, seed=0)
     assert len(out) == 6000 and not info["shortfalls"]
     mix = Counter(r["domain"] for r in out)
     total = sum(weights.values())
@@ -577,7 +584,7 @@ def test_rebalance_hits_the_target_mix(big_sample, weights):
 
 def test_rebalance_is_seeded(big_sample):
     weights = {d: 1.0 for d in DOMAINS}
-    ids = lambda seed: [r["id"] for r in data.rebalance(big_sample, weights, 3000,
+    ids = lambda seed: [r["id"] for r in data_splits.rebalance(big_sample, weights, 3000,
                                                          max_repeats=3, seed=seed)[0]]
     assert ids(1) == ids(1)
     assert ids(1) != ids(2)
@@ -585,7 +592,7 @@ def test_rebalance_is_seeded(big_sample):
 
 def test_repeat_cap_is_respected_and_reported(big_sample):
     weights = {"math": 1.0, "general": 1.0}  # general: 500 records, target 2000
-    out, info = data.rebalance(big_sample, weights, 4000, max_repeats=3, seed=0)
+    out, info = data_splits.rebalance(big_sample, weights, 4000, max_repeats=3, seed=0)
     counts = Counter(r["id"] for r in out)
     assert max(counts.values()) == 3
     assert info["count"] == {"math": 2000, "general": 1500}
@@ -593,21 +600,21 @@ def test_repeat_cap_is_respected_and_reported(big_sample):
     assert info["unused"] == {d: SIZES[d] for d in ("coding", "science", "instruction",
                                                     "summarization")}
     # Without the cap biting, upsampling spreads repeats evenly (2 or 3 copies each).
-    out, info = data.rebalance(big_sample, {"general": 1.0}, 1250, max_repeats=3, seed=0)
+    out, info = data_splits.rebalance(big_sample, {"general": 1.0}, 1250, max_repeats=3, seed=0)
     assert set(Counter(r["id"] for r in out).values()) == {2, 3} and not info["shortfalls"]
 
 
 def test_weights_are_checked():
     recs = [rec(0)]
     with pytest.raises(ValueError, match=r"domain_weights\['cooking'\]: unknown domain"):
-        data.rebalance(recs, {"math": 1, "cooking": 1}, 10, max_repeats=1, seed=0)
+        data_splits.rebalance(recs, {"math": 1, "cooking": 1}, 10, max_repeats=1, seed=0)
     with pytest.raises(ValueError, match=r"domain_weights\['math'\]=-1"):
-        data.rebalance(recs, {"math": -1, "coding": 2}, 10, max_repeats=1, seed=0)
+        data_splits.rebalance(recs, {"math": -1, "coding": 2}, 10, max_repeats=1, seed=0)
     with pytest.raises(ValueError, match=r"domain_weights\['math'\]='1'"):
-        data.check_weights({"math": "1"})
+        config.check_weights({"math": "1"})
     with pytest.raises(ValueError, match="must sum to a positive number"):
-        data.check_weights({"math": 0, "coding": 0.0})
-    assert data.domain_targets({"math": 1, "coding": 1, "science": 1}, 10) == {
+        config.check_weights({"math": 0, "coding": 0.0})
+    assert data_splits.domain_targets({"math": 1, "coding": 1, "science": 1}, 10) == {
         "math": 4, "coding": 3, "science": 3}
 
 
@@ -634,7 +641,7 @@ def test_build_splits_on_tasks(task_records):
     for name in ("sft", "grpo"):
         assert Counter(r["domain"] for r in getattr(splits, name)) == {d: 100 for d in DOMAINS}
     assert not leaks(splits)
-    assert all(data.validate_record(r) is None for r in splits.eval + splits.sft + splits.grpo)
+    assert all(data_records.validate_record(r) is None for r in splits.eval + splits.sft + splits.grpo)
     assert report.input == {d: 200 for d in DOMAINS}
     assert "| math | 200 | 10 | 100 | 100 | 100 |" in plots.data_table(report)
 
@@ -842,7 +849,7 @@ def test_wrong_answer_is_wrong_by_the_checker():
     golds += [("general", g) for g in ["cat, cat, cat", "god", "2 7 9", "Ann", "a", "21"]]
     for domain, gold in golds:
         for _ in range(20):
-            wrong = data.wrong_answer(gold, rng, others=[gold, "dog", "7"], domain=domain)
+            wrong = data_pairs.wrong_answer(gold, rng, others=[gold, "dog", "7"], domain=domain)
             assert answers.normalize_text(wrong) and not answers.check_answer(domain, wrong, gold)
             read = answers.read_answer(gold, domain)
             if read.kind == "number" and read.value >= 0:  # a nearby number, never negative

@@ -25,6 +25,7 @@ e2e_real = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(e2e_real)
 
 STAGES = ("sft", "dpo", "grpo")
+pytestmark = pytest.mark.slow  # one Gemma-shaped run of every stage, shared by the tests here
 
 
 @pytest.fixture(scope="module")

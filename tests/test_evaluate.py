@@ -161,6 +161,7 @@ def test_judge_counts_failures():
     assert evaluate.judge(rows, judge_fn) == {"reasoning": 5.0, "judged": 1, "skipped": 2}
 
 
+@pytest.mark.slow
 def test_evaluate_the_tiny_base_model_for_real(capsys):
     preset = get_preset("tiny", **{"eval.batch_size": 4, "eval.num_samples": 2,
                                    "eval.max_generation_length": 24})

@@ -45,6 +45,7 @@ def lora_grad(loss, model, *args, **kwargs):
     return value, jax.tree.leaves(grads)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cfg", [G3, G2], ids=["gemma3", "gemma2-softcap"])
 def test_sft_loss_equals_tunix_default(cfg):
     from tunix.sft.peft_trainer import _default_loss_fn
@@ -58,6 +59,7 @@ def test_sft_loss_equals_tunix_default(cfg):
     assert not any(isinstance(v, nnx.Intermediate) for _, v in nnx.iter_graph(model))
 
 
+@pytest.mark.slow
 def test_chunks_give_the_same_log_probs():
     model = lora_model(G3)
     valid = TOKENS != 0
@@ -94,6 +96,7 @@ def _weighted_log_probs(flag, hidden, emb, targets, w, **kw):
     return jnp.sum(out * w)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kw", [{}, {"softcap": 3.0, "temperature": 0.7, "entropy": True},
                                 {"temperature": 1.3, "entropy": True}])
 def test_gradient_taken_in_the_forward_equals_autodiffs(kw):
@@ -114,6 +117,7 @@ def test_gradient_taken_in_the_forward_equals_autodiffs(kw):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * float(jnp.max(jnp.abs(b))))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entropy", [False, True])
 def test_gradient_in_the_forward_projects_onto_the_vocabulary_twice_not_three_times(entropy):
     """The loss and its gradient through the hidden states only (the embedding frozen, as
@@ -141,6 +145,7 @@ def test_gradient_in_the_forward_projects_onto_the_vocabulary_twice_not_three_ti
     assert 3 * projection <= flops[False] < 3.5 * projection
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cfg", [G3, G2], ids=["gemma3", "gemma2-softcap"])
 def test_dpo_log_probs_equal_tunix(cfg):
     from tunix.sft.dpo import dpo_trainer
@@ -162,6 +167,7 @@ def test_dpo_log_probs_equal_tunix(cfg):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cfg", [G3, G2], ids=["gemma3", "gemma2-softcap"])
 def test_grpo_log_probs_and_entropy_equal_tunix(cfg):
     from tunix.rl import algo_core, common
@@ -196,6 +202,7 @@ def grouped_batch(group: int, prompts: int = 2, p: int = 12, c: int = 10, seed: 
     return jnp.asarray(np.repeat(prompt, group, axis=0)), jnp.asarray(answer)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cfg", [G3, G2, dataclasses.replace(G3, remat=True)],
                          ids=["gemma3", "gemma2-softcap", "gemma3-remat"])
 def test_grpo_log_probs_with_each_prompt_run_once_equal_every_row(cfg):

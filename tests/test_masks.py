@@ -179,6 +179,7 @@ def test_left_padding_only_shifts_positions_and_completion(n_real, n_pad, prompt
 
 # ----------------------------------------------------------------- jax inputs and Tunix
 
+@pytest.mark.slow
 def test_jnp_inputs_give_jax_arrays_with_numpy_values():
     seg = np.array([[1, 1, 2, 2, 0], [3, 4, 4, 4, 4]], dtype=np.int32)
     cases = [

@@ -305,6 +305,7 @@ def eight():
     return json.loads(line[len("RESULT"):])
 
 
+@pytest.mark.slow
 def test_make_mesh_on_eight_devices(eight):
     assert eight["n_devices"] == 8
     for shape, dims in [("(8, 1)", [8, 1]), ("(2, 4)", [2, 4]), ("(1, 8)", [1, 8]),
@@ -317,6 +318,7 @@ def test_make_mesh_on_eight_devices(eight):
                                      "eval": [2, 4]}
 
 
+@pytest.mark.slow
 def test_reshard_linear(eight):
     assert eight["linear_fsdp"] == [["fsdp", "tp"], [2, 8]]
     spec, shard, same, on_tp = eight["linear_tp"]
@@ -324,15 +326,18 @@ def test_reshard_linear(eight):
     assert same and on_tp
 
 
+@pytest.mark.slow
 def test_global_batch_splits_rows_over_fsdp_and_one_process_keeps_its_stream(eight):
     # [spec, shard shape, same values, spec of 6 rows on 8 devices, text untouched, stream untouched]
     assert eight["global_batch"] == [["fsdp"], [1, 3], True, [], True, True]
 
 
+@pytest.mark.slow
 def test_reshard_pytree_keeps_spec(eight):
     assert eight["tree"] == [["fsdp"], True, True]
 
 
+@pytest.mark.slow
 def test_reshard_gemma3_fsdp_to_tp(eight):
     fsdp, tp = eight["gemma_fsdp_specs"], eight["gemma_tp_specs"]
     emb = "['embedder']['input_embedding'].value"

@@ -12,8 +12,11 @@ import pytest
 from flax import nnx
 from safetensors.numpy import save_file
 
-from reasonkit import data, masks, models, template
+from reasonkit import masks, models, template
 from reasonkit.config import LoraConfig, ModelConfig
+from reasonkit.models import architecture as models_architecture
+from reasonkit.models import checkpoint as models_checkpoint
+from reasonkit.models import export as models_export
 from reasonkit.models.architecture import _quiet_transformers
 from reasonkit.testing import forward, write_hf_checkpoint
 
@@ -29,7 +32,8 @@ TOKENS = np.array([[2, 17, 40, 5, 99, 7, 0, 0], [2, 300, 12, 8, 9, 11, 13, 21]])
 
 # --- the package ------------------------------------------------------------------------
 
-MODULES = ("architecture", "tokenizer", "checkpoint", "tiny", "sources", "lora", "export")  # import order
+MODULES = ("architecture", "tokenizer", "checkpoint", "tiny", "sources", "lora", "adapters",
+           "export")  # import order
 
 
 def test_models_is_a_package_of_small_modules_importing_one_way():
@@ -56,9 +60,13 @@ def test_models_is_a_package_of_small_modules_importing_one_way():
         assert imported <= set(MODULES[:i]), f"{name} imports {imported - set(MODULES[:i])}: not before it"
         if name != "tiny":  # the recipe is models.tiny, its names are not the face's
             face |= set(module.__all__)
-            for public in module.__all__:
-                assert getattr(models, public) is getattr(module, public), public
-    assert set(models.__all__) == face and len(models.__all__) == len(face)
+    # the face: a few of the modules' public names, each the module's own object
+    assert len(set(models.__all__)) == len(models.__all__) and set(models.__all__) <= face
+    for public in models.__all__:
+        owner = next(m for m in MODULES if public in importlib.import_module(f"reasonkit.models.{m}").__all__
+                     or public == m)
+        assert getattr(models, public) is getattr(importlib.import_module(f"reasonkit.models.{owner}"),
+                                                  public, models.tiny), public
     assert models.tiny.ASSET == pathlib.Path(reasonkit.__file__).parent / "assets" / "tiny"
     assert (models.tiny.ASSET / "model.safetensors").is_file()
 
@@ -115,7 +123,7 @@ def test_config_from_hf_reads_multimodal_gemma3(tmp_path):
         "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
         "vocab_size": 262208, "sliding_window": 1024}}
     (tmp_path / "config.json").write_text(json.dumps(cfg_json))
-    got = models.config_from_hf(tmp_path / "config.json")
+    got = models_architecture.config_from_hf(tmp_path / "config.json")
     assert (got.family, got.num_layers, got.embed_dim, got.vocab_size) == ("gemma3", 34, 2560, 262208)
 
 
@@ -127,7 +135,7 @@ def test_config_from_hf_reads_multimodal_gemma3(tmp_path):
 def test_config_json_that_is_not_an_object(tmp_path, text, match):
     (tmp_path / "config.json").write_text(text)
     with pytest.raises(models.CheckpointError, match=match):
-        models.config_from_hf(tmp_path / "config.json")
+        models_architecture.config_from_hf(tmp_path / "config.json")
 
 
 # --- config.json's architecture fields: honoured through Tunix's config, or refused -----
@@ -179,8 +187,9 @@ SCALE = "QueryPreAttentionNormalisation.BY_ONE_OVER_SQRT"
         "window", "gemma2-defaults", "gemma2-caps-types", "gemma2-no-final-cap"])
 def test_config_fields_reach_tunix(tmp_path, family, fields, want):
     path = config_json(tmp_path, family, **fields)
-    cfg = models.config_from_hf(path)
-    got = models.tunix_config(dataclasses.replace(cfg, dtype="float32"), models.read_config_json(path))
+    cfg = models_architecture.config_from_hf(path)
+    got = models_architecture.tunix_config(dataclasses.replace(cfg, dtype="float32"),
+                                           models_architecture.read_config_json(path))
     for name, value in want.items():
         found = getattr(got, name)
         if name == "attention_types":
@@ -191,8 +200,8 @@ def test_config_fields_reach_tunix(tmp_path, family, fields, want):
 def test_query_scalar_of_hidden_over_heads_is_honoured(tmp_path):
     # Gemma 3 27B: query_pre_attn_scalar 168 = 5376 / 32 heads, head_dim 128.
     path = config_json(tmp_path, hidden_size=48, query_pre_attn_scalar=24)
-    cfg = models.config_from_hf(path, expect=G3_BY_EMBED)
-    got = models.tunix_config(cfg, models.read_config_json(path))
+    cfg = models_architecture.config_from_hf(path, expect=G3_BY_EMBED)
+    got = models_architecture.tunix_config(cfg, models_architecture.read_config_json(path))
     assert str(got.query_pre_attn_norm) == f"{SCALE}_EMBED_DIM_DIV_NUM_HEADS"
 
 
@@ -232,7 +241,7 @@ def test_query_scalar_of_hidden_over_heads_is_honoured(tmp_path):
 def test_config_fields_tunix_cannot_represent_are_refused(tmp_path, family, fields, match):
     path = config_json(tmp_path, family, **fields)
     with pytest.raises(models.CheckpointError, match=match) as e:
-        models.config_from_hf(path)
+        models_architecture.config_from_hf(path)
     assert str(path) in str(e.value)
 
 
@@ -285,10 +294,10 @@ def test_real_checkpoint_configs(tmp_path, name, want):
     (tmp_path / "config.json").write_text(json.dumps(REAL[name]))
     if isinstance(want, str):
         with pytest.raises(models.CheckpointError, match=want):
-            models.config_from_hf(tmp_path / "config.json")
+            models_architecture.config_from_hf(tmp_path / "config.json")
         return
-    cfg = models.config_from_hf(tmp_path / "config.json")
-    got = models.tunix_config(cfg, REAL[name])
+    cfg = models_architecture.config_from_hf(tmp_path / "config.json")
+    got = models_architecture.tunix_config(cfg, REAL[name])
     if cfg.family == "gemma3":
         assert (got.global_scale_factor, str(got.query_pre_attn_norm)) == want
         rope = (got.local_scale_factor, got.global_base_frequency, got.local_base_frequency)
@@ -306,9 +315,9 @@ def test_loader_builds_the_model_config_json_describes(tmp_path, tokenizer_path)
     assert [a.rope_scale_factor for a in attn] == [1.0] * 5 + [8.0]  # the full-attention layer
     assert attn[0].query_pre_attn_scalar == pytest.approx(24 ** -0.5)
     # A preset's fresh model is what hf_config writes, and reads back the same way.
-    fresh = models.tunix_config(cfg)
+    fresh = models_architecture.tunix_config(cfg)
     assert (fresh.global_scale_factor, str(fresh.query_pre_attn_norm)) == (1.0, f"{SCALE}_HEAD_DIM")
-    assert fresh == models.tunix_config(cfg, models.hf_config(cfg))
+    assert fresh == models_architecture.tunix_config(cfg, models.hf_config(cfg))
 
 
 @pytest.mark.parametrize("problem, match", [
@@ -380,10 +389,11 @@ def test_tokenizer_vocab_must_match_checkpoint(tmp_path, tokenizer_path):
         models.load_model(tmp_path / "c", cfg)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cfg", [G3, G2], ids=["gemma3", "gemma2"])
 def test_save_load_round_trip_keeps_logits(tmp_path, tokenizer_path, cfg):
     model = models.new_model(cfg, seed=3)
-    models.save_hf_checkpoint(model, cfg, tmp_path / "out", tokenizer_path)
+    models_checkpoint.save_hf_checkpoint(model, cfg, tmp_path / "out", tokenizer_path)
     again = models.load_model(tmp_path / "out", cfg)
     np.testing.assert_array_equal(forward(model, TOKENS), forward(again, TOKENS))
 
@@ -446,6 +456,7 @@ def test_platform_secrets_are_set_not_printed(monkeypatch, capsys):
 
 # --- LoRA ------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_lora_training_step_moves_adapters_only():
     model = models.apply_lora(models.new_model(G3, seed=0), LORA)
     base0, lora0 = models.base_params(model), models.lora_params(model)
@@ -470,6 +481,7 @@ def test_lora_training_step_moves_adapters_only():
         np.testing.assert_array_equal(base0[k], base1[k], err_msg=k)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["gemma3", "gemma2"])
 def test_a_remat_model_samples_with_remat_off(family, tokenizer_path):
     # Tunix's sampler on a model with remat on (every Gemma preset) raises flax's
@@ -493,6 +505,7 @@ def test_a_remat_model_samples_with_remat_off(family, tokenizer_path):
     np.testing.assert_array_equal(forward(sampling.without_remat(model), TOKENS), forward(model, TOKENS))
 
 
+@pytest.mark.slow
 def test_flat_lora_delta_equals_qwixs_and_takes_bs_gradient_without_copying_the_cotangent(monkeypatch):
     from qwix._src.providers import lora as qwix_lora
 
@@ -544,9 +557,10 @@ def lora_model_with_delta(cfg, lora=LORA, seed=1):
 
 def source_dir(path, cfg, tokenizer_path, seed=1):
     """The base checkpoint a LoRA model of ``new_model(cfg, seed)`` was trained from."""
-    return models.save_hf_checkpoint(models.new_model(cfg, seed=seed), cfg, path, tokenizer_path)
+    return models_checkpoint.save_hf_checkpoint(models.new_model(cfg, seed=seed), cfg, path, tokenizer_path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cfg", [G3, G2], ids=["gemma3", "gemma2"])
 def test_merged_export_reloads_to_the_lora_models_logits(tmp_path, tokenizer_path, cfg):
     model = lora_model_with_delta(cfg)
@@ -560,6 +574,7 @@ def test_merged_export_reloads_to_the_lora_models_logits(tmp_path, tokenizer_pat
     np.testing.assert_allclose(got, want, atol=1e-4)  # ...and the export carries them
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cfg", [G3, G2], ids=["gemma3", "gemma2"])
 def test_qlora_merged_export_dequantizes_the_nf4_base(tmp_path, tokenizer_path, cfg):
     # README: `**{"lora.qlora": True}`; the base weights are then qwix NF4 arrays, which
@@ -573,8 +588,8 @@ def test_qlora_merged_export_dequantizes_the_nf4_base(tmp_path, tokenizer_path, 
     got = forward(models.load_model(out, cfg), TOKENS)
     np.testing.assert_allclose(got, want, atol=1e-4)
     # The adapters alone export as they do without NF4 (PEFT applies them to the source).
-    tensors, _ = models.peft_tensors(model)
-    assert tensors.keys() == models.peft_tensors(lora_model_with_delta(cfg))[0].keys()
+    tensors, _ = models_export.peft_tensors(model)
+    assert tensors.keys() == models_export.peft_tensors(lora_model_with_delta(cfg))[0].keys()
 
 
 # --- exports that load and chat in the Hugging Face ecosystem --------------------------
@@ -614,10 +629,11 @@ def test_merged_export_is_a_complete_directory(tmp_path, tokenizer_path):
     readme = (out / "README.md").read_text()
     assert readme.startswith("# run x, stage grpo\n") and "AutoModelForCausalLM" in readme
     assert "vllm serve" in readme and "convert_hf_to_gguf" in readme and "eager" not in readme
-    assert models.GEMMA_NOTICE in readme and (out / "NOTICE").read_text() == models.GEMMA_NOTICE + "\n"
+    notice = models_export.GEMMA_NOTICE
+    assert notice in readme and (out / "NOTICE").read_text() == notice + "\n"
     assert repr(template.INSTRUCTION) in readme  # how to prompt it
-    assert models.check_checkpoint_dir(out, G3) == G3  # loadable: files, shapes, fields
-    assert models.tunix_config(G3, config).global_scale_factor == 8.0  # still rope x8
+    assert models_checkpoint.check_checkpoint_dir(out, G3) == G3  # loadable: files, shapes, fields
+    assert models_architecture.tunix_config(G3, config).global_scale_factor == 8.0  # still rope x8
 
 
 def test_chat_template_and_tokenizer_of_the_export_match_reasonkit(tmp_path, tokenizer_path):
@@ -634,7 +650,7 @@ def test_chat_template_and_tokenizer_of_the_export_match_reasonkit(tmp_path, tok
     assert ids == want and ids.count(sp.bos_id()) == 1
     assert hf(template.format_prompt(QUESTION))["input_ids"] == want  # plain encoding adds the BOS too
     # A whole turn: the tags are text, the turn markers special (dropped by skip_special_tokens).
-    completion = data.format_completion("1 < 2 < 3.", "1 2 3")
+    completion = template.format_completion("1 < 2 < 3.", "1 2 3")
     assert hf(completion, add_special_tokens=False)["input_ids"] == sp.EncodeAsIds(completion)
     assert hf.decode(sp.EncodeAsIds(completion), skip_special_tokens=True) == completion.removesuffix(
         template.END_OF_TURN)
@@ -680,13 +696,13 @@ def test_export_of_a_multimodal_source_is_its_text_model(tmp_path):
         {"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"], "text_config": text,
          "vision_config": {"hidden_size": 1152}, "eos_token_id": [1, 106], "torch_dtype": "bfloat16",
          "mm_tokens_per_image": 256}))
-    cfg = models.config_from_hf(tmp_path / "config.json")
-    got = models.export_config(tmp_path, cfg)
+    cfg = models_architecture.config_from_hf(tmp_path / "config.json")
+    got = models_export.export_config(tmp_path, cfg)
     assert got == {**text, "model_type": "gemma3_text", "architectures": ["Gemma3ForCausalLM"],
                    "eos_token_id": [1, 106], "torch_dtype": "bfloat16"}
     # ...and it reads back as the same model, rope x8 included.
-    assert models.tunix_config(cfg, got) == models.tunix_config(cfg, json.loads((tmp_path / "config.json")
-                                                                                 .read_text()))
+    written = json.loads((tmp_path / "config.json").read_text())
+    assert models_architecture.tunix_config(cfg, got) == models_architecture.tunix_config(cfg, written)
 
 
 def test_tiny_exports_say_they_hold_no_gemma_weights(tmp_path, tokenizer_path):
@@ -694,10 +710,11 @@ def test_tiny_exports_say_they_hold_no_gemma_weights(tmp_path, tokenizer_path):
     src = source_dir(tmp_path / "src", cfg, tokenizer_path)
     out = models.export_adapter(lora_model_with_delta(cfg), cfg, LORA, tmp_path / "adapter", src)
     readme = (out / "README.md").read_text()
-    assert "no Gemma weights" in readme and models.GEMMA_NOTICE not in readme
+    assert "no Gemma weights" in readme and models_export.GEMMA_NOTICE not in readme
     assert not (out / "NOTICE").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cfg", [G3, G2, dataclasses.replace(G3, num_kv_heads=2)],
                          ids=["gemma3", "gemma2", "gemma3-fused-qkv"])
 def test_adapter_export_is_peft_and_exact(tmp_path, tokenizer_path, cfg):

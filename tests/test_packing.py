@@ -129,6 +129,7 @@ def tiny_lora():
     return model
 
 
+@pytest.mark.slow
 def test_packed_loss_equals_the_token_mean_of_unpacked_examples(tiny_lora):
     from tunix.sft.peft_trainer import _default_loss_fn
 

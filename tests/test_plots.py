@@ -5,7 +5,8 @@ import pytest
 
 from reasonkit import budget, evaluate, plots
 from reasonkit.config import DOMAINS, get_preset
-from reasonkit.data import DataReport, Drops
+from reasonkit.data import DataReport
+from reasonkit.data.records import Drops
 from reasonkit.runtime import hardware
 from reasonkit.testing import fake_results
 

@@ -39,6 +39,7 @@ def sample(sampler, prompts, **kwargs):
     return [list(t) for t in out.tokens]
 
 
+@pytest.mark.slow
 def test_tunix_sampler_asks_for_the_last_position_only(tiny):
     preset, model, tok = tiny
     plain = sampler_for(model, tok, preset.model)
@@ -48,6 +49,7 @@ def test_tunix_sampler_asks_for_the_last_position_only(tiny):
     assert sample(ours, PROMPTS) == sample(plain, PROMPTS)
 
 
+@pytest.mark.slow
 def test_output_layer_at_the_last_position_matches_every_position(tiny):
     preset, model, _ = tiny
     ours = sampling.without_remat(model)
@@ -64,6 +66,7 @@ def test_output_layer_at_the_last_position_matches_every_position(tiny):
     assert "decode" not in vars(ours.embedder)  # the shadowing is gone after the call
 
 
+@pytest.mark.slow
 def test_shared_prefill_samples_what_every_row_prefilled_does(tiny):
     """GRPO's repeated prompts: one prefill per group, the same answers (same keys) as before."""
     preset, model, tok = tiny
@@ -100,6 +103,7 @@ def test_sampling_class_refuses_a_bad_group_and_does_not_stack():
     assert once.__name__ == "SamplingGemma3" and once.group == 4
 
 
+@pytest.mark.slow
 def test_training_calls_run_tunix_as_is(tiny):
     """No cache (training, the reference forward): the class changes nothing."""
     preset, model, _ = tiny

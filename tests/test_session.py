@@ -31,6 +31,7 @@ def test_session_id_is_the_start_of_process_1(tmp_path):
     assert session.session_id() == session.session_id()  # this machine's: stable
 
 
+@pytest.mark.slow
 def test_one_deadline_per_session_for_every_notebook_and_process(tmp_path, capsys):
     env = {"REASONKIT_DEADLINE_HOURS": "2"}
     first = session.session_deadline(tmp_path, env=env, now=1000.0, kaggle=False)
@@ -124,6 +125,7 @@ def test_compilation_cache_under_the_runs_root(tmp_path, monkeypatch):
         jax.config.update("jax_persistent_cache_min_compile_time_secs", old[1])
 
 
+@pytest.mark.slow
 def test_a_fresh_kernel_keeps_and_then_loads_a_quick_program(tmp_path):
     """Programs that compile in milliseconds are written to the cache by one process and
     loaded from it, every one of them, by the next (as the next notebook's kernel does)."""

@@ -16,6 +16,7 @@ from reasonkit.config import get_preset
 from reasonkit.runtime import hardware
 
 
+@pytest.mark.slow
 def test_gemma3_1b_sft_compiles_on_eight_devices_and_fits():
     """The compiler's per-device figure for the v5e-8 preset, constraints on, abstract weights."""
     result = shapes.check_in_subprocess("gemma3-1b", "sft", timeout=900)
@@ -104,6 +105,7 @@ def four():
     return json.loads(line[len("RESULT"):])
 
 
+@pytest.mark.slow
 def test_lora_goes_on_at_any_mesh_size(four):
     assert four["devices"] == 4 and four["mesh"] == {"fsdp": 4, "tp": 1}
     # Tunix's 2-row dummy input does not split 4 ways under a TPU's constraints; ours does
@@ -115,6 +117,7 @@ def test_lora_goes_on_at_any_mesh_size(four):
     assert four["loss"] == pytest.approx(four["our_loss"], rel=1e-6)
 
 
+@pytest.mark.slow
 def test_base_weights_are_sharded_over_fsdp(four):
     specs = four["specs"]
     assert specs["embedder.input_embedding"] == ["tp", "fsdp"]  # [V, D]: D over fsdp
@@ -126,6 +129,7 @@ def test_base_weights_are_sharded_over_fsdp(four):
     assert four["shard_rows"] == [vocab, dim // 4]  # each device holds a quarter
 
 
+@pytest.mark.slow
 def test_a_batch_that_does_not_split_is_refused_before_training(four):
     assert four["refused"].startswith("sft.batch_size=6 does not split over the data axes")
     assert "fsdp = 4 ways" in four["refused"] and "4 or 8 (multiples of 4)" in four["refused"]
@@ -151,6 +155,7 @@ def test_every_committed_check_is_within_20_percent_of_the_estimate():
             "benchmarks/shapes.json is stale: run python benchmarks/shapes.py --reestimate"
 
 
+@pytest.mark.slow
 def test_peak_buffers_groups_the_values_live_at_a_programs_peak(tmp_path):
     """benchmarks/peak_buffers.py on a real dump: at the peak of ``tanh(x @ x) @ x + x.sum()``
     XLA:CPU holds the argument and one [512, 512] float32 temporary, each named by its op."""

@@ -6,8 +6,10 @@ import json
 import numpy as np
 import pytest
 
-from reasonkit import data, models, tasks, template
+from reasonkit import models, tasks, template
 from reasonkit.config import get_preset
+from reasonkit.models import checkpoint as models_checkpoint
+from reasonkit.models import sources as models_sources
 from reasonkit.models import tiny
 from reasonkit.testing import forward
 
@@ -17,7 +19,7 @@ TOKENS = np.array([[2, 17, 40, 5, 99, 7, 0, 0], [2, 300, 12, 8, 9, 11, 13, 21]])
 def test_shipped_tiny_base_model_is_the_current_recipe(tiny_dir):
     cfg = get_preset("tiny").model
     assert tiny_dir == tiny.ASSET  # shipped, not rebuilt: it matches config + recipe
-    assert models.check_checkpoint_dir(tiny_dir, cfg).vocab_size == cfg.vocab_size
+    assert models_checkpoint.check_checkpoint_dir(tiny_dir, cfg).vocab_size == cfg.vocab_size
     log = json.loads((tiny_dir / "pretrain.json").read_text())
     assert log["key"] == tiny.key(cfg)
     assert log["final_loss"] < 0.1 * log["first_loss"]  # it learned the corpus
@@ -40,24 +42,25 @@ def test_how_it_computes_does_not_rebuild_the_tiny_base_model(change):
 def test_tiny_pretraining_never_sees_the_presets_data_pool():
     records, excluded = tiny.pretraining_records()
     cfg = get_preset("tiny").data
-    pool = {data.normalize_prompt(r["prompt"])
+    pool = {template.normalize_prompt(r["prompt"])
             for r in tasks.generate_all(cfg.num_records, seed=cfg.seed, difficulty=cfg.difficulty)}
-    seen = {data.normalize_prompt(r["prompt"]) for r in records}
+    seen = {template.normalize_prompt(r["prompt"]) for r in records}
     assert excluded > 0 and not pool & seen
     assert len(records) + excluded == 6 * tiny.DOCS_PER_DOMAIN
 
 
+@pytest.mark.slow
 def test_tiny_build_script_runs_and_is_deterministic(tmp_path):
     cfg = get_preset("tiny").model
-    a = models.build_tiny_checkpoint(cfg, steps=3, out_root=tmp_path / "a")
-    b = models.build_tiny_checkpoint(cfg, steps=3, out_root=tmp_path / "b")
+    a = models_sources.build_tiny_checkpoint(cfg, steps=3, out_root=tmp_path / "a")
+    b = models_sources.build_tiny_checkpoint(cfg, steps=3, out_root=tmp_path / "b")
     assert a.name == b.name == f"tiny-{tiny.key(cfg, steps=3)}"
     pieces = [[t.IdToPiece(i) for i in range(t.GetPieceSize())]
               for t in (models.load_tokenizer(d / "tokenizer.model") for d in (a, b))]
     assert pieces[0] == pieces[1]  # (the files differ only in the recorded output path)
     np.testing.assert_array_equal(forward(models.load_model(a, cfg), TOKENS),
                                   forward(models.load_model(b, cfg), TOKENS))
-    assert models.build_tiny_checkpoint(cfg, steps=3, out_root=tmp_path / "a") == a  # cached
+    assert models_sources.build_tiny_checkpoint(cfg, steps=3, out_root=tmp_path / "a") == a  # cached
 
 
 def test_python_m_reasonkit_models_rebuilds_the_shipped_files(tmp_path, monkeypatch):

@@ -20,10 +20,17 @@ import pytest
 
 from reasonkit import data, evaluate, models, rewards, template, train
 from reasonkit.config import SFTConfig, get_preset
+from reasonkit.models import adapters as models_adapters
 from reasonkit.runtime import compiles, runs
 from reasonkit.runtime.hardware import format_duration
 from reasonkit.runtime.runs import RunDir
 from reasonkit.testing import SMALL, make_run, small_preset
+from reasonkit.train import batches as train_batches
+from reasonkit.train import build as train_build
+from reasonkit.train import clock as train_clock
+from reasonkit.train import metrics as train_metrics
+from reasonkit.train import optim as train_optim
+from reasonkit.train import stages as train_stages
 from reasonkit.tunix_patches import grpo, loss_swap, private
 
 
@@ -62,6 +69,7 @@ def assert_base_untouched(policy, base):
         np.testing.assert_array_equal(after[k], base[k], err_msg=k)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stage", ["sft", "dpo", "grpo"])
 def test_each_stage_moves_the_adapters_and_not_the_base(pipeline, preset, stage):
     run, base, fresh, results = pipeline
@@ -72,6 +80,7 @@ def test_each_stage_moves_the_adapters_and_not_the_base(pipeline, preset, stage)
     assert_base_untouched(result.policy, base)
 
 
+@pytest.mark.slow
 def test_hand_off_chain_and_metrics(pipeline):
     run, _, _, results = pipeline
     assert results["sft"].started_from is None
@@ -90,6 +99,7 @@ def test_hand_off_chain_and_metrics(pipeline):
     assert abs(grpo["actor/train/kl"][1][0]) < 1e-3
 
 
+@pytest.mark.slow
 def test_restored_adapters_reproduce_the_stage(pipeline, preset):
     run, _, _, results = pipeline
     _, policy, _, _ = models.load_policy(preset, run, "dpo", None)
@@ -98,12 +108,14 @@ def test_restored_adapters_reproduce_the_stage(pipeline, preset):
     assert changed(want, got) == 0
 
 
+@pytest.mark.slow
 def test_finished_stage_is_not_silently_retrained(pipeline, preset):
     run, _, _, _ = pipeline
     with pytest.raises(FileExistsError, match="already finished.*overwrite=True"):
         train.train_sft(preset, run)
 
 
+@pytest.mark.slow
 def test_orpo_is_a_config_switch(pipeline, preset, tmp_path):
     sft_run, base, _, results = pipeline
     p = preset.replace(**{"dpo.algorithm": "orpo"})
@@ -115,6 +127,7 @@ def test_orpo_is_a_config_switch(pipeline, preset, tmp_path):
     assert "train/odds_ratio" in train.read_metrics(run, "dpo")  # ORPO's own term, not DPO's
 
 
+@pytest.mark.slow
 def test_dpo_before_sft_says_which_notebook(tmp_path, preset):
     run = make_run(tmp_path, "nosft", preset)
     with pytest.raises(FileNotFoundError, match="run notebooks/03_sft first"):
@@ -122,8 +135,8 @@ def test_dpo_before_sft_says_which_notebook(tmp_path, preset):
 
 
 def dies_at(batch_index: int):
-    """``train.until`` that raises on the stream's ``batch_index``-th batch, as a dying kernel."""
-    real_until = train.until
+    """``train_clock.until`` that raises on the stream's ``batch_index``-th batch, as a dying kernel."""
+    real_until = train_clock.until
 
     def until(stream, deadline, margin_s=120.0, **kwargs):
         for i, batch in enumerate(real_until(stream, deadline, margin_s, **kwargs)):
@@ -147,6 +160,7 @@ def slow_saves(monkeypatch, seconds: float) -> None:
     monkeypatch.setattr(async_checkpointer, "_on_commit_callback", late)
 
 
+@pytest.mark.slow
 def test_resume_after_a_crash_ends_like_an_uninterrupted_run(tmp_path, preset, monkeypatch):
     p = preset.replace(**{"sft.max_steps": 6, "sft.checkpoint_every": 2})
     whole = train.train_sft(p, make_run(tmp_path, "whole", p))
@@ -174,7 +188,7 @@ def test_an_interrupt_is_not_hidden_by_a_save_that_fails_to_land():
         def close(self):
             raise OSError("disk full")
 
-    with pytest.raises(KeyboardInterrupt) as stop, train.saves_land_on_interrupt(BrokenDisk()):
+    with pytest.raises(KeyboardInterrupt) as stop, train_stages.saves_land_on_interrupt(BrokenDisk()):
         raise KeyboardInterrupt
     assert "was lost: OSError('disk full')" in stop.value.__notes__[0]
 
@@ -182,9 +196,9 @@ def test_an_interrupt_is_not_hidden_by_a_save_that_fails_to_land():
 def test_deadline_stops_the_stream_cleanly(monkeypatch):
     clock = iter(range(0, 1000, 10))  # every call to time.time() advances 10 s
     monkeypatch.setattr(train.clock.time, "time", lambda: next(clock))
-    got = list(train.until(range(100), deadline=200, margin_s=50))
+    got = list(train_clock.until(range(100), deadline=200, margin_s=50))
     assert 0 < len(got) < 100  # stopped early, with room for a step and the checkpoint
-    assert list(train.until(range(5), deadline=None)) == list(range(5))
+    assert list(train_clock.until(range(5), deadline=None)) == list(range(5))
 
 
 def test_take_gives_the_first_n_and_reads_no_further():
@@ -224,17 +238,18 @@ def test_eta_after_warm_up_from_the_measured_steps(monkeypatch, capsys, skip):
     at no cost. Once two steady steps ran, one line gives their time and the ETA."""
     clock = [0.0]
     monkeypatch.setattr(train.clock.time, "time", lambda: clock[0])
-    for i in train.until(range(40), deadline=1000, margin_s=0, total=40, skip=skip, name="SFT"):
+    for i in train_clock.until(range(40), deadline=1000, margin_s=0, total=40, skip=skip, name="SFT"):
         if i >= skip:
             clock[0] += 50 if i == skip else 2
     left, now = 40 - skip - 3, 50 + 2 + 2  # measured at the 4th real batch
     assert capsys.readouterr().out.splitlines() == [
         f"SFT: 2.00 s/step after warm-up; {left} steps left, {format_duration(2 * left)}: ends "
         f"{format_duration(1000 - now - 2 * left)} before the deadline"]
-    list(train.until(range(10), deadline=None, total=10))
+    list(train_clock.until(range(10), deadline=None, total=10))
     assert capsys.readouterr().out.endswith("; no deadline set\n")
 
 
+@pytest.mark.slow
 def test_time_budget_stop_leaves_a_resumable_checkpoint(tmp_path, preset):
     run = make_run(tmp_path, "budget", preset)
     result = train.train_sft(preset, run, deadline=time.time() - 1)  # already out of time
@@ -242,6 +257,7 @@ def test_time_budget_stop_leaves_a_resumable_checkpoint(tmp_path, preset):
     assert train.train_sft(preset, run).finished  # the next session resumes and completes
 
 
+@pytest.mark.slow
 def test_grpo_rewards_come_from_the_config_and_a_wrong_name_is_refused_up_front(tmp_path, preset):
     built = train.build_stage(preset.replace(**{"grpo.rewards": [["format_exact", 1.0],
                                                                  ["answer_correct", 2.0]]}),
@@ -256,6 +272,7 @@ def test_grpo_rewards_come_from_the_config_and_a_wrong_name_is_refused_up_front(
     assert not (run.stage("grpo") / "settings.json").exists()  # refused before anything started
 
 
+@pytest.mark.slow
 def test_grpo_logs_the_groups_that_teach_nothing_and_shows_an_answer(pipeline, preset, tmp_path, capsys):
     """Every step logs rewards/frac_zero_std, as computed from that step's rewards; with
     show_every=1 every step prints one answer and what each reward gave it."""
@@ -288,7 +305,7 @@ def test_frac_zero_std_and_the_printout_of_one_answer():
         rewards.frac_zero_std(summed, 3)
     prompt = template.format_prompt("What is 6 * 7?")
     answers = ["<reasoning>6 * 7 = 42</reasoning><answer>42</answer>", "41", "x", "y"]
-    text = train.show_answer(7, [prompt] * 4, answers, summed, {"answer": np.array(["42"] * 4)},
+    text = train_metrics.show_answer(7, [prompt] * 4, answers, summed, {"answer": np.array(["42"] * 4)},
                              [rewards.format_exact, rewards.answer_correct], num_generations=2, tail=30)
     assert text.splitlines() == [
         "--- GRPO step 7: one sampled answer of 4",
@@ -302,11 +319,13 @@ def test_grpo_loss_variants_are_selectable(preset):
 
     for loss, cls in [("grpo", grpo_learner.GRPOLearner), ("gspo-token", grpo_learner.GRPOLearner),
                       ("dapo", dapo_learner.DAPOLearner), ("dr-grpo", drgrpo_learner.DrGRPOLearner)]:
-        learner, algo = train.grpo_algorithm(preset.replace(**{"grpo.loss": loss}))
+        learner, algo = train_build.grpo_algorithm(preset.replace(**{"grpo.loss": loss}))
         assert learner is cls and algo.num_generations == preset.grpo.num_generations
-    assert train.grpo_algorithm(preset.replace(**{"grpo.loss": "gspo-token"}))[1].loss_algo == "gspo-token"
+    algo = train_build.grpo_algorithm(preset.replace(**{"grpo.loss": "gspo-token"}))[1]
+    assert algo.loss_algo == "gspo-token"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loss", ["gspo-token", "dapo", "dr-grpo"])
 def test_each_grpo_loss_variant_trains(pipeline, preset, tmp_path, loss):
     """Tunix's other policy losses train too, from the same DPO adapters as "grpo".
@@ -342,6 +361,7 @@ def says_gold(prompts, completions, answer, **kwargs):
             for c, g in zip(completions, answer, strict=True)]
 
 
+@pytest.mark.slow
 def test_grpo_climbs_a_verifiable_reward(tmp_path, preset):
     """Not just "the adapters moved": GRPO makes rewarded answers more likely.
 
@@ -388,7 +408,8 @@ def test_grpo_kl_term_pulls_towards_the_reference(preset):
     from tunix.rl import common
 
     for loss in ("grpo", "dr-grpo"):
-        assert train.grpo_algorithm(preset.replace(**{"grpo.loss": loss}))[1].kl_loss_mode == "low_var_kl"
+        algo = train_build.grpo_algorithm(preset.replace(**{"grpo.loss": loss}))[1]
+        assert algo.kl_loss_mode == "low_var_kl"
     logp = jnp.array([-1.0, -2.0, -0.5])
 
     def grad(mode, ref):
@@ -420,7 +441,7 @@ def test_optimizer_follows_the_schedule_from_its_state():
     steps = {}
     for max_steps, warmup, lr in ((40, 0.1, 3e-3), (7, 0.5, 1e-2), (5, 0.0, 1e-3)):
         cfg = SFTConfig(max_steps=max_steps, warmup_ratio=warmup, learning_rate=lr)
-        n = train.schedule_numbers(cfg)
+        n = train_optim.schedule_numbers(cfg)
         want = optax.warmup_cosine_decay_schedule(0.0, n["peak"], n["warmup"], n["total"], 0.0)
         opt, params = train.make_optimizer(cfg), {"w": jnp.ones(3)}
         state, update = opt.init(params), jax.jit(opt.update)
@@ -434,6 +455,7 @@ def test_optimizer_follows_the_schedule_from_its_state():
     assert len(set(steps.values())) == 1  # one program for all three schedules
 
 
+@pytest.mark.slow
 def test_merged_export_matches_the_lora_model(pipeline, preset, tmp_path):
     run, _, _, results = pipeline
     out = train.export(results["grpo"], preset, run)
@@ -450,6 +472,7 @@ def test_merged_export_matches_the_lora_model(pipeline, preset, tmp_path):
     assert not (run.stage("sft") / "merged").exists()
 
 
+@pytest.mark.slow
 def test_train_or_load_loads_a_finished_stage(pipeline, preset):
     run, _, _, results = pipeline
     loaded = train.train_or_load(preset, run, "dpo")
@@ -459,6 +482,7 @@ def test_train_or_load_loads_a_finished_stage(pipeline, preset):
         train.train_or_load(preset, run, "ppo")
 
 
+@pytest.mark.slow
 def test_reloading_a_stage_trained_with_other_settings_says_so(pipeline, preset):
     run, _, _, _ = pipeline
     with warnings.catch_warnings(record=True) as seen:
@@ -475,12 +499,13 @@ def test_deadline_margin_counts_the_trainers_step_not_just_the_batch_fetch(monke
     clock = [0.0]
     monkeypatch.setattr(train.clock.time, "time", lambda: clock[0])
     ends = []
-    for _ in train.until(range(100), deadline=1000, margin_s=0):
+    for _ in train_clock.until(range(100), deadline=1000, margin_s=0):
         clock[0] += 100  # the step the trainer runs on this batch
         ends.append(clock[0])
     assert 8 <= len(ends) and ends[-1] <= 1000, ends
 
 
+@pytest.mark.slow
 def test_grpo_out_of_time_before_its_first_step_stops_cleanly(tmp_path, preset):
     """Tunix's learner raises StopIteration on an empty stream; SFT and DPO's trainers stop."""
     p = preset.replace(**{"sft.max_steps": 1, "grpo.max_steps": 1})
@@ -491,6 +516,7 @@ def test_grpo_out_of_time_before_its_first_step_stops_cleanly(tmp_path, preset):
     assert train.train_grpo(p, run).finished  # the next session resumes and completes
 
 
+@pytest.mark.slow
 def test_a_stage_does_not_start_from_adapters_of_another_model_or_lora(tmp_path, preset):
     """Not Orbax's "set strict=False" about a shape, nor another alpha restored in silence."""
     run = make_run(tmp_path, "handoff", preset)
@@ -505,6 +531,7 @@ def test_a_stage_does_not_start_from_adapters_of_another_model_or_lora(tmp_path,
     runs.check_hand_off(run, "dpo", runs.stage_settings(other, run, "dpo", "sft"))  # same: no complaint
 
 
+@pytest.mark.slow
 def test_an_interrupted_stage_stops_listening_for_metrics(tmp_path, preset, monkeypatch):
     """Tunix unregisters nothing when training raises: its listeners heard every later metric."""
     run = make_run(tmp_path, "stopped", preset)
@@ -517,7 +544,7 @@ def test_an_interrupted_stage_stops_listening_for_metrics(tmp_path, preset, monk
 
 def test_an_empty_split_and_a_missing_checkpoint_say_what_to_do(tmp_path, preset):
     with pytest.raises(ValueError, match=r"the dpo split is empty\. data/data_report\.json"):
-        next(train.epochs([], seed=0, split="dpo"))
+        next(train_batches.epochs([], seed=0, split="dpo"))
     run = RunDir.create("nockpt", root=tmp_path)
     with pytest.raises(FileNotFoundError, match=r"no checkpoint of stage 'sft' .*run notebooks/03_sft "
                                                 r"for run 'nockpt'"):
@@ -615,7 +642,7 @@ def _multihost_worker(root: str, name: str, out: str, restore: str = "") -> None
             if other.is_finished("sft"):
                 break
             time.sleep(1)
-        models.restore_lora(result.policy, other, "sft")
+        models_adapters.restore_lora(result.policy, other, "sft")
         lora.update(_adapters(result.policy, f"{restore}/"))
     me = f"p{jax.process_index()}"
     np.savez(pathlib.Path(out) / f"{me}.npz", **{f"lora/{k}": v for k, v in lora.items()},
@@ -671,6 +698,7 @@ def _wait_all(procs, timeout_s):
                                  f"{timeout_s} s)\n{log.read_text()[-3000:]}" for log, code in bad.items())
 
 
+@pytest.mark.slow
 def test_sft_on_two_processes_equals_one_process_on_four_devices(tmp_path):
     p = get_preset("tiny", **TWO_STEPS)
     dirs = {name: make_run(tmp_path / "runs", name, p) for name in ("one", "two")}
@@ -736,6 +764,7 @@ def test_export_once_keeps_an_export_that_is_there(tmp_path, monkeypatch, capsys
     assert calls == ["grpo", "grpo"]
 
 
+@pytest.mark.slow
 def test_grpo_length_buckets_train_on_the_numbers_of_the_step_padded_to_the_max(tmp_path, preset):
     """A step at its (prompt, answer) bucket gives the padded-to-the-max step's log-probs and losses.
 
@@ -786,7 +815,7 @@ def test_grpo_length_buckets_train_on_the_numbers_of_the_step_padded_to_the_max(
         policy_loss = loss_swap.chunked(function_registry.get_policy_loss_fn("grpo"))  # every variant's
         shared_loss = loss_swap.chunked(function_registry.get_policy_loss_fn("grpo"), p.grpo.num_generations)
         for loss in ("grpo", "gspo-token", "dapo", "dr-grpo"):
-            algo = train.grpo_algorithm(p.replace(**{"grpo.loss": loss}))[1]
+            algo = train_build.grpo_algorithm(p.replace(**{"grpo.loss": loss}))[1]
             algo.temperature = learner.algo_config.temperature  # as the learner sets it
             assert grpo.cuts_answers(algo) == (loss != "dr-grpo")
             short, long = (policy_loss(stage.policy, ex, algo_config=algo, pad_id=0, eos_id=1)[0]
@@ -800,6 +829,7 @@ def test_grpo_length_buckets_train_on_the_numbers_of_the_step_padded_to_the_max(
                 assert float(short) == pytest.approx(float(long), rel=1e-3, abs=1e-5), loss
 
 
+@pytest.mark.slow
 def test_grpo_resume_samples_and_ends_like_an_uninterrupted_run(tmp_path, preset, monkeypatch):
     """GRPO samples fresh noise each step (reseed_rollouts); a resumed run must draw the same."""
     p = preset.replace(**{"grpo.max_steps": 3})

@@ -92,25 +92,13 @@ from reasonkit.answers.check import (
     final_answer,
     gold_problem,
     is_hedged,
-    normalize_number,
     read_answer,
     strict,
 )
-from reasonkit.answers.closed import CLOSED_APART
-from reasonkit.answers.numeric import FLOAT_ARTEFACT, MAX_POWER_BITS, terminates
-from reasonkit.answers.symbolic import (
-    MAX_SYMBOLIC_CHARS,
-    POINT_CHECK_SECONDS,
-    SYMBOLIC_SECONDS,
-    SymbolicBudget,
-    symbolic_budget,
-)
+from reasonkit.answers.numeric import FLOAT_ARTEFACT, terminates
+from reasonkit.answers.symbolic import symbolic_budget
 from reasonkit.answers.text import MAX_PARSE_CHARS, normalize_text
 
-__all__ = [
-    "NUMERIC_DOMAINS", "MAX_PARSE_CHARS", "MAX_SYMBOLIC_CHARS", "SYMBOLIC_SECONDS", "Answer",
-    "read_answer", "canonical", "check_answer", "closeness", "normalize_number",
-    "normalize_text", "is_hedged", "boxed_answer", "final_answer", "gold_problem",
-    "SymbolicBudget", "symbolic_budget", "terminates",
-    "FLOAT_ARTEFACT", "MAX_POWER_BITS", "CLOSED_APART", "POINT_CHECK_SECONDS", "strict",
-]
+__all__ = ["NUMERIC_DOMAINS", "MAX_PARSE_CHARS", "Answer", "read_answer", "canonical", "check_answer",
+           "closeness", "normalize_text", "is_hedged", "boxed_answer", "final_answer", "gold_problem",
+           "symbolic_budget", "terminates", "FLOAT_ARTEFACT", "strict"]

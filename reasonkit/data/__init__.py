@@ -30,56 +30,23 @@ dropped on the way, by reason. Every stage formats records with the one template
 ({'eval': 4, 'sft': 30, 'dpo': 30, 'grpo': 30}, {'duplicate prompt': 1})
 """
 
-from reasonkit.config import check_weights
-from reasonkit.data.pairs import wrong_answer
-from reasonkit.data.records import FIELDS, DataReport, Drops, SourceReport, gold_problem, validate_record
-from reasonkit.data.sources import (
-    load_gsm8k,
-    load_hf,
-    load_jsonl,
-    load_preferences,
-    load_source,
-    load_sources,
-    parse_gsm8k,
-)
+from reasonkit.data.records import DataReport, SourceReport, gold_problem
+from reasonkit.data.sources import load_gsm8k, load_sources
 from reasonkit.data.splits import (
-    REPORT_FILE,
-    STAGES,
     Limits,
     Splits,
     build_splits,
-    domain_targets,
-    drop_bad_gold,
-    drop_duplicates,
-    drop_malformed,
-    drop_pairs,
-    drop_too_long,
     read_splits,
-    rebalance,
     stage_limits,
     too_long,
     write_splits,
 )
-from reasonkit.template import END_OF_TURN, format_completion, format_prompt, normalize_prompt
 
-__all__ = [
-    # records
-    "FIELDS", "validate_record", "gold_problem", "Drops", "SourceReport", "DataReport",
-    # sources
-    "parse_gsm8k", "load_jsonl", "load_preferences", "load_gsm8k", "load_hf", "load_source",
-    "load_sources",
-    # pairs
-    "wrong_answer",
-    # splits
-    "Limits", "STAGES", "stage_limits", "too_long", "drop_malformed", "drop_duplicates",
-    "drop_too_long", "drop_bad_gold", "drop_pairs", "domain_targets", "rebalance", "Splits",
-    "build_splits", "REPORT_FILE", "write_splits", "read_splits",
-    # reached here by callers, defined in reasonkit.config and reasonkit.template
-    "check_weights", "END_OF_TURN", "format_prompt", "format_completion", "normalize_prompt",
-]
+__all__ = ["gold_problem", "SourceReport", "DataReport", "load_gsm8k", "load_sources", "Limits",
+           "stage_limits", "too_long", "Splits", "build_splits", "write_splits", "read_splits"]
 
 # The public classes are named as this package's (reasonkit.data.DataReport, ...): that is
 # where callers import them from, what pickle records and what plots.qualified_name shows.
-for _cls in (Drops, SourceReport, DataReport, Limits, Splits):
+for _cls in (SourceReport, DataReport, Limits, Splits):
     _cls.__module__ = __name__
 del _cls

@@ -9,10 +9,5 @@
 """
 
 from reasonkit.runtime import compiles, hardware, mesh, runs, session
-from reasonkit.runtime.hardware import detect, format_duration
-from reasonkit.runtime.mesh import init_distributed, make_mesh, stage_mesh
-from reasonkit.runtime.runs import RunDir
-from reasonkit.runtime.session import start_session
 
-__all__ = ["compiles", "hardware", "mesh", "runs", "session", "detect", "format_duration",
-           "init_distributed", "make_mesh", "stage_mesh", "RunDir", "start_session"]
+__all__ = ["compiles", "hardware", "mesh", "runs", "session"]

@@ -15,7 +15,6 @@ from reasonkit.train.batches import (
     dpo_batches,
     dpo_collator,
     dpo_examples,
-    epochs,
     grpo_batches,
     grpo_records,
     sft_batches,
@@ -23,52 +22,22 @@ from reasonkit.train.batches import (
     sft_examples,
     take,
 )
-from reasonkit.train.build import TRAIN_STAGES, Stage, build_stage, gen_model_input_fn, grpo_algorithm
-from reasonkit.train.clock import eta, until
-from reasonkit.train.metrics import (
-    JsonlBackend,
-    grpo_metrics,
-    log_compiles,
-    metrics_options,
-    read_metrics,
-    show_answer,
-)
-from reasonkit.train.optim import make_optimizer, schedule, schedule_numbers
-from reasonkit.train.policies import (
-    SHAPE_TOKENIZER,
-    WEIGHTS,
-    abstract_base,
-    build_models,
-    materialised,
-    placed_abstractly,
-)
+from reasonkit.train.build import TRAIN_STAGES, Stage, build_stage, gen_model_input_fn
+from reasonkit.train.metrics import read_metrics
+from reasonkit.train.optim import make_optimizer, schedule
+from reasonkit.train.policies import build_models
 from reasonkit.train.stages import (
     StageResult,
     export,
     export_once,
     exported,
-    saves_land_on_interrupt,
     train_dpo,
     train_grpo,
     train_or_load,
     train_sft,
 )
 
-__all__ = [
-    # optim
-    "schedule_numbers", "schedule", "make_optimizer",
-    # metrics
-    "JsonlBackend", "metrics_options", "read_metrics", "log_compiles", "grpo_metrics", "show_answer",
-    # clock
-    "until", "eta",
-    # batches
-    "epochs", "take", "sft_examples", "dpo_examples", "grpo_records", "sft_collator", "dpo_collator",
-    "sft_batches", "dpo_batches", "grpo_batches",
-    # policies
-    "WEIGHTS", "SHAPE_TOKENIZER", "placed_abstractly", "materialised", "abstract_base", "build_models",
-    # build
-    "TRAIN_STAGES", "gen_model_input_fn", "Stage", "build_stage", "grpo_algorithm",
-    # stages
-    "StageResult", "saves_land_on_interrupt", "train_sft", "train_dpo", "train_grpo", "export",
-    "exported", "export_once", "train_or_load",
-]
+__all__ = ["schedule", "make_optimizer", "read_metrics", "take", "sft_examples", "dpo_examples",
+           "grpo_records", "sft_collator", "dpo_collator", "sft_batches", "dpo_batches", "grpo_batches",
+           "build_models", "TRAIN_STAGES", "gen_model_input_fn", "Stage", "build_stage", "StageResult",
+           "train_sft", "train_dpo", "train_grpo", "export", "exported", "export_once", "train_or_load"]

@@ -40,9 +40,9 @@ from reasonkit.tunix_patches import (
     trainers,
 )
 
-__all__ = ["Patch", "PATCHES", "PLAIN_ENV", "plain", "plain_tunix", "enabled", "by_name",
-           "attention", "cpu_memory", "grpo", "logprobs", "lora_delta", "loss_swap", "private",
-           "rl_cluster", "sampling", "sharding", "trainers"]
+__all__ = ["Patch", "PATCHES", "PLAIN_ENV", "plain", "plain_tunix", "enabled", "by_name", "attention",
+           "cpu_memory", "grpo", "logprobs", "lora_delta", "loss_swap", "private", "rl_cluster",
+           "sampling", "sharding", "trainers"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
