@@ -3,13 +3,14 @@
 Every base model, the tiny one included, is a directory in Hugging Face layout
 (config.json, model.safetensors, tokenizer.model) loaded through Tunix's safetensors
 loaders, so the tiny preset exercises the same path as Gemma. Only the *source* differs:
-the tiny directory is built (:func:`build_tiny_checkpoint`) with the recipe of
+the tiny directory is built (:func:`~reasonkit.models.sources.build_tiny_checkpoint`) with the recipe of
 :mod:`reasonkit.models.tiny`, the others are downloaded. This package is the public face;
 its modules, each importing only those before it: :mod:`~reasonkit.models.architecture`
 (config.json <-> Tunix's config), :mod:`~reasonkit.models.tokenizer`,
 :mod:`~reasonkit.models.checkpoint` (build, check, save, load),
 :mod:`~reasonkit.models.tiny` (the tiny base's recipe), :mod:`~reasonkit.models.sources`
-(where the weights come from), :mod:`~reasonkit.models.lora` and
+(where the weights come from), :mod:`~reasonkit.models.lora`,
+:mod:`~reasonkit.models.adapters` (a stage's adapters restored onto a base) and
 :mod:`~reasonkit.models.export`. ``python -m reasonkit.models`` rebuilds the shipped tiny
 base model.
 """
