@@ -109,7 +109,7 @@ def patch_grpo_step(cluster, learner, *, seed: int, max_prompt: int, max_answer:
         return
     prompt_buckets, answer_buckets = buckets or ((), ())
     cut_answers = buckets is not None and cuts_answers(learner.algo_config)
-    pad = rollout.pad_id()
+    pad = rollout.pad_id() if cut_answers else None
 
     def answer_width(ids) -> int:
         if not cut_answers:

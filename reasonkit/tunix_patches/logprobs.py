@@ -42,9 +42,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 from jax.custom_derivatives import SymbolicZero
-from jax.interpreters import pxla
 
 from reasonkit.tunix_patches import attention
+from reasonkit.tunix_patches.sharding import current_mesh
 
 __all__ = ["CHUNK_BYTES", "GRAD_IN_FORWARD", "gradient_path", "chunk_positions", "hidden_states",
            "output_embedding", "final_softcap", "token_log_probs", "shared_prompt_hidden",
@@ -87,14 +87,14 @@ def chunk_positions(rows: int, vocab: int, length: int, chunk_bytes: int | None 
 
 def _vocab_axes(vocab: int) -> tuple[tuple[str, ...], int]:
     """The mesh axes in scope to split the vocabulary over (all of them), and how many ways."""
-    mesh = pxla.thread_resources.env.physical_mesh
+    mesh = current_mesh()
     if mesh.empty or mesh.size == 1 or vocab % mesh.size:
         return (), 1
     return tuple(mesh.axis_names), mesh.size
 
 
 def _constrain(x, *spec):
-    mesh = pxla.thread_resources.env.physical_mesh
+    mesh = current_mesh()
     return jax.lax.with_sharding_constraint(
         x, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*spec)))
 
