@@ -3,30 +3,44 @@
 Standard library only, so it runs before anything is installed. The file ships in three
 places: the top folder of this repository, the top folder of the Kaggle dataset that
 ``scripts/kaggle_dataset.py`` builds, and the reasonkit wheel (as a top-level module).
-Each notebook's first cell puts the folder holding it on ``sys.path`` (the notebook's
-parent folder, or an attached Kaggle input) and calls :func:`setup`.
+Each notebook's first cell finds it (the notebook's parent folder, a clone beside the
+notebook, an attached Kaggle input: :data:`INPUT_LAYOUTS`), puts its folder on
+``sys.path`` and calls :func:`setup`.
 
 reasonkit comes from the first of these that exists:
 
-1. an installed reasonkit (``scripts/setup.sh``, ``pip install``);
-2. a checkout of this repository: the notebook's parent folder (after ``git clone``), or
-   an attached Kaggle dataset made of the repository. It goes on ``sys.path`` (and
-   ``PYTHONPATH``, for ``!python -m reasonkit``); its dependencies are installed if missing;
-3. a wheel in an attached Kaggle input, ``/kaggle/input/*/reasonkit-*.whl``: installed
-   offline, ``--no-index --find-links`` that folder, which holds the stack's wheels too;
+1. a reasonkit Python imports already: installed (``pip install``), or from a checkout
+   (``scripts/setup.sh``'s editable install, an attached one the first cell put on
+   ``sys.path``), which counts as that checkout;
+2. a checkout of this repository: the notebook's parent folder (after ``git clone``), a
+   ``reasonkit/`` clone in the kernel's working folder (Colab's ``/content``: the first
+   cell clones ``$REASONKIT_REPO`` there), or an attached Kaggle dataset made of the
+   repository. It goes on ``sys.path`` (and ``PYTHONPATH``, for ``!python -m reasonkit``);
+   its dependencies are installed if missing;
+3. a wheel in an attached Kaggle input (``reasonkit-*.whl``): installed offline,
+   ``--no-index --find-links`` that folder, which holds the stack's wheels too;
 4. ``$REASONKIT_PIP``: anything ``pip install`` takes (your fork's git URL, a folder).
 
-Otherwise it stops and names these ways. Then jax, jaxlib, flax, qwix, optax,
-orbax-checkpoint and google-tunix (plus libtpu on a TPU VM) must be the versions in
-:data:`TESTED`, whatever the image had: what differs is installed (offline from an
-attached wheels dataset when there is one, else from the package index, with pip's
-progress shown) and checked again, and the cell stops naming anything still different.
-If one of them was imported before the install, the cell stops and says to restart the
-runtime. Last, :func:`reasonkit.runtime.session.start_session` restores earlier runs from the Kaggle
+Otherwise it stops, names the places it looked in and the ways. Then the distributions
+of :data:`TESTED` (the JAX stack, Tunix, and what reasonkit imports at a version it
+depends on; plus libtpu on a TPU VM) must be those versions, whatever the image had: what
+differs is installed (offline from an attached wheels dataset when there is one, else
+from the package index, with pip's progress shown) and checked again, and the cell stops
+naming anything still different. If one of them was imported before the install, the
+cell stops and says to restart the runtime. Last,
+:func:`reasonkit.runtime.session.start_session` restores earlier runs from the Kaggle
 inputs, fixes the session's deadline and turns on the compilation cache.
+
+Kaggle mounts what a notebook attaches (*Add Input*) under ``/kaggle/input`` in two
+layouts: ``<slug>/`` (older sessions, some kinds of input) and, since 2026,
+``datasets/<owner>/<slug>/`` and ``notebooks/<owner>/<slug>/`` (an earlier notebook
+version's output); a zip adds one folder. :func:`input_folders` lists those folders, and
+only those: a few directory listings, never a walk of the input tree.
 
 >>> requirements(tpu=False)[:2], requirements(tpu=True)[:1], requirements(tpu=True)[-1]
 (['jax==0.10.2', 'jaxlib==0.10.2'], ['jax[tpu]==0.10.2'], 'libtpu==0.0.42.1')
+>>> INPUT_LAYOUTS[:2], INPUT_LAYOUTS[-1]
+(('*', '*/*'), 'notebooks/*/*/*')
 >>> parse_requirement("google-tunix[prod]==0.1.7 ; python_version >= '3.11'")
 ('google-tunix', '==0.1.7')
 """
@@ -49,10 +63,14 @@ import tempfile
 from typing import Callable, Mapping, Sequence
 
 # The stack every number in the README and docs/ was measured with (requirements.txt pins the same
-# versions; tests/test_bootstrap.py checks that they agree).
+# versions; tests/test_bootstrap.py checks that they agree): the JAX stack and Tunix, then what
+# reasonkit imports at a version it depends on. transformers: its 5.x config names
+# (``rope_parameters``), which no 4.x has; math-verify and latex2sympy2_extended: the answer
+# checker's parser and verifier calls; gguf: reading GGUF checkpoints.
 TESTED: dict[str, str] = {
     "jax": "0.10.2", "jaxlib": "0.10.2", "flax": "0.12.8", "qwix": "0.1.8", "optax": "0.2.8",
-    "orbax-checkpoint": "0.12.8", "google-tunix": "0.1.7",
+    "orbax-checkpoint": "0.12.8", "google-tunix": "0.1.7", "transformers": "5.12.1",
+    "math-verify": "0.9.0", "latex2sympy2-extended": "1.11.0", "gguf": "0.19.0",
 }
 # On a TPU VM: the TPU runtime jax[tpu]==0.10.2 pins (libtpu==0.0.42.*; requirements-tpu.txt).
 TPU: dict[str, str] = {"libtpu": "0.0.42.1"}
@@ -60,21 +78,40 @@ TPU: dict[str, str] = {"libtpu": "0.0.42.1"}
 # Linux x86_64 with glibc 2.31 or newer; libtpu 0.0.42.1 needs manylinux_2_31, jaxlib 0.10.2
 # manylinux_2_27. Pins that ship only as source (pure Python) are built into wheels.
 PLATFORMS = [f"manylinux_2_{minor}_x86_64" for minor in range(31, 16, -1)] + ["manylinux2014_x86_64"]
-PYTHONS = ("3.11", "3.12")
+PYTHONS = ("3.11", "3.12")  # the wheels dataset's: Kaggle's TPU image is 3.12
+# The Pythons the pinned stack resolves on (tests/test_bootstrap.py resolves it for each):
+# 3.11 and 3.12 (Kaggle), 3.13 (Colab's TPU runtime since August 2026). jax 0.10.2 and
+# google-tunix 0.1.7 need 3.11 or newer.
+SUPPORTED = ((3, 11), (3, 12), (3, 13))
 SDIST_ONLY: dict[str, tuple[str, list[str]]] = {"promise": ("2.3", ["six"])}
 # The module each distribution imports as: what "imported before the install" looks for.
 MODULES = {"jax": "jax", "jaxlib": "jaxlib", "flax": "flax", "qwix": "qwix", "optax": "optax",
-           "orbax-checkpoint": "orbax.checkpoint", "google-tunix": "tunix", "libtpu": "libtpu"}
+           "orbax-checkpoint": "orbax.checkpoint", "google-tunix": "tunix", "libtpu": "libtpu",
+           "transformers": "transformers", "math-verify": "math_verify",
+           "latex2sympy2-extended": "latex2sympy2_extended", "gguf": "gguf"}
 KAGGLE_INPUT = "/kaggle/input"
+KAGGLE_INPUT_ENV = "REASONKIT_KAGGLE_INPUT"  # another root in its place (tests, simulations)
+# Where Kaggle mounts an attached input, as globs under its input root: <slug>/ (older
+# sessions, some kinds of input) and datasets/<owner>/<slug>/ or notebooks/<owner>/<slug>/
+# (2026's layout), each also one folder deeper (a zip's top folder). The notebooks' first
+# cell spells the same list (tests/test_bootstrap.py checks it).
+INPUT_LAYOUTS = ("*", "*/*", "datasets/*/*", "datasets/*/*/*", "notebooks/*/*", "notebooks/*/*/*")
+# The repository's git address: the one setting (a cell ``%env REASONKIT_REPO=...`` above the
+# first). The first cell clones it where nothing else is found (Colab); docs/kaggle.md shows it,
+# and the one-click links built on it, as <owner>/<repo>. No default: this project publishes no
+# address of its own, so a fork needs only this.
+REPO_ENV = "REASONKIT_REPO"
 RESTART = ("restart the runtime (Kaggle: Run > Restart & clear cell outputs; Colab: Runtime > "
            "Restart session), then run the notebook again from the top")
 WAYS = """Give the notebooks reasonkit in one of these ways:
-  1. a checkout: clone the repository and open its notebooks/ (the notebook's parent folder is the checkout);
+  1. a checkout: clone the repository and open its notebooks/ (the notebook's parent folder is
+     the checkout), or, on Colab, set %env REASONKIT_REPO=<the repository's git address> in a
+     cell above the first: the first cell clones it into ./reasonkit;
   2. on Kaggle, Add Input: a dataset made of the repository, or the wheels dataset that
      `python scripts/kaggle_dataset.py` builds (reasonkit and the tested stack, installed offline);
-  3. REASONKIT_PIP, set in a cell above: %env REASONKIT_PIP=git+https://github.com/<you>/reasonkit
+  3. REASONKIT_PIP, set in a cell above: %env REASONKIT_PIP=git+<the repository's git address>
      (your fork), or a folder holding the repository;
-  or `pip install` it into this environment yourself."""
+  or `pip install` it into this environment yourself. Step by step: docs/kaggle.md."""
 
 
 class SetupError(RuntimeError):
@@ -132,11 +169,43 @@ def is_checkout(folder: str | os.PathLike) -> bool:
         r'(?m)^name\s*=\s*"reasonkit"', text) is not None
 
 
+def input_root(given: str | os.PathLike | None = None,
+               env: Mapping[str, str] | None = None) -> pathlib.Path:
+    """Where Kaggle mounts the attached inputs: ``given``, else ``$REASONKIT_KAGGLE_INPUT``,
+    else /kaggle/input."""
+    env = os.environ if env is None else env
+    return pathlib.Path(given if given is not None else env.get(KAGGLE_INPUT_ENV) or KAGGLE_INPUT)
+
+
 def input_folders(kaggle_input: str | os.PathLike) -> list[pathlib.Path]:
-    """The attached inputs' folders and their subfolders (a zip of the repo adds one level)."""
+    """Every folder :data:`INPUT_LAYOUTS` names under ``kaggle_input``, in that order.
+
+    Bounded in depth: a few directory listings, whatever the inputs hold.
+
+    >>> import tempfile
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> for d in ("old/repo-main", "datasets/me/new/repo-main", "notebooks/me/earlier/runs/r"):
+    ...     (root / d).mkdir(parents=True)
+    >>> [str(p.relative_to(root)) for p in input_folders(root)]  # doctest: +NORMALIZE_WHITESPACE
+    ['datasets', 'notebooks', 'old', 'datasets/me', 'notebooks/me', 'old/repo-main',
+     'datasets/me/new', 'datasets/me/new/repo-main', 'notebooks/me/earlier', 'notebooks/me/earlier/runs']
+    """
     root = pathlib.Path(kaggle_input)
-    top = sorted(p for p in root.glob("*") if p.is_dir()) if root.is_dir() else []
-    return top + sorted(p for t in top for p in t.glob("*") if p.is_dir())
+    if not root.is_dir():
+        return []
+    found: dict[pathlib.Path, None] = {}  # ordered, without repeats
+    for pattern in INPUT_LAYOUTS:
+        found.update((p, None) for p in sorted(root.glob(pattern)) if p.is_dir())
+    return list(found)
+
+
+def looked_in(kaggle_input: str | os.PathLike) -> str:
+    """The places :func:`input_folders` looks, for a message that says where nothing was.
+
+    >>> looked_in("/kaggle/input")  # doctest: +NORMALIZE_WHITESPACE
+    '/kaggle/input/{*, */*, datasets/*/*, datasets/*/*/*, notebooks/*/*, notebooks/*/*/*}'
+    """
+    return f"{pathlib.Path(kaggle_input)}/{{{', '.join(INPUT_LAYOUTS)}}}"
 
 
 def wheel_version(path: str | os.PathLike) -> str:
@@ -151,41 +220,36 @@ def find_wheel(kaggle_input: str | os.PathLike) -> pathlib.Path | None:
                default=None)
 
 
-def _installed_reasonkit() -> bool:
-    try:
-        importlib.metadata.version("reasonkit")
-        return True
-    except importlib.metadata.PackageNotFoundError:
-        return False
-
-
-def locate(*, cwd: str | os.PathLike | None = None, kaggle_input: str | os.PathLike = KAGGLE_INPUT,
+def locate(*, cwd: str | os.PathLike | None = None, kaggle_input: str | os.PathLike | None = None,
            env: Mapping[str, str] | None = None,
            importable: Callable[[], str | None] | None = None) -> Source:
     """Where reasonkit comes from, in the order of the module docstring.
 
     ``importable()`` gives the folder reasonkit imports from, or None (default: ask
-    importlib); a reasonkit that imports from a checkout without being installed (the
-    kernel runs in the repository's top folder) counts as that checkout.
+    importlib). A reasonkit that imports from a checkout (the kernel runs in the
+    repository's top folder, the first cell put an attached one on ``sys.path``, or an
+    editable install) counts as that checkout, so that ``!python -m reasonkit`` imports
+    the same code. ``kaggle_input`` defaults to :func:`input_root`'s.
     """
     env = os.environ if env is None else env
     cwd = pathlib.Path(cwd or os.getcwd()).resolve()
+    inputs = input_root(kaggle_input, env)
     found = (importable or _import_folder)()
     if found:
-        if _installed_reasonkit() or not is_checkout(pathlib.Path(found).parent):
-            return Source("installed", found)
-        return Source("checkout", str(pathlib.Path(found).parent))
-    for folder in (cwd.parent, cwd, *input_folders(kaggle_input)):
+        if is_checkout(pathlib.Path(found).parent):
+            return Source("checkout", str(pathlib.Path(found).parent))
+        return Source("installed", found)
+    for folder in (cwd.parent, cwd, cwd / "reasonkit", *input_folders(inputs)):
         if is_checkout(folder):
             return Source("checkout", str(folder))
-    wheel = find_wheel(kaggle_input)
+    wheel = find_wheel(inputs)
     if wheel is not None:
         return Source("wheel", str(wheel), wheels=str(wheel.parent))
     if env.get("REASONKIT_PIP"):
         return Source("pip", env["REASONKIT_PIP"])
-    raise SetupError(f"reasonkit is not installed, and there is no checkout in {cwd.parent} or {cwd}, "
-                     f"nor a checkout or a reasonkit-*.whl in {kaggle_input}, nor a REASONKIT_PIP.\n"
-                     + WAYS)
+    raise SetupError(f"reasonkit is not installed, and there is no checkout in {cwd.parent}, {cwd} "
+                     f"or {cwd / 'reasonkit'}, nor a checkout or a reasonkit-*.whl in the Kaggle "
+                     f"inputs ({looked_in(inputs)}), nor a REASONKIT_PIP.\n" + WAYS)
 
 
 def _import_folder() -> str | None:
@@ -318,7 +382,7 @@ def install_args(source: Source | None, reqs: Sequence[str], wheels: str | None)
     return args + list(reqs)
 
 
-def setup(*, cwd: str | os.PathLike | None = None, kaggle_input: str | os.PathLike = KAGGLE_INPUT,
+def setup(*, cwd: str | os.PathLike | None = None, kaggle_input: str | os.PathLike | None = None,
           env: Mapping[str, str] | None = None, tpu: bool | None = None,
           pip: Callable[[Sequence[str]], int] = run_pip,
           importable: Callable[[], str | None] | None = None,
@@ -331,13 +395,12 @@ def setup(*, cwd: str | os.PathLike | None = None, kaggle_input: str | os.PathLi
     Tests replace them; nothing else needs to.
     """
     env = os.environ if env is None else env
-    if sys.version_info < (3, 11):
-        raise SetupError(f"reasonkit needs Python 3.11 or 3.12 (google-tunix 0.1.7 does); this is "
-                         f"{sys.version.split()[0]}")
-    source = locate(cwd=cwd, kaggle_input=kaggle_input, env=env, importable=importable)
+    check_python(sys.version_info[:2])
+    inputs = input_root(kaggle_input, env)
+    source = locate(cwd=cwd, kaggle_input=inputs, env=env, importable=importable)
     tpu = on_tpu_vm(env) if tpu is None else tpu
     wanted = {**TESTED, **(TPU if tpu else {})}
-    wheel = find_wheel(kaggle_input)
+    wheel = find_wheel(inputs)
     wheels = str(wheel.parent) if wheel is not None else None
     before = {name: look(name) for name in wanted}
     loaded = loaded_versions(modules)
@@ -380,6 +443,29 @@ def setup(*, cwd: str | os.PathLike | None = None, kaggle_input: str | os.PathLi
         session = importlib.import_module("reasonkit.runtime.session")
         session.start_session()
     return source
+
+
+def check_python(version: tuple[int, int]) -> None:
+    """Refuse a Python the pinned stack cannot use, saying what to do; warn past the newest checked.
+
+    >>> check_python((3, 13))
+    >>> check_python((3, 10))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    reasonkit_bootstrap.SetupError: reasonkit needs Python 3.11 to 3.13 (...); this is 3.10. ...
+    """
+    have = ".".join(map(str, version))
+    if version < SUPPORTED[0]:
+        raise SetupError(
+            f"reasonkit needs Python 3.11 to 3.13 (jax 0.10.2 and google-tunix 0.1.7 need 3.11 or "
+            f"newer); this is {have}. On a Cloud TPU VM, whose base image has 3.10, install Python "
+            "3.11 and make a virtual environment with it first (docs/multihost.md, 'Install'). On "
+            "Kaggle or Colab, pick a runtime with a newer Python (Colab: Runtime > Change runtime "
+            "type; Kaggle: Settings > Environment, the latest).")
+    if version > SUPPORTED[-1]:
+        print(f"Python {have}: the pinned stack was checked on 3.11 to 3.13 only. If pip cannot "
+              "install it below, use Python 3.13 or older (Colab: Runtime > Change runtime type, "
+              "a pinned runtime version).", flush=True)
 
 
 def _on_path(folder: str, env: Mapping[str, str]) -> None:

@@ -26,18 +26,21 @@
 # and what a healthy DPO run looks like.
 #
 # **What you need:** the data splits (`02_dataset_rebalance`) and the SFT adapters
-# (`03_sft`) in the same run directory. For Gemma a TPU (Kaggle *TPU v5e-8* / *v3-8*,
+# (`03_sft`) in the same run directory. For Gemma a TPU (Kaggle *TPU v5e-8*, Cloud TPU v3-8,
 # Colab *v5e-1*); on a CPU the `tiny` preset trains in a couple of minutes.
 
 # %% [markdown]
 # ## Setup
 # The first cell is the same in every notebook. It finds reasonkit: installed (locally
-# `bash scripts/setup.sh` did it), a checkout of the repository (this folder's parent, or
-# a Kaggle dataset made of it), the wheels dataset of `scripts/kaggle_dataset.py` attached
-# on Kaggle, or `$REASONKIT_PIP`. It makes jax, flax, qwix, optax, orbax and tunix the
-# tested versions (installing what differs, with pip's output shown; it says when the
-# runtime must restart), then starts the session: earlier runs attached on Kaggle are
-# restored, compiled programs are kept under `runs/`, and the session's deadline is set.
+# `bash scripts/setup.sh` did it), a checkout of the repository (this folder's parent, a
+# clone in `./reasonkit`, which it makes from `$REASONKIT_REPO` on Colab, or a Kaggle
+# dataset made of it, in either of Kaggle's input layouts), the wheels dataset of
+# `scripts/kaggle_dataset.py` attached on Kaggle, or `$REASONKIT_PIP`; finding none, it
+# names the places it looked. It makes the JAX stack, Tunix and transformers the tested
+# versions (installing what differs, with pip's output shown; it says when the runtime
+# must restart), then starts the session: earlier runs attached on Kaggle are restored
+# (it says what each holds), compiled programs are kept under `runs/`, and the session's
+# deadline is set. Step by step for Kaggle and Colab: `docs/kaggle.md`.
 
 # %%
 import glob
@@ -46,13 +49,22 @@ import os
 import subprocess
 import sys
 
-found = [p for where in ("..", "/kaggle/input/*", "/kaggle/input/*/*")
-         for p in sorted(glob.glob(f"{where}/reasonkit_bootstrap.py"))]
+# reasonkit_bootstrap.py: in this checkout, a clone here, or a Kaggle input (docs/kaggle.md)
+KAGGLE = os.environ.get("REASONKIT_KAGGLE_INPUT") or "/kaggle/input"
+PLACES = ["..", ".", "reasonkit", *(f"{KAGGLE}/{p}" for p in (
+    "*", "*/*", "datasets/*/*", "datasets/*/*/*", "notebooks/*/*", "notebooks/*/*/*"))]
+found = [p for where in PLACES for p in sorted(glob.glob(f"{where}/reasonkit_bootstrap.py"))]
+missing = not found and not importlib.util.find_spec("reasonkit_bootstrap")
+if missing and os.environ.get("REASONKIT_REPO"):  # e.g. Colab: clone the repository beside the notebook
+    subprocess.check_call(["git", "clone", "--depth=1", os.environ["REASONKIT_REPO"], "reasonkit"])
+    found = ["reasonkit/reasonkit_bootstrap.py"]
+elif missing and os.environ.get("REASONKIT_PIP"):  # reasonkit's wheel brings reasonkit_bootstrap
+    subprocess.check_call([sys.executable, "-m", "pip", "install", "--no-deps", os.environ["REASONKIT_PIP"]])
+elif missing:
+    raise FileNotFoundError(f"reasonkit_bootstrap.py is in none of {PLACES}: clone the repository, add it "
+                            "on Kaggle, or set REASONKIT_REPO or REASONKIT_PIP above (docs/kaggle.md)")
 sys.path[:0] = [os.path.dirname(os.path.abspath(found[0]))] if found else []
-if not found and os.environ.get("REASONKIT_PIP") and not importlib.util.find_spec("reasonkit_bootstrap"):
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", os.environ["REASONKIT_PIP"]],
-                   check=True)  # reasonkit's wheel brings reasonkit_bootstrap
-import reasonkit_bootstrap  # not found: clone the repo, add it on Kaggle, or set REASONKIT_PIP (README)
+import reasonkit_bootstrap
 
 source = reasonkit_bootstrap.setup()  # reasonkit, the tested JAX stack, this session's runs and deadline
 

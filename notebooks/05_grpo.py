@@ -28,19 +28,22 @@
 #
 # **What you need:** the data splits (`02_dataset_rebalance`) and the DPO adapters
 # (`04_dpo`), or the SFT adapters (`03_sft`) if you skipped DPO, in the same run
-# directory. For Gemma a TPU (Kaggle *TPU v5e-8* / *v3-8*, Colab *v5e-1*): GRPO spends
+# directory. For Gemma a TPU (Kaggle *TPU v5e-8*, Cloud TPU v3-8, Colab *v5e-1*): GRPO spends
 # most of its time generating. On a 2-core CPU the `tiny` preset trains in about 4.5
 # minutes (200 steps; GRPO needs that many to gain more than the spread between seeds).
 
 # %% [markdown]
 # ## Setup
 # The first cell is the same in every notebook. It finds reasonkit: installed (locally
-# `bash scripts/setup.sh` did it), a checkout of the repository (this folder's parent, or
-# a Kaggle dataset made of it), the wheels dataset of `scripts/kaggle_dataset.py` attached
-# on Kaggle, or `$REASONKIT_PIP`. It makes jax, flax, qwix, optax, orbax and tunix the
-# tested versions (installing what differs, with pip's output shown; it says when the
-# runtime must restart), then starts the session: earlier runs attached on Kaggle are
-# restored, compiled programs are kept under `runs/`, and the session's deadline is set.
+# `bash scripts/setup.sh` did it), a checkout of the repository (this folder's parent, a
+# clone in `./reasonkit`, which it makes from `$REASONKIT_REPO` on Colab, or a Kaggle
+# dataset made of it, in either of Kaggle's input layouts), the wheels dataset of
+# `scripts/kaggle_dataset.py` attached on Kaggle, or `$REASONKIT_PIP`; finding none, it
+# names the places it looked. It makes the JAX stack, Tunix and transformers the tested
+# versions (installing what differs, with pip's output shown; it says when the runtime
+# must restart), then starts the session: earlier runs attached on Kaggle are restored
+# (it says what each holds), compiled programs are kept under `runs/`, and the session's
+# deadline is set. Step by step for Kaggle and Colab: `docs/kaggle.md`.
 
 # %%
 import glob
@@ -49,13 +52,22 @@ import os
 import subprocess
 import sys
 
-found = [p for where in ("..", "/kaggle/input/*", "/kaggle/input/*/*")
-         for p in sorted(glob.glob(f"{where}/reasonkit_bootstrap.py"))]
+# reasonkit_bootstrap.py: in this checkout, a clone here, or a Kaggle input (docs/kaggle.md)
+KAGGLE = os.environ.get("REASONKIT_KAGGLE_INPUT") or "/kaggle/input"
+PLACES = ["..", ".", "reasonkit", *(f"{KAGGLE}/{p}" for p in (
+    "*", "*/*", "datasets/*/*", "datasets/*/*/*", "notebooks/*/*", "notebooks/*/*/*"))]
+found = [p for where in PLACES for p in sorted(glob.glob(f"{where}/reasonkit_bootstrap.py"))]
+missing = not found and not importlib.util.find_spec("reasonkit_bootstrap")
+if missing and os.environ.get("REASONKIT_REPO"):  # e.g. Colab: clone the repository beside the notebook
+    subprocess.check_call(["git", "clone", "--depth=1", os.environ["REASONKIT_REPO"], "reasonkit"])
+    found = ["reasonkit/reasonkit_bootstrap.py"]
+elif missing and os.environ.get("REASONKIT_PIP"):  # reasonkit's wheel brings reasonkit_bootstrap
+    subprocess.check_call([sys.executable, "-m", "pip", "install", "--no-deps", os.environ["REASONKIT_PIP"]])
+elif missing:
+    raise FileNotFoundError(f"reasonkit_bootstrap.py is in none of {PLACES}: clone the repository, add it "
+                            "on Kaggle, or set REASONKIT_REPO or REASONKIT_PIP above (docs/kaggle.md)")
 sys.path[:0] = [os.path.dirname(os.path.abspath(found[0]))] if found else []
-if not found and os.environ.get("REASONKIT_PIP") and not importlib.util.find_spec("reasonkit_bootstrap"):
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", os.environ["REASONKIT_PIP"]],
-                   check=True)  # reasonkit's wheel brings reasonkit_bootstrap
-import reasonkit_bootstrap  # not found: clone the repo, add it on Kaggle, or set REASONKIT_PIP (README)
+import reasonkit_bootstrap
 
 source = reasonkit_bootstrap.setup()  # reasonkit, the tested JAX stack, this session's runs and deadline
 
@@ -351,6 +363,9 @@ else:
 # data, SFT and DPO stages; this run is left as it is) and trains GRPO there with
 # `grpo.rewards` set to the two format rewards, for an eighth of the steps (25 on `tiny`,
 # about a minute on 2 cores: its programs are the main run's, from the compilation cache).
+# It runs when the time model (`python -m reasonkit plan`'s: steps x FLOPs per step /
+# (peak x an assumed utilisation)) gives it under 5 minutes, or when you set
+# `TRY_IT = True`; otherwise the cell says what it would cost and skips it.
 #
 # What to expect: nothing pays for a right answer any more, so nothing pushes accuracy
 # up; `06_evaluation` shows the branch as one more row of its stage table. On `tiny` SFT
@@ -363,11 +378,17 @@ else:
 
 # %%
 FORMAT_ONLY = [["format_exact", 1.0], ["format_approx", 1.0]]
+TRY_IT = False  # True: run the branch whatever the time model says
+fmt_preset = preset.replace(**{"grpo.rewards": FORMAT_ONLY,
+                               "grpo.max_steps": max(1, preset.grpo.max_steps // 8)})
+need = hardware.time_model(fmt_preset).seconds("grpo")  # loading and compiling not included
 if not finished:
     print("skipped: GRPO has not finished (run this notebook again to resume it first)")
+elif not (TRY_IT or need < 5 * 60):
+    print(f"skipped: the time model gives this branch {hardware.format_duration(need)} "
+          f"({fmt_preset.grpo.max_steps} GRPO steps); set TRY_IT = True above to run it")
 else:
-    fmt_preset = preset.replace(**{"grpo.rewards": FORMAT_ONLY,
-                                   "grpo.max_steps": max(1, preset.grpo.max_steps // 8)})
+    print(f"the time model gives this branch {hardware.format_duration(need)}")
     fmt_run = runs.branch(run, f"{run.name}-format-only",
                           stages=[s for s in ("data", "sft", "dpo") if run.is_finished(s)])
     fmt = train.train_or_load(fmt_preset, fmt_run, "grpo", deadline=run.deadline())

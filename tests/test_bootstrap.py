@@ -41,7 +41,8 @@ def pinned(path: pathlib.Path) -> dict[str, str]:
 
 def test_the_pins_agree_with_the_requirements_files():
     cpu, tpu = pinned(ROOT / "requirements.txt"), pinned(ROOT / "requirements-tpu.txt")
-    assert {name: cpu[name] for name in boot.TESTED} == boot.TESTED
+    assert {name: cpu.get(name) for name in boot.TESTED} == boot.TESTED, "pin these in requirements.txt"
+    assert set(boot.TESTED) <= set(boot.MODULES)  # each one's module, for "imported before the install"
     assert tpu == {"jax": boot.TESTED["jax"], **boot.TPU}
     assert "-r requirements.txt" in (ROOT / "requirements-tpu.txt").read_text()
     # jax[tpu] asks for the libtpu we pin
@@ -99,29 +100,74 @@ def test_a_checkout_is_the_notebooks_parent_folder(tmp_path):
     assert got == boot.Source("checkout", str(repo))
 
 
-def test_a_checkout_importable_but_not_installed_is_that_checkout(tmp_path, monkeypatch):
-    """A kernel started in the repository's top folder imports reasonkit from it, uninstalled."""
+def test_a_checkout_importable_is_that_checkout(tmp_path):
+    """A kernel started in the repository's top folder, an editable install, or an attached
+    checkout the first cell put on sys.path: reasonkit imports from a checkout, which
+    then goes on PYTHONPATH too (``!python -m reasonkit`` imports the same code)."""
     repo = make_checkout(tmp_path / "repo")
-    monkeypatch.setattr(boot, "_installed_reasonkit", lambda: False)
     got = boot.locate(cwd=repo, kaggle_input=tmp_path / "none", env={},
                       importable=lambda: str(repo / "reasonkit"))
     assert got == boot.Source("checkout", str(repo))
 
 
-@pytest.mark.parametrize("depth", ["reasonkit-src", "reasonkit-src/reasonkit-main"])
-def test_a_checkout_as_a_kaggle_dataset(tmp_path, depth):
-    """A dataset made of the repository, as uploaded, or of GitHub's zip (one folder deeper)."""
-    repo = make_checkout(tmp_path / "input" / depth)
+# Kaggle's layouts of an attached input under /kaggle/input: older sessions' <slug>/, 2026's
+# datasets/<owner>/<slug>/ (a dataset) and notebooks/<owner>/<slug>/ (a notebook's output),
+# each with a zip's extra folder.
+LAYOUTS = ["reasonkit-src", "reasonkit-src/reasonkit-main", "datasets/me/reasonkit-src",
+           "datasets/me/reasonkit-src/reasonkit-main", "notebooks/me/series",
+           "notebooks/me/series/reasonkit-main"]
+
+
+@pytest.mark.parametrize("where", LAYOUTS)
+def test_a_checkout_as_a_kaggle_input_in_either_layout(tmp_path, where):
+    """A dataset made of the repository, as uploaded or as GitHub's zip, in either layout."""
+    repo = make_checkout(tmp_path / "input" / where)
     (tmp_path / "input" / "gemma-weights").mkdir()  # other inputs are ignored
+    (tmp_path / "input" / "datasets" / "google" / "gsm8k").mkdir(parents=True)
     got = boot.locate(cwd=tmp_path / "kaggle" / "working", kaggle_input=tmp_path / "input",
                       env={"REASONKIT_PIP": "ignored: a checkout comes first"},
                       importable=nothing_importable)
     assert got == boot.Source("checkout", str(repo))
+    # $REASONKIT_KAGGLE_INPUT moves the root: how a simulation (or this test) stands in for /kaggle
+    got = boot.locate(cwd=tmp_path, env={"REASONKIT_KAGGLE_INPUT": str(tmp_path / "input")},
+                      importable=nothing_importable)
+    assert got == boot.Source("checkout", str(repo))
+
+
+def test_a_clone_beside_the_notebook_is_a_checkout(tmp_path):
+    """Colab: the kernel runs in /content, where the first cell cloned the repository."""
+    repo = make_checkout(tmp_path / "content" / "reasonkit")
+    got = boot.locate(cwd=tmp_path / "content", kaggle_input=tmp_path / "none", env={},
+                      importable=nothing_importable)
+    assert got == boot.Source("checkout", str(repo))
+
+
+def test_the_input_search_is_bounded_in_depth(tmp_path, monkeypatch):
+    """Deeper than a layout names, nothing is looked at: a dataset of a million files is a few
+    directory listings, never a walk."""
+    make_checkout(tmp_path / "input" / "big" / "a" / "b")  # below <slug>/<zip>/
+    make_checkout(tmp_path / "input" / "datasets" / "me" / "x" / "zip" / "deeper")
+    listed = []
+    real_glob = pathlib.Path.glob
+
+    def glob(self, pattern, **kw):
+        listed.append(pattern)
+        return real_glob(self, pattern, **kw)
+
+    monkeypatch.setattr(pathlib.Path, "glob", glob)
+    folders = boot.input_folders(tmp_path / "input")
+    assert listed == list(boot.INPUT_LAYOUTS) and not any("**" in p for p in listed)
+    assert max(len(f.relative_to(tmp_path / "input").parts) for f in folders) == 4
+    with pytest.raises(boot.SetupError) as e:
+        boot.locate(cwd=tmp_path / "nb", kaggle_input=tmp_path / "input", env={},
+                    importable=nothing_importable)
+    assert boot.looked_in(tmp_path / "input") in str(e.value)
 
 
 @pytest.mark.slow
-def test_a_wheel_in_a_kaggle_input(tmp_path, wheel):
-    folder = tmp_path / "input" / "reasonkit-wheels"
+@pytest.mark.parametrize("where", ["reasonkit-wheels", "datasets/me/reasonkit-wheels"])
+def test_a_wheel_in_a_kaggle_input(tmp_path, wheel, where):
+    folder = tmp_path / "input" / where
     folder.mkdir(parents=True)
     shutil.copy(wheel, folder)
     shutil.copy(wheel, folder / "reasonkit-0.0.9-py3-none-any.whl")  # an older one beside it
@@ -142,9 +188,14 @@ def test_nothing_at_all_names_the_ways(tmp_path):
         boot.locate(cwd=tmp_path / "nb", kaggle_input=tmp_path / "none", env={},
                     importable=nothing_importable)
     msg = str(e.value)
-    for way in ("a checkout", "Add Input", "scripts/kaggle_dataset.py", "REASONKIT_PIP", "pip install"):
+    for way in ("a checkout", "REASONKIT_REPO", "Add Input", "scripts/kaggle_dataset.py", "REASONKIT_PIP",
+                "pip install", "docs/kaggle.md"):
         assert way in msg, way
-    assert "github.com/reasonkit" not in msg  # no URL the project does not own
+    # the places it looked in, every one named
+    places = (tmp_path, tmp_path / "nb", tmp_path / "nb" / "reasonkit", boot.looked_in(tmp_path / "none"))
+    for place in places:
+        assert str(place) in msg, place
+    assert "github.com" not in msg  # no URL the project does not own
 
 
 # --- setup: the tested stack ---------------------------------------------------------------
@@ -344,31 +395,101 @@ def test_every_notebook_opens_with_the_same_setup_cell():
     assert len(cells) == 6 and len(set(cells.values())) == 1, cells.keys()
     cell = next(iter(cells.values()))
     assert "= reasonkit_bootstrap.setup()" in cell and "github.com" not in cell
-    assert len(cell.strip().splitlines()) <= 15
+    assert len(cell.strip().splitlines()) <= 25
+    # it looks where the bootstrap looks: the same layouts, spelled out (it runs before the import)
+    layouts = re.search(r'for p in \(\s*((?:"[^"]*",?\s*)+)\)', cell).group(1)
+    assert tuple(re.findall(r'"([^"]*)"', layouts)) == boot.INPUT_LAYOUTS
+    assert boot.KAGGLE_INPUT_ENV in cell and boot.REPO_ENV in cell
+
+
+def run_cell(tmp_path, cwd, env, *, until_import=True, site=False):
+    """The setup cell as a script in ``cwd`` (up to its import of the bootstrap, which it then
+    prints), with ``env`` and without site-packages (``-S``: nothing installed to find)."""
+    cell = setup_cell(ROOT / "notebooks" / "01_hardware_check.py")
+    if until_import:
+        cell = cell.split("source = ")[0] + "print(reasonkit_bootstrap.__file__)\n"
+    (tmp_path / "cell.py").write_text(cell)
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("PYTHONPATH", "REASONKIT_PIP", "REASONKIT_REPO", boot.KAGGLE_INPUT_ENV)}
+    return subprocess.run([sys.executable, *([] if site else ["-S"]), str(tmp_path / "cell.py")],
+                          cwd=cwd, env={**base, **env}, capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("where", LAYOUTS)
+def test_the_setup_cell_finds_the_bootstrap_in_either_kaggle_layout(tmp_path, where):
+    """From /kaggle/working, the checkout attached as an input in either layout, zipped or not."""
+    repo = make_checkout(tmp_path / "kaggle" / "input" / where)
+    working = tmp_path / "kaggle" / "working"
+    working.mkdir()
+    out = run_cell(tmp_path, working, {boot.KAGGLE_INPUT_ENV: str(tmp_path / "kaggle" / "input")})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == str(repo / "reasonkit_bootstrap.py")
+
+
+def test_the_setup_cell_clones_reasonkit_repo_beside_the_notebook(tmp_path):
+    """Colab: the kernel starts in /content with nothing there; $REASONKIT_REPO is cloned into
+    ./reasonkit, and the next run of the cell finds the clone instead of cloning again."""
+    origin = make_checkout(tmp_path / "origin")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.org", "-c", "init.defaultBranch=main"]
+    for cmd in (["init", "-q"], ["add", "."], ["commit", "-qm", "x"]):
+        subprocess.run([*git, *cmd], cwd=origin, check=True, capture_output=True)
+    content = tmp_path / "content"
+    content.mkdir()
+    env = {"REASONKIT_REPO": origin.as_uri(), boot.KAGGLE_INPUT_ENV: str(tmp_path / "none")}
+    out = run_cell(tmp_path, content, env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().endswith("reasonkit/reasonkit_bootstrap.py")
+    assert (content / "reasonkit" / "pyproject.toml").is_file()
+    again = run_cell(tmp_path, content, {**env, "REASONKIT_REPO": "file:///nowhere"})
+    assert again.returncode == 0 and again.stdout == out.stdout, again.stderr
 
 
 @pytest.mark.slow
 def test_the_setup_cell_runs_here(tmp_path):
-    """In notebooks/ of this checkout, with reasonkit installed: nothing to install, a session."""
-    cell = setup_cell(ROOT / "notebooks" / "01_hardware_check.py")
-    env = {**os.environ, "REASONKIT_RUNS": str(tmp_path / "runs"), "PYTHONPATH": str(ROOT)}
-    env.pop("REASONKIT_DEADLINE_HOURS", None)
-    out = subprocess.run([sys.executable, "-c", cell], cwd=ROOT / "notebooks", env=env,
-                         capture_output=True, text=True)
+    """In notebooks/ of this checkout: nothing to install, a session."""
+    env = {"REASONKIT_RUNS": str(tmp_path / "runs"), "PYTHONPATH": str(ROOT),
+           boot.KAGGLE_INPUT_ENV: str(tmp_path / "none")}
+    out = run_cell(tmp_path, ROOT / "notebooks", env, until_import=False, site=True)
     assert out.returncode == 0, out.stderr
-    assert "reasonkit: installed" in out.stdout and "tested stack: jax 0.10.2" in out.stdout
+    assert f"reasonkit: checkout ({ROOT})" in out.stdout and "tested stack: jax 0.10.2" in out.stdout
     assert f"runs in {tmp_path / 'runs'}" in out.stdout and "$ " not in out.stdout  # no pip
 
 
-def test_the_setup_cell_with_nothing_to_find_names_the_ways(tmp_path):
-    """No checkout, no Kaggle input, no REASONKIT_PIP, nothing installed (-S: no site-packages):
-    the failing line of the traceback names the ways."""
-    (tmp_path / "cell.py").write_text(setup_cell(ROOT / "notebooks" / "01_hardware_check.py"))
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "REASONKIT_PIP")}
-    out = subprocess.run([sys.executable, "-S", "cell.py"], cwd=tmp_path, env=env,
-                         capture_output=True, text=True)
-    assert out.returncode != 0 and "No module named 'reasonkit_bootstrap'" in out.stderr
-    assert "REASONKIT_PIP" in out.stderr and "Kaggle" in out.stderr, out.stderr
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", ["old", "new"])
+def test_kaggle_from_working_imports_the_attached_checkout_and_restores_the_earlier_run(tmp_path, layout):
+    """The Kaggle simulation: this repository attached as a dataset, an earlier version's output
+    (a run whose data stage finished) attached as a notebook output, 01's setup cell run from
+    /kaggle/working. reasonkit comes from the dataset, and the run is restored, saying so."""
+    inputs = tmp_path / "kaggle" / "input"
+    dataset, output = (("reasonkit-src", "series-output") if layout == "old" else
+                       ("datasets/me/reasonkit-src", "notebooks/me/series"))
+    repo = inputs / dataset
+    shutil.copytree(ROOT, repo, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "runs", "build", ".cache", "__pycache__", "*.egg-info", "notebooks", "benchmarks"))
+    earlier = inputs / output / "runs" / "demo"
+    for stage in ("data", "sft", "dpo", "grpo", "eval"):
+        (earlier / stage).mkdir(parents=True)
+    (earlier / "data" / "finished.json").write_text("{}")
+    (earlier / "data" / "sft.jsonl").write_text("{}\n")
+    working = tmp_path / "kaggle" / "working"
+    working.mkdir()
+    env = {boot.KAGGLE_INPUT_ENV: str(inputs), "REASONKIT_RUNS": str(working / "runs"),
+           "REASONKIT_DEADLINE_HOURS": "1", "JAX_PLATFORMS": "cpu"}
+    out = run_cell(tmp_path, working, env, until_import=False, site=True)
+    assert out.returncode == 0, out.stderr
+    assert f"reasonkit: checkout ({repo})" in out.stdout, out.stdout
+    assert f"restored run 'demo' from {earlier}: it holds data finished; copied data" in out.stdout
+    assert (working / "runs" / "demo" / "data" / "finished.json").is_file()
+
+
+def test_the_setup_cell_with_nothing_to_find_names_the_places_and_the_ways(tmp_path):
+    """No checkout, no Kaggle input, no REASONKIT_REPO or REASONKIT_PIP, nothing installed."""
+    out = run_cell(tmp_path, tmp_path, {boot.KAGGLE_INPUT_ENV: str(tmp_path / "none")})
+    assert out.returncode != 0 and "FileNotFoundError: reasonkit_bootstrap.py is in none of" in out.stderr
+    for text in ("'..'", "'reasonkit'", f"{tmp_path / 'none'}/datasets/*/*", "REASONKIT_REPO",
+                 "REASONKIT_PIP", "Kaggle", "docs/kaggle.md"):
+        assert text in out.stderr, text
 
 
 # --- the pins resolve on Python 3.11 and 3.12 ------------------------------------------------
@@ -376,7 +497,8 @@ def test_the_setup_cell_with_nothing_to_find_names_the_ways(tmp_path):
 # boot.SDIST_ONLY: pins that ship only as a source distribution. pip resolves for another
 # Python or platform from wheels alone (--only-binary=:all:), so each is stood in for by a
 # wheel that holds only its metadata: the same name, version and dependencies.
-PYTHONS = ("3.11.5", "3.12")  # 3.11.5: soupsieve 4.1.2 needs it; Kaggle's TPU image is 3.12
+# 3.11.5: soupsieve 4.1.2 needs it; Kaggle's TPU image is 3.12; Colab's TPU runtime 3.13 (Aug 2026)
+PYTHONS = ("3.11.5", "3.12", "3.13")
 
 
 def stub_wheel(folder: pathlib.Path, name: str, version: str, requires: list[str]) -> None:
@@ -392,10 +514,10 @@ def stub_wheel(folder: pathlib.Path, name: str, version: str, requires: list[str
 
 
 @pytest.mark.slow
-def test_the_pinned_tpu_stack_resolves_on_python_3_11_and_3_12(tmp_path):
+def test_the_pinned_tpu_stack_resolves_on_python_3_11_to_3_13(tmp_path):
     """pip resolves requirements-tpu.txt (requirements.txt + jax[tpu] + libtpu) for each Python
     from the package index, wheels only, and picks exactly the pinned versions. A dry run:
-    nothing is downloaded but metadata, nothing installed (about 40 s, both at once)."""
+    nothing is downloaded but metadata, nothing installed (about a minute, all at once)."""
     stubs = tmp_path / "stubs"
     stubs.mkdir()
     for name, (version, requires) in boot.SDIST_ONLY.items():

@@ -7,6 +7,7 @@ run for real on a small tiny preset.
 """
 
 import json
+import pathlib
 import time
 
 import pytest
@@ -15,6 +16,8 @@ from reasonkit import __main__ as cli
 from reasonkit import evaluate, models, train
 from reasonkit.config import get_preset
 from reasonkit.runtime import hardware, runs, session
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 class Words:
@@ -147,3 +150,77 @@ def test_an_unreadable_gsm8k_source_stops_the_series_before_training(series, tmp
                                            r"could not be read \(FileNotFoundError.*or skip it"):
         cli.main(["run"])
     assert series["calls"] == []  # not hours later, at the evaluation
+
+
+# --- the time model against the tiny demo, and the measured ETA a stage prints ---------------
+
+# The tiny demo's stage times as measured (docs/performance.md), each with the matmul rate of
+# its machine, which the time model divides by on a CPU:
+# - 2026-11-27, 9m47s ("The whole demo"): SFT 105 s, DPO 25 s, GRPO 273 s; that machine read
+#   438 to 485 GFLOP/s ("The GRPO and SFT steps, old path against new"): the middle, 460;
+# - 2026-11-27, 13m48s ("The page faults ended", kept step memory): SFT 104.9 s, GRPO 418.3 s,
+#   with 189.3 GFLOP/s (benchmarks/step_memory.json, runs.kept.sft.matmul_flops_per_s).
+DEMOS = [(460e9, {"sft": 105.0, "dpo": 25.0, "grpo": 273.0}), (None, {"sft": 104.9, "grpo": 418.3})]
+# Within a factor of 3 either way: the model assumes one utilisation for every CPU (0.12 of
+# the matmul rate) where the two machines ran the SFT step at 0.24 and 0.44 of theirs, and it
+# runs every GRPO answer to the maximum length, where the tiny model's stop early.
+TOLERANCE = 3.0
+
+
+@pytest.mark.parametrize("peak, measured", DEMOS)
+def test_the_time_model_is_within_a_factor_of_3_of_the_tiny_demo(peak, measured):
+    if peak is None:
+        memory = json.loads((ROOT / "benchmarks" / "step_memory.json").read_text())
+        peak = memory["runs"]["kept"]["sft"]["matmul_flops_per_s"]
+    model = hardware.TimeModel(hardware.stage_costs(get_preset("tiny")), peak, "cpu", "recorded")
+    ratios = {stage: model.seconds(stage) / seconds for stage, seconds in measured.items()}
+    assert all(1 / TOLERANCE <= r <= TOLERANCE for r in ratios.values()), ratios
+    assert ratios["grpo"] >= 1  # GRPO's estimate is an upper bound: answers at their maximum length
+
+
+class Counter:
+    """What :func:`train.clock.until` reads of a CompileCounter: compilations, shapes seen."""
+
+    count, shapes, step_shapes = 0, 0, set()
+
+
+def test_grpo_eta_leaves_out_the_steps_that_compile(monkeypatch, capsys):
+    """GRPO as it ran: the first step compiles (50 s), the next two each compile a new length
+    bucket (40 s), the rest take 2 s. The ETA comes from the steady steps; the compiling ones
+    are named apart. (Timing the two steps after the first gave 40 s a step: the 89-minute ETA
+    of a 7-minute stage.)"""
+    clock, counter = [0.0], Counter()
+    counter.step_shapes = set()
+    monkeypatch.setattr(train.clock.time, "time", lambda: clock[0])
+    for i in train.clock.until(range(200), deadline=None, margin_s=0, total=200, name="GRPO",
+                               counter=counter):
+        if i == 0:
+            clock[0] += 50
+            counter.count += 30
+        elif i in (1, 2):  # a new bucket: the step reports its shape and compiles for it
+            clock[0] += 40
+            counter.step_shapes.add(f"bucket {i}")
+            counter.count += 3
+        else:
+            clock[0] += 2
+    assert capsys.readouterr().out.splitlines() == [
+        "GRPO: 2.00 s/step after warm-up (not counted: 3 steps that compiled, 2.2 min); 195 steps "
+        "left, 6.5 min; no deadline set"]
+
+
+def test_the_eta_reads_a_real_compile_counter_watching_the_stream(monkeypatch, capsys):
+    """As a stage wires them (``counter.watch(until(..., counter=counter))``): a step that
+    reports a new shape (GRPO's buckets, ``compiles.step_shape``) is warm-up."""
+    from reasonkit.runtime import compiles
+
+    clock = [0.0]
+    monkeypatch.setattr(train.clock.time, "time", lambda: clock[0])
+    with compiles.CompileCounter() as counter:
+        stream = counter.watch(train.clock.until(range(50), None, 0, total=50, name="GRPO",
+                                                 counter=counter))
+        for i in stream:
+            if i in (1, 2):
+                compiles.step_shape(("bucket", i))
+            clock[0] += {0: 50, 1: 20, 2: 20}.get(i, 1)
+    assert capsys.readouterr().out.splitlines()[0].startswith(
+        "GRPO: 1.00 s/step after warm-up (not counted: 3 steps that compiled, 90 s); 45 steps left")

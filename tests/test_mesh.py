@@ -18,6 +18,8 @@ import pytest
 from reasonkit.config import MeshConfig, get_preset
 from reasonkit.runtime import mesh as rkmesh
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 # --- shapes (no devices needed) ------------------------------------------------------------
 
 
@@ -186,6 +188,60 @@ def test_init_distributed_passes_what_it_is_given(monkeypatch):
     monkeypatch.setattr(jax.distributed, "initialize", no_count)
     with pytest.raises(ValueError, match=r"defined\. \(given coordinator_address='h:1'\).*JAX_NUM_PROCESSES"):
         init({"JAX_COORDINATOR_ADDRESS": "h:1"})
+
+
+@pytest.fixture
+def slice_of(monkeypatch):
+    """A Cloud TPU VM whose metadata server lists ``hosts`` workers (0: no server reached)."""
+    asked = []
+
+    def make(hosts: int, chips: bool = True):
+        endpoints = ",".join(f"10.0.0.{i}" for i in range(hosts)) if hosts else None
+        monkeypatch.setattr(rkmesh, "_tpu_chips_here", lambda dev="/dev": chips)
+        monkeypatch.setattr(rkmesh, "_tpu_metadata", lambda key, env, timeout_s=2.0:
+                            asked.append(key) or endpoints)
+        return asked
+
+    return make
+
+
+def test_a_tpu_pod_slice_joins_as_jax_does_by_default(monkeypatch, slice_of):
+    """A v5e-16 made with gcloud: no variable names the hosts, the metadata server does (as JAX's
+    GceTpuCluster reads it). init_distributed then calls jax.distributed.initialize() with no
+    arguments, and JAX finds the coordinator, the count and this host's index itself."""
+    calls = []
+    monkeypatch.setattr(jax.distributed, "initialize", lambda **kwargs: calls.append(kwargs))
+    monkeypatch.setattr(rkmesh, "_DISTRIBUTED", False)
+    asked = slice_of(hosts=4)
+    assert rkmesh.tpu_slice_hosts({}) == 4 and asked == ["worker-network-endpoints"]
+    assert rkmesh.init_distributed({}) is True and calls == [{}]
+
+
+@pytest.mark.parametrize("hosts, chips, env", [
+    (1, True, {}),  # a single-host TPU VM (a Kaggle v5e-8, a Colab v5e-1, a v3-8)
+    (0, True, {}),  # no metadata server reached (no network to it)
+    (4, False, {}),  # no TPU chip here: the metadata server is not asked
+    (4, True, {"TPU_SKIP_MDS_QUERY": "1"}),  # JAX found no TPU chip and said so
+    (4, True, {"TPU_WORKER_HOSTNAMES": "localhost"}),  # GKE's list wins: one host
+])
+def test_one_host_never_initialises(monkeypatch, slice_of, hosts, chips, env):
+    monkeypatch.setattr(jax.distributed, "initialize", lambda **kwargs: pytest.fail("initialised"))
+    monkeypatch.setattr(rkmesh, "_DISTRIBUTED", False)
+    asked = slice_of(hosts, chips)
+    assert rkmesh.tpu_slice_hosts(env) == 1 and rkmesh.init_distributed(env) is False
+    assert asked == ([] if not chips or env else ["worker-network-endpoints"] * 2)
+
+
+def test_tpu_metadata_unreachable_is_none():
+    """Nothing listens there: no attribute, and quickly (JAX's own query would retry for seconds)."""
+    assert rkmesh._tpu_metadata("worker-network-endpoints", {"GCE_METADATA_IP": "127.0.0.1:9"},
+                                timeout_s=1.0) is None
+
+
+def test_multislice_is_several_processes():
+    assert rkmesh._is_multi_process({"MEGASCALE_NUM_SLICES": "2"})
+    assert not rkmesh._is_multi_process({"MEGASCALE_NUM_SLICES": "1"})
+    assert rkmesh._is_multi_process({"TPU_PROCESS_ADDRESSES": "h0:8476,h1:8476"})
 
 
 # --- eight fake CPU devices, in a subprocess ----------------------------------------------
@@ -358,3 +414,69 @@ def test_reshard_gemma3_fsdp_to_tp(eight):
     assert eight["gemma_same_values"]
     # Tunix's reshard_model_to_mesh keeps every axis and fails on this model
     assert eight["tunix"] != "ok"
+
+
+# --- two processes: what a pod does after init_distributed, checkpoints included -----------
+
+_TWO_PROCESSES = textwrap.dedent("""
+    import json, sys
+    import jax, numpy as np
+    import orbax.checkpoint as ocp
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    from orbax.checkpoint._src.checkpointers.async_checkpointer import AsyncCheckpointer
+    from reasonkit.config import get_preset
+    from reasonkit.runtime import mesh as rkmesh
+    from reasonkit.train.build import _checkpointing
+
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    joined = rkmesh.init_distributed()  # $JAX_COORDINATOR_ADDRESS, $JAX_NUM_PROCESSES, $JAX_PROCESS_ID
+    m = rkmesh.make_mesh((4, 1))  # both processes' devices
+    whole = np.arange(8.0).reshape(4, 2)
+    x = jax.make_array_from_callback(whole.shape, NamedSharding(m, P("fsdp")), lambda i: whole[i])
+    # The checkpoint manager as a stage builds it (Tunix's item handlers, the stage's options)
+    options = _checkpointing(get_preset("tiny").sft)
+    manager = ocp.CheckpointManager(sys.argv[1], options=options,
+                                    item_handlers={"model_params": ocp.PyTreeCheckpointHandler()})
+    manager.save(0, args=ocp.args.Composite(model_params=ocp.args.PyTreeSave({"x": x})), force=True)
+    manager.wait_until_finished()
+    back = manager.restore(0, args=ocp.args.Composite(model_params=ocp.args.PyTreeRestore(
+        {"x": jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)})))
+    from jax.experimental import multihost_utils
+    got = multihost_utils.process_allgather(back["model_params"]["x"], tiled=True)
+    print("RESULT" + json.dumps({"joined": joined, "processes": jax.process_count(),
+          "async": isinstance(manager._checkpointer, AsyncCheckpointer),
+          "enable_async": options.enable_async_checkpointing,
+          "equal": bool((np.asarray(got) == whole).all())}))
+    manager.close()
+""")
+
+
+@pytest.mark.slow
+def test_two_processes_join_and_write_an_async_checkpoint_together(tmp_path):
+    """A pod's checkpointing mode on two processes: init_distributed joins them, and Orbax
+    0.12.8 writes asynchronously with more than one process (it does not refuse it: its
+    background commit waits at barriers of JAX's distributed client, which only exists once
+    jax.distributed is initialised), with the options every stage uses; it restores whole."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_") and k != "XLA_FLAGS"}
+    env.update(JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2",
+               JAX_COORDINATOR_ADDRESS=f"localhost:{port}", JAX_NUM_PROCESSES="2",
+               PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]))
+    procs = [subprocess.Popen([sys.executable, "-c", _TWO_PROCESSES, str(tmp_path / "ckpt")],
+                              env={**env, "JAX_PROCESS_ID": str(i)}, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for i in range(2)]
+    outs = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=300)
+            assert p.returncode == 0, err[-3000:]
+            outs.append(json.loads([x for x in out.splitlines() if x.startswith("RESULT")][-1][6:]))
+    finally:
+        for p in procs:
+            p.kill()
+    assert outs == [{"joined": True, "processes": 2, "async": True, "enable_async": True,
+                     "equal": True}] * 2

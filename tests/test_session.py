@@ -20,6 +20,7 @@ def test_default_root(monkeypatch, tmp_path):
     monkeypatch.setenv("REASONKIT_RUNS", str(tmp_path))
     assert default_root() == tmp_path
     monkeypatch.delenv("REASONKIT_RUNS")
+    monkeypatch.delenv("COLAB_RELEASE_TAG", raising=False)
     assert str(default_root()) in ("runs", "/kaggle/working/runs")
 
 
@@ -92,14 +93,63 @@ def test_restore_takes_the_furthest_copy_and_never_replaces_work_here(tmp_path):
     (inputs / "day2" / "out" / "runs" / ".jax_cache" / "jit_step-abc").write_text("compiled")
     make_run_tree(working, "r", files=("dpo/checkpoints/40/x",))  # this session's newer DPO
     restored = session.restore_runs(working, inputs)
-    assert len(restored) == 1 and restored[0].startswith("r (data, sft) from ")
-    assert "day2" in restored[0]
+    assert restored == [f"restored run 'r' from {inputs / 'day2' / 'out' / 'runs' / 'r'}: it holds data, "
+                        "sft finished; dpo started, not finished; copied data, sft"]
     assert (working / "r" / "sft" / "finished.json").is_file()
     assert (working / "r" / "sft" / "checkpoints" / "240" / "x").is_file()
     assert not (working / "r" / "dpo" / "checkpoints" / "20").exists()  # never mixed in
     assert (working / ".jax_cache" / "jit_step-abc").read_text() == "compiled"
-    assert session.restore_runs(working, inputs) == []  # nothing left to restore
+    again = session.restore_runs(working, inputs)  # nothing left to restore, and it says so
+    assert len(again) == 1 and again[0].endswith("is here already: nothing copied, this session's work wins")
     assert session.restore_runs(working, tmp_path / "no-inputs") == []
+
+
+# An earlier notebook version's output, attached, in each of Kaggle's layouts: older sessions'
+# <slug>/, 2026's notebooks/<owner>/<slug>/ (and datasets/<owner>/<slug>/ for a dataset made of
+# an output), each also one folder deeper (a zip).
+OUTPUTS = ["series-v3", "series-v3/output", "notebooks/me/series", "notebooks/me/series/output",
+           "datasets/me/my-runs", "datasets/me/my-runs/output"]
+
+
+@pytest.mark.parametrize("where", OUTPUTS)
+def test_a_run_attached_in_either_kaggle_layout_is_restored_and_said_so(tmp_path, capsys, where):
+    inputs = tmp_path / "kaggle" / "input"
+    make_run_tree(inputs / where / "runs", "demo", finished=("data", "sft"),
+                  files=("data/sft.jsonl", "sft/checkpoints/240/x", "dpo/checkpoints/15/x"))
+    (inputs / "datasets" / "google" / "gsm8k").mkdir(parents=True)  # an input without runs
+    start(tmp_path / "working" / "runs", inputs)
+    out = capsys.readouterr().out
+    assert (f"restored run 'demo' from {inputs / where / 'runs' / 'demo'}: it holds data, sft finished; "
+            "dpo started, not finished; copied data, dpo, sft") in out
+    assert (tmp_path / "working" / "runs" / "demo" / "sft" / "finished.json").is_file()
+    assert "no earlier run" not in out
+
+
+def test_no_run_in_the_inputs_names_the_places_looked_at(tmp_path, capsys):
+    inputs = tmp_path / "kaggle" / "input"
+    make_run_tree(inputs / "too" / "deep" / "below" / "runs", "demo", finished=("data",))  # not a layout
+    (inputs / "datasets" / "google" / "gsm8k").mkdir(parents=True)
+    assert start(tmp_path / "working" / "runs", inputs).restored == []
+    out = capsys.readouterr().out
+    assert (f"no earlier run in the Kaggle inputs: looked for runs/ in {inputs}/{{*, */*, datasets/*/*, "
+            "datasets/*/*/*, notebooks/*/*, notebooks/*/*/*}") in out
+    assert not (tmp_path / "working" / "runs" / "demo").exists()
+    start(tmp_path / "elsewhere", tmp_path / "no-kaggle-here")  # not on Kaggle: nothing to say
+    assert "no earlier run" not in capsys.readouterr().out
+
+
+def test_the_input_root_comes_from_the_environment(tmp_path, monkeypatch, capsys):
+    """$REASONKIT_KAGGLE_INPUT stands in for /kaggle/input (a simulation, or a test)."""
+    make_run_tree(tmp_path / "in" / "notebooks" / "me" / "nb" / "runs", "r", finished=("data",))
+    monkeypatch.setenv("REASONKIT_KAGGLE_INPUT", str(tmp_path / "in"))
+    assert session.restore_runs(tmp_path / "runs")[0].startswith("restored run 'r' from ")
+
+
+def start(root, inputs, **env):
+    """:func:`session.start_session` without touching JAX's compilation cache."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(session, "use_compilation_cache", lambda root: pathlib.Path(root) / ".jax_cache")
+        return session.start_session(root, inputs=inputs, env={"REASONKIT_KEEP_STEP_MEMORY": "0", **env})
 
 
 def test_compilation_cache_under_the_runs_root(tmp_path, monkeypatch):
@@ -165,13 +215,58 @@ def test_start_session_restores_then_caches_then_fixes_the_deadline(tmp_path, mo
     assert "step memory: left to glibc (REASONKIT_KEEP_STEP_MEMORY=0)" in out  # the env it was given
 
 
-def test_colab_drive_is_mounted_when_the_runs_root_is_on_it(tmp_path):
-    mounted = []
-    if not (session.COLAB_DRIVE / "MyDrive").is_dir():
-        assert session.mount_drive(session.COLAB_DRIVE / "MyDrive" / "runs", mounted.append)
-        assert mounted == [str(session.COLAB_DRIVE)]
-    assert not session.mount_drive(tmp_path / "runs", mounted.append)
-    assert len(mounted) <= 1
+@pytest.fixture
+def drive(tmp_path, monkeypatch):
+    """Colab's Drive mount point, here under tmp_path; ``mount`` makes MyDrive appear."""
+    monkeypatch.setattr(session, "COLAB_DRIVE", tmp_path / "content" / "drive")
+    calls = []
+
+    def mount(point):
+        calls.append(point)
+        (pathlib.Path(point) / "MyDrive").mkdir(parents=True)
+
+    return calls, mount
+
+
+def test_colab_drive_is_mounted_when_the_runs_root_is_on_it(tmp_path, drive):
+    calls, mount = drive
+    assert session.mount_drive(session.COLAB_DRIVE / "MyDrive" / "runs", mount)
+    assert calls == [str(session.COLAB_DRIVE)]
+    assert not session.mount_drive(session.COLAB_DRIVE / "MyDrive" / "runs", mount)  # mounted already
+    assert not session.mount_drive(tmp_path / "runs", mount) and len(calls) == 1
+
+
+def test_on_colab_the_runs_live_on_drive(tmp_path, drive, monkeypatch):
+    monkeypatch.setattr(session, "KAGGLE_WORKING", tmp_path / "no-kaggle")
+    colab = {"COLAB_RELEASE_TAG": "release-colab-20260801"}
+    assert session.on_colab(colab) and not session.on_colab({})
+    assert session.default_root(colab) == session.COLAB_DRIVE / "MyDrive" / "reasonkit-runs"
+    assert session.default_root({**colab, "REASONKIT_RUNS": "/content/runs"}) == pathlib.Path("/content/runs")
+    assert session.default_root({}) == pathlib.Path("runs")
+
+
+@pytest.mark.parametrize("mount", [None, "refused"])
+def test_drive_not_mounted_stops_with_what_to_do(tmp_path, drive, mount):
+    """Access refused, or a process that is no Colab notebook (``!python -m reasonkit`` before
+    the notebook mounted Drive): stop, saying why the runs must be on Drive and how not to."""
+    def refuse(point):
+        raise ValueError("mount failed")
+
+    with pytest.raises(RuntimeError) as e:
+        session.mount_drive(session.COLAB_DRIVE / "MyDrive" / "reasonkit-runs",
+                            refuse if mount else None)
+    msg = str(e.value)
+    why = "mounting it failed: ValueError: mount failed" if mount else "google.colab is not importable"
+    assert why in msg
+    for text in ("is on Google Drive, which is not mounted", "a later notebook finds an earlier one's "
+                 "outputs only on Drive", "allow access to Drive", "%env REASONKIT_RUNS=/content/runs"):
+        assert text in msg, text
+
+
+def test_colab_runs_off_drive_are_said_to_stay_with_this_runtime(tmp_path, capsys):
+    start(tmp_path / "runs", tmp_path / "none", COLAB_RELEASE_TAG="x")
+    assert "this runtime's own disk: on Colab the next notebook runs in another runtime" in \
+        capsys.readouterr().out
 
 
 def fake_proc(tmp_path, btime: int, pid1_ticks: int):

@@ -24,8 +24,10 @@ use (8, 1), (4, 2), (2, 4), (1, 8) or put -1 in one axis, e.g. (-1, 1)
 
 from __future__ import annotations
 
+import glob
 import math
 import os
+import urllib.request
 import warnings
 from typing import Any, Iterable, NamedTuple, Sequence
 
@@ -36,8 +38,8 @@ from reasonkit.config import MeshConfig, Preset
 
 __all__ = ["AXIS_NAMES", "STAGES", "DATA_AXES", "factorizations", "resolve_shape", "make_mesh",
            "stage_mesh_config", "stage_mesh", "Layout", "recommended_layouts", "data_ways",
-           "check_batch", "fit_spec", "reshard", "mesh_of", "host_copy", "init_distributed",
-           "global_batch", "global_batches"]
+           "check_batch", "fit_spec", "reshard", "mesh_of", "host_copy", "tpu_slice_hosts",
+           "init_distributed", "global_batch", "global_batches"]
 
 AXIS_NAMES = ("fsdp", "tp")
 STAGES = ("sft", "dpo", "grpo", "eval")
@@ -390,23 +392,72 @@ def host_copy(tree_or_model: Any) -> Any:
 
 # --- multi-host --------------------------------------------------------------------------
 
+def _count(env: Any, name: str) -> int:
+    try:
+        return int(env.get(name, "") or 0)
+    except ValueError:
+        return 0
+
+
 def _is_multi_process(env: Any) -> bool:
     """Does the environment describe more than one host process?"""
-    def count(name: str) -> int:
-        try:
-            return int(env.get(name, "") or 0)
-        except ValueError:
-            return 0
-
-    hosts = [h for h in env.get("TPU_WORKER_HOSTNAMES", "").split(",") if h.strip()]
     return bool(
         env.get("JAX_COORDINATOR_ADDRESS")
-        or count("JAX_NUM_PROCESSES") > 1
-        or len(hosts) > 1
+        or _count(env, "JAX_NUM_PROCESSES") > 1
+        or len(_listed_tpu_workers(env)) > 1
         or env.get("MEGASCALE_COORDINATOR_ADDRESS")
-        or count("SLURM_NTASKS") > 1
-        or count("OMPI_COMM_WORLD_SIZE") > 1
+        or _count(env, "MEGASCALE_NUM_SLICES") > 1
+        or _count(env, "SLURM_NTASKS") > 1
+        or _count(env, "OMPI_COMM_WORLD_SIZE") > 1
     )
+
+
+def _listed_tpu_workers(env: Any) -> list[str]:
+    """The slice's hosts as GKE lists them (JAX's GkeTpuCluster reads the same variables)."""
+    names = env.get("TPU_PROCESS_ADDRESSES") or env.get("TPU_WORKER_HOSTNAMES") or ""
+    return [h for h in names.split(",") if h.strip()]
+
+
+METADATA = "http://{host}/computeMetadata/v1/instance/attributes/{key}"
+
+
+def _tpu_metadata(key: str, env: Any, timeout_s: float = 2.0) -> str | None:
+    """An attribute of this Cloud TPU VM from Google's metadata server, or None (none, or no
+    server: not a Cloud TPU VM, or no network to it). What JAX's GceTpuCluster asks too."""
+    url = METADATA.format(host=env.get("GCE_METADATA_IP") or "metadata.google.internal", key=key)
+    try:
+        request = urllib.request.Request(url, headers={"Metadata-Flavor": "Google"})
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            return response.read().decode() if response.status == 200 else None
+    except (OSError, ValueError):  # URLError, timeouts and refused connections are OSErrors
+        return None
+
+
+def _tpu_chips_here(dev: str = "/dev") -> bool:
+    """TPU chips on this host: v2-v4 appear as /dev/accel*, v5e and later as /dev/vfio/<n>."""
+    return bool(glob.glob(os.path.join(dev, "accel*")) or glob.glob(os.path.join(dev, "vfio", "[0-9]*")))
+
+
+def tpu_slice_hosts(env: Any = None) -> int:
+    """How many hosts (TPU VMs) this TPU slice spans, found where JAX's TPU cluster detection
+    looks; 1 on a single host and off TPUs.
+
+    GKE lists the workers in ``TPU_WORKER_HOSTNAMES`` (or ``TPU_PROCESS_ADDRESSES``). A
+    Cloud TPU VM made with ``gcloud compute tpus tpu-vm create`` sets no such variable: its
+    metadata server lists them (``worker-network-endpoints``), asked only on a host with
+    TPU chips and unless ``TPU_SKIP_MDS_QUERY`` is set (JAX sets it where it finds no chip).
+
+    >>> tpu_slice_hosts({"TPU_WORKER_HOSTNAMES": "h0,h1,h2,h3"}), tpu_slice_hosts({"TPU_SKIP_MDS_QUERY": "1"})
+    (4, 1)
+    """
+    env = os.environ if env is None else env
+    listed = _listed_tpu_workers(env)
+    if listed:
+        return len(listed)
+    if env.get("TPU_SKIP_MDS_QUERY") is not None or not _tpu_chips_here():
+        return 1
+    endpoints = _tpu_metadata("worker-network-endpoints", env) or ""
+    return max(1, len([w for w in endpoints.split(",") if w.strip()]))
 
 
 _DISTRIBUTED = False
@@ -428,14 +479,17 @@ def init_distributed(env: Any = None, *, coordinator_address: str | None = None,
     """Join the other processes of a multi-host run (``jax.distributed.initialize``); a no-op on one host.
 
     Must run before anything touches ``jax.devices()``. Returns whether it initialised
-    (``False`` on a single host, e.g. Kaggle v3-8 / v5e-8 or Colab). Never raises on a
-    single host; on a pod a failure is re-raised with a hint.
+    (``False`` on a single host, e.g. a Kaggle TPU v5e-8 or a Colab v5e-1). Never raises on
+    a single host; on a pod a failure is re-raised with a hint.
 
-    On a multi-host TPU slice (v5e-16, v4-32) call it with no arguments on every host:
-    JAX reads the slice's topology itself. Elsewhere give the coordinator (process 0's
-    ``host:port``), the number of processes and this process's index, as arguments or
-    as ``$JAX_COORDINATOR_ADDRESS``, ``$JAX_NUM_PROCESSES`` and ``$JAX_PROCESS_ID``
-    (arguments win). One process (``num_processes=1``) has nothing to join.
+    On a TPU pod slice (v5e-16, v4-32: :func:`tpu_slice_hosts` finds more than one host,
+    as JAX's own detection does) it calls ``jax.distributed.initialize()`` with no
+    arguments, as JAX does by default there: JAX reads the coordinator, the number of
+    hosts and this host's index from the slice itself. Elsewhere give the coordinator
+    (process 0's ``host:port``), the number of processes and this process's index, as
+    arguments or as ``$JAX_COORDINATOR_ADDRESS``, ``$JAX_NUM_PROCESSES`` and
+    ``$JAX_PROCESS_ID`` (arguments win); Slurm and Open MPI are found from their own
+    variables. One process (``num_processes=1``) has nothing to join.
 
     >>> init_distributed({}), init_distributed({"JAX_NUM_PROCESSES": "1"})
     (False, False)
@@ -451,7 +505,8 @@ def init_distributed(env: Any = None, *, coordinator_address: str | None = None,
             kwargs[key] = _env_int(env, name)
     if kwargs["num_processes"] == 1:
         return False
-    if not _is_multi_process(env) and all(v is None for v in kwargs.values()):
+    given = any(v is not None for v in kwargs.values())
+    if not given and not _is_multi_process(env) and tpu_slice_hosts(env) == 1:
         return False
     try:  # what is not given JAX finds itself (TPU slices, Slurm, Open MPI)
         jax.distributed.initialize(**{k: v for k, v in kwargs.items() if v is not None})

@@ -1,8 +1,10 @@
 """The session a stage runs in: the runs root, restored runs, the deadline, the processes.
 
 A session is one start of the machine (or container) the kernel runs on.
-:func:`start_session`, which every notebook's first cell calls, restores runs found in
-attached Kaggle inputs into the runs root (never replacing work already there), points
+:func:`start_session`, which every notebook's first cell calls, mounts Google Drive on
+Colab (the runs live there by default: each Colab notebook runs in its own runtime),
+restores runs found in attached Kaggle inputs into the runs root (never replacing work
+already there, and saying what each run holds, or where it looked when it found none), points
 JAX's persistent compilation cache at ``runs/.jax_cache`` (a resumed session loads what
 an earlier one compiled), fixes the session's deadline (every notebook and stage of the
 session reads the same one from ``runs/session.json``, :func:`session_deadline`), and on a
@@ -26,14 +28,14 @@ from typing import Any, Callable, Mapping, TypeVar
 
 import numpy as np
 
+import reasonkit_bootstrap  # the one list of where Kaggle mounts inputs (standard library only)
 from reasonkit.tunix_patches import cpu_memory
 
 __all__ = ["STAGES", "KAGGLE_WORKING", "KAGGLE_INPUT", "COLAB_DRIVE", "SESSION_FILE", "CACHE_DIR",
            "KAGGLE_HOURS", "MAX_HOURS", "default_root", "process_index", "is_writer", "sync",
            "from_writer", "session_id", "parse_hours", "on_kaggle", "session_deadline",
-           "MIN_COMPILE_ENV", "use_compilation_cache", "restore_runs", "mount_drive", "Session",
-           "holds_no_file",
-           "start_session"]
+           "MIN_COMPILE_ENV", "use_compilation_cache", "restore_runs", "run_holds", "on_colab",
+           "COLAB_RUNS", "mount_drive", "Session", "holds_no_file", "start_session"]
 
 STAGES = ("data", "sft", "dpo", "grpo", "eval")  # what a run directory holds, in order
 T = TypeVar("T")
@@ -42,10 +44,13 @@ T = TypeVar("T")
 KAGGLE_WORKING = pathlib.Path("/kaggle/working")
 
 
-KAGGLE_INPUT = pathlib.Path("/kaggle/input")
+KAGGLE_INPUT = pathlib.Path(reasonkit_bootstrap.KAGGLE_INPUT)  # or $REASONKIT_KAGGLE_INPUT
 
 
 COLAB_DRIVE = pathlib.Path("/content/drive")
+
+
+COLAB_RUNS = "MyDrive/reasonkit-runs"  # the runs root on Colab, under COLAB_DRIVE
 
 
 SESSION_FILE = "session.json"
@@ -60,13 +65,24 @@ KAGGLE_HOURS = 8.5  # Kaggle stops a session after 9 hours; the rest is for savi
 MAX_HOURS = 24 * 365
 
 
-def default_root() -> pathlib.Path:
-    """``$REASONKIT_RUNS``, else /kaggle/working/runs on Kaggle, else ./runs."""
-    if os.environ.get("REASONKIT_RUNS"):
-        return pathlib.Path(os.environ["REASONKIT_RUNS"])
+def default_root(env: Mapping[str, str] | None = None) -> pathlib.Path:
+    """``$REASONKIT_RUNS``; else /kaggle/working/runs on Kaggle; else on Colab a folder on
+    Google Drive (``/content/drive/MyDrive/reasonkit-runs``: each Colab notebook gets a
+    runtime of its own, whose disk the next notebook never sees); else ./runs."""
+    env = os.environ if env is None else env
+    if env.get("REASONKIT_RUNS"):
+        return pathlib.Path(env["REASONKIT_RUNS"])
     if KAGGLE_WORKING.is_dir():
         return KAGGLE_WORKING / "runs"
+    if on_colab(env):
+        return COLAB_DRIVE / COLAB_RUNS
     return pathlib.Path("runs")
+
+
+def on_colab(env: Mapping[str, str] | None = None) -> bool:
+    """A Colab runtime: its kernels set ``COLAB_RELEASE_TAG`` (and have imported google.colab)."""
+    env = os.environ if env is None else env
+    return bool(env.get("COLAB_RELEASE_TAG")) or (env is os.environ and "google.colab" in sys.modules)
 
 
 def _running_jax() -> Any:
@@ -271,69 +287,131 @@ def holds_no_file(path: pathlib.Path) -> bool:
     return not path.exists() or (path.is_dir() and not any(p.is_file() for p in path.rglob("*")))
 
 
-def restore_runs(root: str | os.PathLike | None = None,
-                 inputs: str | os.PathLike = KAGGLE_INPUT) -> list[str]:
-    """Copy each ``runs/<run>`` of the attached inputs into ``root``; what was restored.
+def run_holds(run: pathlib.Path) -> str:
+    """What a run folder holds, stage by stage: finished, or started (files but no marker).
 
-    Kaggle mounts an earlier session's output, added as an input, read-only at
-    ``/kaggle/input/<name>/`` (one folder deeper for some kinds of input). Of several
-    copies of one run the one that got furthest is taken. Nothing already in ``root``
-    is replaced: a stage folder (or other entry) of the run is copied only where the
-    one in ``root`` is missing or empty, so work of this session always wins. Compiled
-    programs under ``runs/.jax_cache`` come along, file by file.
+    >>> import tempfile
+    >>> run = pathlib.Path(tempfile.mkdtemp())
+    >>> for f in ("data/finished.json", "sft/finished.json", "dpo/checkpoints/20/x"):
+    ...     (run / f).parent.mkdir(parents=True, exist_ok=True)
+    ...     _ = (run / f).write_text("")
+    >>> run_holds(run)
+    'data, sft finished; dpo started, not finished'
     """
-    root = pathlib.Path(root) if root is not None else default_root()
-    inputs = pathlib.Path(inputs)
-    if not inputs.is_dir() or not is_writer():
-        return []
+    finished = [s for s in STAGES if (run / s / "finished.json").is_file()]
+    started = [s for s in STAGES if s not in finished and not holds_no_file(run / s)]
+    parts = ([f"{', '.join(finished)} finished"] if finished else []) + (
+        [f"{', '.join(started)} started, not finished"] if started else [])
+    return "; ".join(parts) or "no stage yet"
+
+
+def _runs_in_inputs(inputs: pathlib.Path, root: pathlib.Path) -> tuple[dict[str, pathlib.Path], list]:
+    """``({run name: the copy that got furthest}, [the runs/ folders found])`` in the inputs."""
     found: dict[str, pathlib.Path] = {}
-    caches = []
-    for runs in sorted([*inputs.glob("*/runs"), *inputs.glob("*/*/runs")]):
+    folders = []
+    for folder in reasonkit_bootstrap.input_folders(inputs):
+        runs = folder / "runs"
         if not runs.is_dir() or runs.resolve() == root.resolve():
             continue
-        caches.append(runs / CACHE_DIR)
+        folders.append(runs)
         for run in sorted(p for p in runs.iterdir() if _is_run(p)):
             best = found.get(run.name)
             if best is None or _progress(run) > _progress(best):
                 found[run.name] = run
-    restored = []
+    return found, folders
+
+
+def _copy_missing(source: pathlib.Path, dest: pathlib.Path) -> list[str]:
+    """Copy each entry of ``source`` whose twin in ``dest`` is missing or empty; their names."""
+    copied = []
+    for entry in sorted(source.iterdir()):
+        target = dest / entry.name
+        if holds_no_file(entry) or not holds_no_file(target):
+            continue  # nothing to bring, or work already here (this session's), which wins
+        if entry.is_dir():
+            shutil.copytree(entry, target, dirs_exist_ok=True)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(entry, target)
+        copied.append(entry.name)
+    return copied
+
+
+def restore_runs(root: str | os.PathLike | None = None,
+                 inputs: str | os.PathLike | None = None) -> list[str]:
+    """Copy each ``runs/<run>`` of the attached inputs into ``root``; one line per run found.
+
+    Kaggle mounts an input read-only under /kaggle/input (``$REASONKIT_KAGGLE_INPUT``, or
+    ``inputs``), in either of its layouts: an earlier notebook version's output at
+    ``notebooks/<owner>/<slug>/`` (``<slug>/`` in older sessions), a dataset made of a
+    runs folder at ``datasets/<owner>/<slug>/`` (``<slug>/``), a zip one folder deeper
+    (:func:`reasonkit_bootstrap.input_folders`: a bounded search). Of several copies of
+    one run the one that got furthest is taken. Nothing already in ``root`` is replaced:
+    a stage folder (or other entry) of the run is copied only where the one in ``root``
+    is missing or empty, so work of this session always wins. Compiled programs under
+    ``runs/.jax_cache`` come along, file by file.
+
+    Each line names the run, where it came from, what it holds and what was copied (or
+    that it was here already). No line: no input holds a run (:func:`start_session` then
+    says where it looked).
+    """
+    root = pathlib.Path(root) if root is not None else default_root()
+    inputs = reasonkit_bootstrap.input_root(inputs)
+    if not inputs.is_dir() or not is_writer():
+        return []
+    found, folders = _runs_in_inputs(inputs, root)
+    lines = []
     for name, source in sorted(found.items()):
-        copied = []
-        for entry in sorted(source.iterdir()):
-            dest = root / name / entry.name
-            if holds_no_file(entry) or not holds_no_file(dest):
-                continue  # nothing to bring, or work already here (this session's), which wins
-            if entry.is_dir():
-                shutil.copytree(entry, dest, dirs_exist_ok=True)
-            else:
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(entry, dest)
-            copied.append(entry.name)
+        copied = _copy_missing(source, root / name)
+        holds = run_holds(source)
         if copied:
-            restored.append(f"{name} ({', '.join(copied)}) from {source}")
-    for cache in caches:
+            lines.append(f"restored run {name!r} from {source}: it holds {holds}; copied "
+                         f"{', '.join(copied)}")
+        else:
+            lines.append(f"run {name!r} in {source} (it holds {holds}) is here already: nothing copied, "
+                         "this session's work wins")
+    for cache in (f / CACHE_DIR for f in folders):
         if cache.is_dir():
             for f in cache.rglob("*"):
                 dest = root / CACHE_DIR / f.relative_to(cache)
                 if f.is_file() and not dest.exists():
                     dest.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copy2(f, dest)
-    return restored
+    return lines
 
 
 def mount_drive(root: pathlib.Path, mount: Callable[[str], Any] | None = None) -> bool:
-    """On Colab, mount Google Drive when the runs root is on it (``/content/drive/...``).
+    """Mount Google Drive when the runs root is on it (``/content/drive/...``); whether it did.
 
-    ``%env REASONKIT_RUNS=/content/drive/MyDrive/reasonkit-runs`` in a cell above the
-    setup keeps the runs across Colab sessions: the runtime's own disk goes with it.
+    On Colab the runs root is on Drive by default (:func:`default_root`). Where Drive cannot
+    be mounted (access refused, or a process without Colab's notebook, such as ``!python
+    -m reasonkit``, before the notebook mounted it) this stops with what to do: the next
+    notebook, in a runtime of its own, would not find this one's outputs.
     """
     if COLAB_DRIVE not in pathlib.Path(root).absolute().parents or (COLAB_DRIVE / "MyDrive").is_dir():
         return False
+    why = None
     if mount is None:
-        from google.colab import drive  # only on Colab
+        try:
+            from google.colab import drive  # only on Colab
 
-        mount = drive.mount
-    mount(str(COLAB_DRIVE))
+            mount = drive.mount
+        except ImportError:
+            why = "google.colab is not importable here (not a Colab notebook's kernel)"
+    if mount is not None:
+        try:
+            mount(str(COLAB_DRIVE))
+        except Exception as e:  # noqa: BLE001 - Colab raises several kinds; all end the same way
+            why = f"mounting it failed: {type(e).__name__}: {e}"
+    if why or not (COLAB_DRIVE / "MyDrive").is_dir():
+        raise RuntimeError(
+            f"the runs root {root} is on Google Drive, which is not mounted "
+            f"({why or 'no MyDrive after mounting'}). "
+            "On Colab each notebook runs in a runtime of its own: a later notebook finds an earlier one's "
+            "outputs only on Drive. Run this notebook's first cell and allow access to Drive, or, to keep "
+            "this notebook's runs on this runtime's disk (lost with it, invisible to the other notebooks; "
+            "`!python -m reasonkit run` runs every stage in one process and needs no Drive), set "
+            "%env REASONKIT_RUNS=/content/runs in a cell above the first.")
     return True
 
 
@@ -347,22 +425,32 @@ class Session:
     cache: pathlib.Path
 
 
-def start_session(root: str | os.PathLike | None = None, *, inputs: str | os.PathLike = KAGGLE_INPUT,
+def start_session(root: str | os.PathLike | None = None, *, inputs: str | os.PathLike | None = None,
                   env: Mapping[str, str] | None = None) -> Session:
     """Before anything else in a session: Drive, restored runs, compilation cache, deadline,
     and on a CPU, step memory kept between steps
     (:func:`reasonkit.tunix_patches.cpu_memory.keep_step_memory`, printed; off with
     ``REASONKIT_KEEP_STEP_MEMORY=0``).
 
-    On several hosts, after :func:`reasonkit.runtime.mesh.init_distributed` (process 0 restores and
-    writes the session's files, the others wait for it).
+    On Kaggle (an input root exists) it says which runs it restored and what each holds,
+    or, finding none, where it looked. On several hosts, after
+    :func:`reasonkit.runtime.mesh.init_distributed` (process 0 restores and writes the
+    session's files, the others wait for it).
     """
-    root = pathlib.Path(root) if root is not None else default_root()
+    root = pathlib.Path(root) if root is not None else default_root(env)
+    inputs = reasonkit_bootstrap.input_root(inputs, env)
     mount_drive(root)
+    if on_colab(env) and COLAB_DRIVE not in root.absolute().parents:
+        print(f"runs in {root.absolute()}, this runtime's own disk: on Colab the next notebook runs in "
+              "another runtime and will not see them (unset REASONKIT_RUNS to keep them on Drive)")
     root.mkdir(parents=True, exist_ok=True)
     restored = restore_runs(root, inputs)
     for line in restored:
-        print(f"restored {line}")
+        print(line)
+    if not restored and inputs.is_dir() and is_writer():
+        print(f"no earlier run in the Kaggle inputs: looked for runs/ in "
+              f"{reasonkit_bootstrap.looked_in(inputs)}; to go on from an earlier session, add its "
+              "output as an input (Add Input > Your Work, or the notebook's Output)")
     cache = use_compilation_cache(root)
     print(f"runs in {root.absolute()}; compiled programs kept in {cache}")
     deadline = session_deadline(root, env=env)

@@ -114,11 +114,13 @@ class _Run:
         """``stream`` until the deadline (:func:`reasonkit.train.clock.until`), its compilations counted.
 
         A resumed trainer first reads and discards the batches it already consumed
-        (``skip``, its restored step): they are neither timed nor counted as warm-up.
+        (``skip``, its restored step): they are neither timed nor counted as warm-up. The
+        ETA line's time per step leaves out every step the counter saw compile (GRPO's
+        length buckets compile on their first steps), and says how many and how long.
         """
         skip = self.stage.trainer.train_steps
         return self.counter.watch(clock.until(stream, self.deadline, total=self.config.max_steps,
-                                              name=label, skip=skip), skip=skip)
+                                              name=label, skip=skip, counter=self.counter), skip=skip)
 
     def finish(self, collator) -> StageResult:
         """The stage's result, after the block; marks the stage finished when it ran all its steps."""
