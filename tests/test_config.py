@@ -65,10 +65,13 @@ def test_auto_on_a_tpu_says_what_it_picked_and_that_it_is_untested(monkeypatch, 
     assert ("JAX's own TPU CI does not cover v3" in out) == v3
 
 
-def test_every_preset_but_tiny_says_it_is_untested():
-    assert set(config.UNTESTED) == set(config.PRESETS) - {"tiny"}
+def test_every_tpu_preset_says_it_is_untested():
+    """The CPU presets (tiny, and the real Gemma 3 270M on a CPU) run in this repository's tests."""
+    cpu = {name for name in config.PRESETS if get_preset(name).hardware == "cpu"}
+    assert cpu == {"tiny", "gemma3-270m-cpu"}
+    assert set(config.UNTESTED) == set(config.PRESETS) - cpu
     for name in config.PRESETS:
-        assert ("(untested)" in get_preset(name).description) == (name != "tiny")
+        assert ("(untested)" in get_preset(name).description) == (name not in cpu)
 
 
 def test_unknown_preset_names_the_known_ones():
@@ -134,13 +137,13 @@ def test_validation_names_field_and_value(make, field, value):
 
 
 def test_gsm8k_test_split_by_default_on_gemma_only():
-    """Every Gemma preset scores all of GSM8K's test split from the Hub; tiny (no network, a
-    model that cannot do GSM8K) skips it, and so does "" (an override that turns it off)."""
+    """Every TPU Gemma preset scores all of GSM8K's test split from the Hub; the CPU presets
+    (no network) skip it, and so does "" (an override that turns it off)."""
     for name in config.PRESETS:
-        e = get_preset(name).eval
-        want = (None, None) if name == "tiny" else (("hf", None), None)
+        e, cpu = get_preset(name).eval, get_preset(name).hardware == "cpu"
+        want = (None, None) if cpu else (("hf", None), None)
         assert (e.gsm8k_source(), e.gsm8k_limit) == want, name
-        assert e.gsm8k_problems == (0 if name == "tiny" else config.GSM8K_TEST_SIZE)
+        assert e.gsm8k_problems == (0 if cpu else config.GSM8K_TEST_SIZE)
     assert config.GSM8K_TEST_SIZE == 1319
     off = get_preset("gemma3-1b", **{"eval.gsm8k_test": ""}).eval
     assert off.gsm8k_source() is None and off.gsm8k_problems == 0

