@@ -18,6 +18,13 @@ with :mod:`reasonkit.models.gguf_file` and computes with Tunix. Checks:
 and writes ``benchmarks/real_270m_reference.json``: each prompt's ids, transformers' greedy
 ids and its top-5 logits after the prompt, which ``tests/test_gguf_file.py`` compares
 reasonkit against in CI, without torch. Exits 1 when a check fails.
+
+``--export <stage>/merged`` checks a trained run's merged export instead (e.g. the GRPO
+stage of ``benchmarks/real_270m_cpu.py``'s run): transformers loads the directory alone
+(``AutoModelForCausalLM``, ``AutoTokenizer``), its chat template encodes a question as
+reasonkit's prompt does, its greedy answer equals reasonkit's (reasonkit's loader on the
+same directory), and generate() stops at ``<end_of_turn>`` through the export's
+generation_config.json. Writes ``benchmarks/real_270m_export.json``.
 """
 
 from __future__ import annotations
@@ -112,10 +119,54 @@ def ours_greedy(model, tok, cfg, prompts: list[str], n: int = NEW_TOKENS) -> lis
     return [tok.EncodeAsIds(t) for t in texts]
 
 
+QUESTIONS = ["Jon has 6 cups. Jon buys 7 more. How many cups does Jon have now?",
+             "Sort 31, 4 and 17 from smallest to largest."]
+
+
+def check_export(path: pathlib.Path, out: pathlib.Path, n: int = 64) -> int:
+    """The merged export in transformers against reasonkit (see the module's docstring)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    cfg = model_config()
+    ours, sp = models.load_model(path, cfg), models.load_tokenizer(path / "tokenizer.model")
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    tok = AutoTokenizer.from_pretrained(path)
+    eot = sp.PieceToId(template.END_OF_TURN)
+    mine = ours_greedy(ours, sp, cfg, [template.format_prompt(q) for q in QUESTIONS], n)
+    rows, problems = [], []
+    for q, ids in zip(QUESTIONS, mine, strict=True):
+        messages = [{"role": "user", "content": f"{template.INSTRUCTION}\n{q}"}]
+        prompt = tok.apply_chat_template(messages, add_generation_prompt=True, return_dict=True,
+                                         return_tensors="pt")["input_ids"]
+        same_prompt = prompt[0].tolist() == [sp.bos_id()] + sp.EncodeAsIds(template.format_prompt(q))
+        with torch.no_grad():  # the export's generation_config.json alone says where to stop
+            gen = hf.generate(prompt, max_new_tokens=n, do_sample=False)[0, prompt.shape[1]:].tolist()
+        stopped = bool(gen) and gen[-1] == eot
+        text = tok.decode(gen, skip_special_tokens=True)
+        same = text == sp.DecodeIds(ids)
+        stop = "stops at <end_of_turn>" if stopped else "NO STOP"
+        print(f"{q[:40]!r}: prompt {'same' if same_prompt else 'DIFFERS'}, answer "
+              f"{'same' if same else 'DIFFERS'}, {stop}: {text!r}")
+        problems += [f"{q!r}: {what}" for what, ok in (("prompt ids differ", same_prompt),
+                                                       ("greedy answer differs", same),
+                                                       ("no <end_of_turn>", stopped)) if not ok]
+        rows.append({"question": q, "transformers": text, "reasonkit": sp.DecodeIds(ids),
+                     "same_prompt_ids": same_prompt, "same_answer": same, "stops_at_end_of_turn": stopped})
+    out.write_text(json.dumps({"export": str(path), "rows": rows}, indent=1) + "\n")
+    for p in problems:
+        print("FAIL:", p)
+    return 1 if problems else 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=pathlib.Path, default=REFERENCE)
+    parser.add_argument("--out", type=pathlib.Path, default=None)
+    parser.add_argument("--export", type=pathlib.Path, help="a merged export to check instead")
     args = parser.parse_args(argv)
+    if args.export is not None:
+        return check_export(args.export, args.out or ROOT / "benchmarks" / "real_270m_export.json")
+    args.out = args.out or REFERENCE
     cfg = model_config()
     t0 = time.time()
     path = models.resolve_source(cfg)

@@ -11,7 +11,7 @@ editing a cell. Only ``tiny`` has run on the hardware it was sized for (:data:`U
 >>> p.model.family, p.lora.rank, p.sft.mesh.axis_names
 ('gemma3', 8, ('fsdp', 'tp'))
 >>> get_preset("gemma3-1b").sft.learning_rate
-2e-05
+0.0002
 """
 
 from __future__ import annotations
@@ -609,7 +609,7 @@ _GEMMA2_2B = ModelConfig(
 )
 
 # Starting points from the Gemma 2 2B write-up: rank-64 LoRA on q/kv/out/gate/up/down,
-# 5-10% warm-up then cosine, lr 2e-5 (SFT) and 3e-6 (DPO, GRPO), (8,1) FSDP for SFT/DPO
+# 5-10% warm-up then cosine, lr 3e-6 (DPO, GRPO), (8,1) FSDP for SFT/DPO
 # and tensor parallelism for GRPO's rollouts.
 _LORA64 = LoraConfig(rank=64, alpha=64.0)
 _FSDP = MeshConfig(shape=(-1, 1))
@@ -649,7 +649,7 @@ def _gemma(name: str, hardware: str, model: ModelConfig, *, batch: int, grpo_mes
         model=dataclasses.replace(model, remat=True), lora=lora,
         data=DataConfig(sources=("gsm8k:hf", "tasks"), num_records=2000,
                         eval_per_domain=80, train_size=6000),
-        sft=SFTConfig(mesh=_FSDP, batch_size=batch, max_steps=1000, learning_rate=2e-5,
+        sft=SFTConfig(mesh=_FSDP, batch_size=batch, max_steps=1000, learning_rate=2e-4,
                       warmup_ratio=0.05, checkpoint_every=200, max_prompt_length=256,
                       max_target_length=1024),
         dpo=DPOConfig(mesh=_FSDP, batch_size=dpo_batch or max(1, batch // 2), max_steps=600,

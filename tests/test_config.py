@@ -26,9 +26,10 @@ def test_every_preset_builds_and_is_frozen(name):
 
 
 def test_gemma_presets_follow_the_write_up():
+    """The write-up's settings, but for the SFT rate, measured on the real 270M (docs/presets.md)."""
     p = get_preset("gemma2-2b")
     assert (p.lora.rank, p.sft.learning_rate, p.dpo.learning_rate, p.grpo.learning_rate) == (
-        64, 2e-5, 3e-6, 3e-6)
+        64, 2e-4, 3e-6, 3e-6)
     for t in ("q_einsum", "kv_einsum", "attn_vec_einsum", "gate_proj", "up_proj", "down_proj"):
         assert t in p.lora.module_path
     assert p.sft.mesh.axis_names == ("fsdp", "tp") and p.sft.mesh.shape == (-1, 1)

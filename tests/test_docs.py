@@ -19,7 +19,7 @@ LINK = re.compile(r"\]\(([^)\s#]*)(#[^)\s]*)?\)")  # [text](target#anchor)
 # changes one of these must change the page too (its source, or "untested").
 DOCUMENTED = {
     "lora.alpha_over_rank": 1.0, "lora.qlora": False, "model.remat": True,
-    "sft.learning_rate": 2e-5, "sft.warmup_ratio": 0.05, "sft.max_steps": 1000,
+    "sft.learning_rate": 2e-4, "sft.warmup_ratio": 0.05, "sft.max_steps": 1000,
     "sft.max_prompt_length": 256, "sft.max_target_length": 1024, "sft.max_grad_norm": 1.0,
     "sft.weight_decay": 0.0, "sft.packing": False,
     "dpo.learning_rate": 3e-6, "dpo.warmup_ratio": 0.1, "dpo.beta": 0.1, "dpo.algorithm": "dpo",

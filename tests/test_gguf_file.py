@@ -133,8 +133,9 @@ def test_truncated_file(tmp_path, g3_gguf):
     assert not list((tmp_path / "cache").glob("*"))  # nothing half-written left behind
 
 
-def rewrite(path, out, arch=None, drop=(), reshape=None):
-    """``path``'s GGUF copied to ``out``, with another architecture, tensors left out or reshaped."""
+def rewrite(path, out, arch=None, drop=(), reshape=None, add=None):
+    """``path``'s GGUF copied to ``out``, with another architecture, tensors left out,
+    reshaped or added."""
     import gguf
 
     reader = gguf.GGUFReader(path)
@@ -157,6 +158,8 @@ def rewrite(path, out, arch=None, drop=(), reshape=None):
         if reshape and t.name in reshape:
             data = np.zeros(reshape[t.name], np.float32)
         writer.add_tensor(t.name, data)
+    for name, data in (add or {}).items():
+        writer.add_tensor(name, data)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -177,6 +180,15 @@ def test_other_architecture_missing_and_misshapen_tensors(tmp_path, g3_gguf):
     with pytest.raises(CheckpointError, match=r"odd\.gguf: wrong shape.*blk\.0\.attn_v\.weight: "
                                               r"\(16, 31\) \(expected \(16, 32\)\)"):
         gguf_file.convert_gguf(odd, G3, tmp_path / "c")
+
+
+def test_what_tunix_cannot_represent_is_refused(tmp_path, g3_gguf):
+    """An output matrix of its own (llama.cpp writes one for untied embeddings): Tunix's
+    Gemma ties the output to the embedding."""
+    _, _, path = g3_gguf
+    untied = rewrite(path, tmp_path / "untied.gguf", add={"output.weight": np.zeros((512, 32), np.float32)})
+    with pytest.raises(CheckpointError, match=r"untied\.gguf \(its metadata\): tie_word_embeddings=False"):
+        gguf_file.convert_gguf(untied, G3, tmp_path / "c")
 
 
 def test_metadata_that_differs_from_the_preset_is_named(tmp_path, g3_gguf):
@@ -311,3 +323,64 @@ def test_real_gemma_sft_starts_low_and_two_lora_steps_lower_it(real):
     moved = models.lora_params(stage.policy)
     assert any(not np.array_equal(moved[k], adapters[k]) for k in adapters)
     assert base_differences(stage.policy, preset.model, path) == []
+
+
+# --- writing: what llama.cpp reads, and what it cannot represent ---------------------------
+
+def test_written_file_says_the_chat_template_turn_end_and_layer_pattern(g3_gguf):
+    """llama.cpp's Gemma 3 reads the sliding period and the sliding layers' RoPE base when the
+    file has them; the turn end is the end-of-turn id; the chat template is reasonkit's."""
+    _, _, path = g3_gguf
+    reader = gguf_file.read_gguf(path)
+    fields = {k: f.contents() for k, f in reader.fields.items() if not k.startswith("GGUF.")}
+    tok = models.load_tokenizer(tiny.ASSET / "tokenizer.model")
+    assert fields["tokenizer.ggml.eot_token_id"] == tok.PieceToId(template.END_OF_TURN)
+    assert fields["tokenizer.chat_template"] == models.tokenizer.CHAT_TEMPLATE
+    assert (fields["gemma3.attention.sliding_window_pattern"], fields["gemma3.rope.freq_base_swa"],
+            fields["gemma3.rope.freq_base"]) == (6, 10_000.0, 1_000_000.0)
+    assert "gemma3.rope.scaling.type" not in fields and "general.license" not in fields
+    assert fields["general.name"] == "hf"  # the directory's name, when the config has none
+
+
+def config_with(cfg, **fields):
+    """models.hf_config(cfg) with ``fields`` changed (``...`` removes one)."""
+    return {k: v for k, v in {**models.hf_config(cfg), **fields}.items() if v is not ...}
+
+
+def test_rope_per_layer_type_is_written_as_llama_cpp_reads_it(tmp_path):
+    src, _ = hf_dir(tmp_path / "hf", G3)
+    config = config_with(G3, rope_theta=..., rope_local_base_freq=..., rope_parameters={
+        "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 500_000.0},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 20_000.0}})
+    tensors = models.to_hf_tensors(models.load_model(src, G3), G3)
+    path = gguf_file.write_gguf_tensors(tensors, config, src, G3, tmp_path / "m.gguf", "f32",
+                                        name="x", license="gemma", base_model="hf:google/gemma-3-1b-it")
+    fields = gguf_file.read_gguf(path).fields
+    got = {k: fields[k].contents() for k in ("gemma3.rope.freq_base", "gemma3.rope.freq_base_swa",
+                                             "gemma3.rope.scaling.type", "gemma3.rope.scaling.factor",
+                                             "general.license", "general.base_model.0.name")}
+    assert got == {"gemma3.rope.freq_base": 500_000.0, "gemma3.rope.freq_base_swa": 20_000.0,
+                   "gemma3.rope.scaling.type": "linear", "gemma3.rope.scaling.factor": 4.0,
+                   "general.license": "gemma", "general.base_model.0.name": "hf:google/gemma-3-1b-it"}
+
+
+def test_what_llama_cpp_would_compute_otherwise_is_refused(tmp_path):
+    """llama.cpp scales queries by 1/sqrt(key_length) (27B aside) and never scales the sliding
+    layers' RoPE: a config that says otherwise gets no file, and an error naming the field."""
+    wide = dataclasses.replace(G3, num_heads=4)  # hidden / heads = 8, head_dim 16
+    src, tensors = hf_dir(tmp_path / "hf", wide)
+    out = tmp_path / "m.gguf"
+    with pytest.raises(CheckpointError, match=r"m\.gguf \(config\.json\): queries are scaled by 1/sqrt\(8\); "
+                                              r"llama\.cpp scales a 2-layer gemma3 by 1/sqrt\(16\)"):
+        gguf_file.write_gguf_tensors(tensors, config_with(wide, query_pre_attn_scalar=8), src, wide, out,
+                                     name="x")
+    scaled = config_with(G3, rope_theta=..., rope_local_base_freq=..., rope_parameters={
+        "full_attention": {"rope_type": "default", "rope_theta": 1e6},
+        "sliding_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}})
+    with pytest.raises(CheckpointError, match=r"sliding layers' RoPE is scaled by 2\.0; llama\.cpp"):
+        gguf_file.write_gguf_tensors(tensors, scaled, src, G3, out, name="x")
+    with pytest.raises(CheckpointError, match=r"m\.gguf: 1 tensors missing from the model, "
+                                              r"e\.g\. \['model\.norm\.weight'\]"):
+        gguf_file.write_gguf_tensors({k: v for k, v in tensors.items() if k != "model.norm.weight"},
+                                     models.hf_config(wide), src, wide, out, name="x")
+    assert not list(tmp_path.glob("m.gguf*"))  # nothing half-written left behind
