@@ -340,19 +340,21 @@ else:
 # `runs/<run>/grpo/checkpoints` holds Orbax checkpoints of the LoRA adapters (and
 # optimizer state): Tunix's `CheckpointManager` restores them onto a LoRA model, which
 # is how `models.load_policy(preset, run, "grpo", mesh)` and `06_evaluation` load them.
-# For everything outside JAX, `train.export` writes two Hugging Face directories:
+# For everything outside JAX, `train.export` writes three directories:
 # `grpo/adapter`, the adapters in PEFT's format (exact, applied to the base model; 100 MB
 # for gemma3-1b), and `grpo/merged`, the base with the adapters merged in (2 GB for
 # gemma3-1b): config, generation config (it stops at `<end_of_turn>`), tokenizer with the
-# chat template, and a README saying how to load it in `transformers`, vLLM or
-# llama.cpp / Ollama. Only the final stage is exported; `train.export(train.train_or_load(
+# chat template, and a model card saying how to load it and which runtimes were checked;
+# and, with `gguf="f16"`, `grpo/gguf`: the merged model as one GGUF file (2 GB for
+# gemma3-1b; `"q8_0"` halves it) with an Ollama Modelfile, for llama.cpp, Ollama and LM
+# Studio (`docs/exports.md`). Only the final stage is exported; `train.export(train.train_or_load(
 # preset, run, "sft"), preset, run, merged=False)` exports another stage's adapters.
 
 # %%
 if not finished:
     print("not exported: GRPO has not finished")
 else:
-    exported = train.export_once(result, preset, run, again=RETRAIN)  # already there: says so
+    exported = train.export_once(result, preset, run, again=RETRAIN, gguf="f16")  # already there: says so
     for kind, path in exported.items():
         print(f"{kind}: {path}\n  {sorted(p.name for p in path.iterdir())}")
 

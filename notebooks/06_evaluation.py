@@ -343,6 +343,35 @@ else:
     display(Markdown(plots.judge_table(judged)))
 
 # %% [markdown]
+# ## Use the model elsewhere: the exports, and a push
+# `05_grpo` exported the GRPO model to `runs/<run>/grpo/`: `adapter` (PEFT), `merged`
+# (transformers, vLLM, Tunix) and, with `gguf="f16"`, `gguf` (one GGUF file and an Ollama
+# Modelfile, for llama.cpp, Ollama and LM Studio). What was checked, and how: reasonkit
+# reloads the merged model and reads the GGUF file back (every CI run); transformers
+# gives the same logits from the merged model and from an f16 GGUF file
+# (`benchmarks/hf_parity.py`, `benchmarks/gguf_export.py`: within 2e-3); Go's template
+# engine, Ollama's, renders the Modelfile's template as the chat template. llama.cpp,
+# Ollama and LM Studio themselves were not run (`docs/exports.md`).
+#
+# `models.push` uploads an export to the Hugging Face Hub (`hf:<you>/<name>`) or Kaggle
+# Models (`kaggle:<you>/<model>/<framework>/<variation>`) with its model card and licence
+# file, once. Here it is a dry run: it checks the export is complete and lists what would
+# go where, with no network. To push, set `TO` and `DRY_RUN = False`, and add `HF_TOKEN`
+# (or `KAGGLE_USERNAME` and `KAGGLE_KEY`) as a notebook secret.
+
+# %%
+TO = "hf:your-name/reasonkit-grpo"  # or "kaggle:your-name/reasonkit/transformers/tiny"
+DRY_RUN = True
+ready = [p for p in (run.stage("grpo") / kind for kind in ("gguf", "merged", "adapter")) if p.is_dir()]
+if not ready:
+    print("no GRPO export yet: 05_grpo writes it once GRPO has finished")
+else:
+    try:
+        pushed = models.push(ready[0], TO, dry_run=DRY_RUN)  # prints what goes where
+    except models.PushError as e:  # an incomplete export, or no credentials: says what to do
+        print(e)
+
+# %% [markdown]
 # ## Save
 # `runs/<run>/eval/` gets `results.json` (settings and every summary), one
 # `completions_<stage>.jsonl` per stage (every scored row, to grep), `stage_table.md`
@@ -395,4 +424,5 @@ print(f"checked: {len(stages)} rows ({', '.join(stages)}), each over {len(splits
 # - **Use the model.** `05_grpo` merges the GRPO adapters into the base and saves them to
 #   `runs/<run>/grpo/merged` (Hugging Face safetensors + tokenizer): load that directory
 #   with `models.load_model(run.stage("grpo") / "merged", preset.model)`, or with
-#   transformers, and generate with it like any Gemma checkpoint.
+#   transformers, and generate with it like any Gemma checkpoint; or run the GGUF file with
+#   llama.cpp or Ollama, and share it with the push above (`docs/exports.md`).

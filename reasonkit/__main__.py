@@ -13,7 +13,15 @@ where it stopped: finished stages are skipped, a stopped one resumes from its ch
     python -m reasonkit run --preset gemma3-1b --run first
     python -m reasonkit plan              # only the time model, nothing trained
 
-Exit status: 0 when the series is done, 3 when it stopped for the deadline (resumable).
+The GRPO model is exported as a PEFT adapter, a merged Hugging Face directory and an f16
+GGUF file with an Ollama Modelfile (``runs/<run>/grpo/{adapter,merged,gguf}``). ``push``
+uploads one export to the Hugging Face Hub or Kaggle Models (:mod:`reasonkit.models.publish`):
+
+    python -m reasonkit push runs/tiny/grpo/gguf --to hf:<you>/reasonkit-tiny --dry-run
+    python -m reasonkit push runs/first/grpo/merged --to kaggle:<you>/reasonkit/transformers/1b
+
+Exit status: 0 when the series is done (or the push made, or planned), 3 when it stopped for
+the deadline (resumable), 2 when a push cannot go ahead (it says why).
 """
 
 from __future__ import annotations
@@ -31,6 +39,8 @@ from reasonkit.runtime.runs import RunDir
 
 TRAINING = ("sft", "dpo", "grpo")
 STOPPED = 3
+REFUSED = 2  # a push that cannot go ahead: an incomplete export, no credentials, a bad destination
+GGUF = "f16"  # the GGUF export's tensor type: the merged weights without quantization error
 START_MARGIN_S = 180.0  # no stage starts with less left: it would stop while loading or compiling
 
 
@@ -65,12 +75,12 @@ def plan(preset: Preset, run: RunDir, deadline: float | None, eval_prompts: int 
 
 
 def export_grpo(preset: Preset, run: RunDir, result: train.StageResult | None) -> None:
-    """GRPO's adapters as a PEFT adapter and merged into the base (``grpo/adapter``,
-    ``grpo/merged``), once."""
-    if train.exported(run, "grpo"):
+    """GRPO's adapters as a PEFT adapter, merged into the base, and as a GGUF file
+    (``grpo/adapter``, ``grpo/merged``, ``grpo/gguf``), once."""
+    if train.exported(run, "grpo", gguf=GGUF):
         return
     result = result or train.train_or_load(preset, run, "grpo")  # finished earlier: loads it
-    print(f"exported the GRPO model to {train.export(result, preset, run)}")
+    print(f"exported the GRPO model to {train.export(result, preset, run, gguf=GGUF)}")
 
 
 def run_series(preset_name: str | None = None, run_name: str | None = None) -> int:
@@ -135,15 +145,40 @@ def run_series(preset_name: str | None = None, run_name: str | None = None) -> i
     return 0
 
 
+def push(export_dir: str, to: str, *, dry_run: bool, force: bool, private: bool) -> int:
+    """``python -m reasonkit push``: one export to the Hub or Kaggle Models; the exit status."""
+    try:
+        models.push(export_dir, to, dry_run=dry_run, force=force, private=private)
+    except models.PushError as e:
+        print(f"push refused: {e}", file=sys.stderr)
+        return REFUSED
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m reasonkit", description=__doc__.split("\n")[0])
-    ap.add_argument("command", choices=("run", "plan"),
-                    help="run: the series 02 -> 06, resuming; plan: only the time model")
+    ap.add_argument("command", choices=("run", "plan", "push"),
+                    help="run: the series 02 -> 06, resuming; plan: only the time model; "
+                         "push: upload an export to the Hugging Face Hub or Kaggle Models")
+    ap.add_argument("export_dir", nargs="?", help="push: the export directory, e.g. runs/<run>/grpo/gguf")
     ap.add_argument("--preset", help="a preset name (default: $REASONKIT_PRESET, else auto)")
     ap.add_argument("--run", help="the run's name (default: $REASONKIT_RUN, else the preset's)")
+    ap.add_argument("--to", help="push: hf:<owner>/<name> or kaggle:<owner>/<model>/<framework>/<variation>")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="push: check the export and list what would go where; send nothing")
+    ap.add_argument("--force", action="store_true", help="push: send files that went there before")
+    ap.add_argument("--private", action="store_true", help="push: a new Hugging Face repository is private")
     args = ap.parse_args(argv)
+    if args.command == "push" and not (args.export_dir and args.to):
+        ap.error("push needs an export directory and --to, e.g. "
+                 "`push runs/tiny/grpo/gguf --to hf:<you>/<name>`")
+    if args.command != "push" and (args.export_dir or args.to or args.dry_run or args.force or args.private):
+        ap.error(f"{args.command} takes no export directory, --to, --dry-run, --force or --private "
+                 "(push does)")
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(line_buffering=True)  # a notebook's `!python -m ...` shows it live
+    if args.command == "push":
+        return push(args.export_dir, args.to, dry_run=args.dry_run, force=args.force, private=args.private)
     if args.command == "plan":
         started = session.start_session()
         preset = get_preset(args.preset)

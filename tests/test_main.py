@@ -54,9 +54,10 @@ def series(tmp_path, monkeypatch):
         run.mark_finished(stage, steps=5)
         return train.StageResult(stage, 5, True, None, 1.0, {})
 
-    def export(result, p, run):
+    def export(result, p, run, gguf=None):
         state["calls"].append("export")
-        for kind, name in (("adapter", "adapter_model.safetensors"), ("merged", "model.safetensors")):
+        files = [("adapter", "adapter_model.safetensors"), ("merged", "model.safetensors")]
+        for kind, name in files + ([("gguf", f"model-{gguf}.gguf")] if gguf else []):
             (run.stage("grpo") / kind).mkdir(exist_ok=True)  # what train.exported looks for
             (run.stage("grpo") / kind / name).write_text("")
         return run.stage("grpo") / "merged"
@@ -123,6 +124,36 @@ def test_an_exported_model_is_made_once_even_when_grpo_finished_in_an_earlier_se
     series["calls"].clear()
     assert cli.main(["run"]) == 0
     assert series["calls"] == ["grpo", "export"]  # loads the finished adapters, exports
+
+
+def test_the_export_includes_the_gguf_file_and_a_run_without_it_exports_again(series):
+    run = series["run"]
+    assert cli.main(["run"]) == 0
+    assert (run.stage("grpo") / "gguf" / f"model-{cli.GGUF}.gguf").is_file()
+    (run.stage("grpo") / "gguf" / f"model-{cli.GGUF}.gguf").unlink()  # exported before GGUF exports
+    series["calls"].clear()
+    assert cli.main(["run"]) == 0
+    assert series["calls"] == ["grpo", "export"]
+
+
+def test_push_dry_run_lists_the_export_and_refuses_an_incomplete_one(tmp_path, capsys, monkeypatch):
+    from test_publish import TINY, clear_credentials, write_export  # tests/ is on sys.path under pytest
+
+    clear_credentials(tmp_path, monkeypatch)
+    out = write_export(tmp_path / "gguf", TINY.model)
+    assert cli.main(["push", str(out), "--to", "hf:me/reasonkit-tiny", "--dry-run"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith(f"dry run: {out} (gguf export, licence apache-2.0)") and "HF_TOKEN" in printed
+    assert cli.main(["push", str(out), "--to", "hf:me/reasonkit-tiny"]) == cli.REFUSED  # no token
+    assert "push refused: cannot push" in capsys.readouterr().err
+    (out / "LICENSE").unlink()
+    assert cli.main(["push", str(out), "--to", "hf:me/x", "--dry-run"]) == cli.REFUSED
+    assert "missing LICENSE" in capsys.readouterr().err
+    for argv in (["push", str(out)], ["push", "--to", "hf:me/x"], ["run", "--to", "hf:me/x"],
+                 ["plan", str(out)]):
+        with pytest.raises(SystemExit):
+            cli.main(argv)
+    assert "push needs an export directory and --to" in capsys.readouterr().err
 
 
 def test_plan_only_prints_the_time_model(series, capsys):

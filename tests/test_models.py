@@ -18,6 +18,8 @@ from reasonkit.config import LoraConfig, ModelConfig
 from reasonkit.models import architecture as models_architecture
 from reasonkit.models import checkpoint as models_checkpoint
 from reasonkit.models import export as models_export
+from reasonkit.models import gguf_file
+from reasonkit.models import tokenizer as models_tokenizer
 from reasonkit.models.architecture import _quiet_transformers
 from reasonkit.testing import forward, write_hf_checkpoint
 
@@ -34,7 +36,7 @@ TOKENS = np.array([[2, 17, 40, 5, 99, 7, 0, 0], [2, 300, 12, 8, 9, 11, 13, 21]])
 # --- the package ------------------------------------------------------------------------
 
 MODULES = ("architecture", "tokenizer", "checkpoint", "gguf_file", "tiny", "sources", "lora",
-           "adapters", "export")  # import order
+           "adapters", "export", "publish")  # import order
 
 
 def test_models_is_a_package_of_small_modules_importing_one_way():
@@ -628,8 +630,11 @@ def test_merged_export_is_a_complete_directory(tmp_path, tokenizer_path):
                      "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                      "README.md", "NOTICE"}
     readme = (out / "README.md").read_text()
-    assert readme.startswith("# run x, stage grpo\n") and "AutoModelForCausalLM" in readme
-    assert "vllm serve" in readme and "convert_hf_to_gguf" in readme and "eager" not in readme
+    assert readme.startswith("---\nlicense: gemma\n") and "\nlibrary_name: transformers\n" in readme
+    assert "\n# run x, stage grpo\n" in readme and "AutoModelForCausalLM" in readme
+    assert "eager" not in readme and "convert_hf_to_gguf" not in readme  # reasonkit writes the GGUF
+    checked = readme.split("## Checked")[1].split("## ")[0]  # what read it, and what was not run
+    assert "transformers" in checked and "Not run by reasonkit: vLLM" in checked
     notice = models_export.GEMMA_NOTICE
     assert notice in readme and (out / "NOTICE").read_text() == notice + "\n"
     assert repr(template.INSTRUCTION) in readme  # how to prompt it
@@ -729,7 +734,9 @@ def test_tiny_exports_say_they_hold_no_gemma_weights(tmp_path, tokenizer_path):
     out = models.export_adapter(lora_model_with_delta(cfg), cfg, LORA, tmp_path / "adapter", src)
     readme = (out / "README.md").read_text()
     assert "no Gemma weights" in readme and models_export.GEMMA_NOTICE not in readme
+    assert readme.startswith("---\nlicense: apache-2.0\n") and "library_name: peft" in readme
     assert not (out / "NOTICE").exists()
+    assert "Apache License" in (out / "LICENSE").read_text()  # reasonkit's, which the model shares
 
 
 @pytest.mark.slow
@@ -777,3 +784,101 @@ def test_adapter_export_of_some_layers_names_them_exactly(tmp_path, tokenizer_pa
              for m in ("self_attn.q_proj", "self_attn.k_proj", "mlp.gate_proj", "mlp.up_proj")]
     assert [n for n in names if re.fullmatch(targets, n)] == ["model.layers.1.self_attn.q_proj",
                                                               "model.layers.1.mlp.gate_proj"]
+
+
+# --- the GGUF export: llama.cpp, Ollama, LM Studio ---------------------------------------
+
+def gguf_fields(path):
+    reader = gguf_file.read_gguf(path)
+    return {k: f.contents() for k, f in reader.fields.items() if not k.startswith("GGUF.")}, reader
+
+
+@pytest.mark.parametrize("cfg, kind, tol", [
+    pytest.param(G3, "f16", 2e-3, id="gemma3-f16"),
+    pytest.param(G2, "q8_0", 2e-2, id="gemma2-q8_0", marks=pytest.mark.slow)])
+def test_gguf_export_reads_back_as_the_merged_model(tmp_path, tokenizer_path, cfg, kind, tol):
+    """reasonkit's GGUF reader gives back the merged export's weights (to the type's rounding);
+    the file says what llama.cpp needs: chat template, turn end, layer pattern."""
+    from safetensors.numpy import load_file
+
+    model = lora_model_with_delta(cfg)
+    src = source_dir(tmp_path / "src", cfg, tokenizer_path)
+    out = models.export_gguf(model, cfg, LORA, tmp_path / "gguf", src, name="run x, stage grpo", kind=kind)
+    file = out / f"model-{kind}.gguf"
+    assert {p.name for p in out.iterdir()} == {file.name, "Modelfile", "README.md", "NOTICE"}
+    back = gguf_file.convert_gguf(file, cfg, tmp_path / "cache")
+    want = models_export._merged_tensors(model, cfg, LORA)  # what export_merged writes
+    got = load_file(back / "model.safetensors")
+    for name, value in want.items():
+        assert np.abs(got[name] - value).max() <= tol * np.abs(value).max(), name
+
+    fields, reader = gguf_fields(file)
+    tok = models.load_tokenizer(src / "tokenizer.model")
+    eot = tok.PieceToId(template.END_OF_TURN)
+    assert fields["tokenizer.chat_template"] == models_tokenizer.CHAT_TEMPLATE  # the source has none
+    assert fields["tokenizer.ggml.eot_token_id"] == eot and fields["tokenizer.ggml.eos_token_id"] == 1
+    assert (fields["general.name"], fields["general.license"]) == ("run x, stage grpo", "gemma")
+    arch = cfg.family
+    assert fields["general.architecture"] == arch and fields[f"{arch}.attention.key_length"] == cfg.head_dim
+    if arch == "gemma3":  # llama.cpp's Gemma 3 reads the period and the sliding layers' RoPE base
+        assert fields["gemma3.attention.sliding_window_pattern"] == 6
+        assert fields["gemma3.rope.freq_base_swa"] == 10_000.0
+    assert {t.tensor_type.name for t in reader.tensors if len(t.shape) == 2} == {kind.upper()}
+    readme = (out / "README.md").read_text()
+    assert readme.startswith("---\nlicense: gemma\n") and "- gguf\n" in readme
+    assert f"llama-cli -m {file.name}" in readme and "ollama create" in readme
+    assert "Not run by reasonkit: llama.cpp" in readme.split("## Checked")[1]
+    assert (out / "NOTICE").read_text().startswith("Gemma")
+
+
+@pytest.mark.slow
+def test_gguf_export_reloads_to_the_lora_models_logits(tmp_path, tokenizer_path):
+    model = lora_model_with_delta(G3)
+    src = source_dir(tmp_path / "src", G3, tokenizer_path)
+    out = models.export_gguf(model, G3, LORA, tmp_path / "gguf", src, kind="f16")
+    back = gguf_file.convert_gguf(out / "model-f16.gguf", G3, tmp_path / "cache")
+    got, want = forward(models.load_model(back, G3), TOKENS), forward(model, TOKENS)
+    assert np.linalg.norm(got - want) <= 2e-3 * np.linalg.norm(want)  # f16's rounding of the weights
+    assert (got.argmax(-1) == want.argmax(-1)).mean() >= 0.99
+
+
+def test_gguf_export_of_a_sources_own_chat_template_and_rope_scaling(tmp_path, tokenizer_path):
+    """A Gemma source's tokenizer_config.json template goes into the file, and its global
+    layers' linear RoPE scaling (Gemma 3 4B and up) as llama.cpp's rope.scaling keys."""
+    src = source_dir(tmp_path / "src", G3, tokenizer_path)
+    config = json.loads((src / "config.json").read_text())
+    config["rope_scaling"] = {"rope_type": "linear", "factor": 8.0}
+    (src / "config.json").write_text(json.dumps(config))
+    (src / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ 'own' }}"}))
+    out = models.export_gguf(lora_model_with_delta(G3), G3, LORA, tmp_path / "gguf", src, kind="f16")
+    fields, _ = gguf_fields(out / "model-f16.gguf")
+    assert fields["tokenizer.chat_template"] == "{{ 'own' }}"
+    assert (fields["gemma3.rope.scaling.type"], fields["gemma3.rope.scaling.factor"]) == ("linear", 8.0)
+    back = gguf_file.gguf_hf_config(gguf_file.read_gguf(out / "model-f16.gguf"), out)
+    assert back["rope_scaling"] == {"rope_type": "linear", "factor": 8.0}  # and reads back as such
+
+
+def test_tiny_gguf_export_carries_reasonkits_licence(tmp_path, tokenizer_path):
+    cfg = dataclasses.replace(G3, source="tiny")
+    src = source_dir(tmp_path / "src", cfg, tokenizer_path)
+    out = models.export_gguf(lora_model_with_delta(cfg), cfg, LORA, tmp_path / "gguf", src, kind="q8_0")
+    assert {p.name for p in out.iterdir()} == {"model-q8_0.gguf", "Modelfile", "README.md", "LICENSE"}
+    fields, _ = gguf_fields(out / "model-q8_0.gguf")
+    assert fields["general.license"] == "apache-2.0" and fields["general.name"] == "reasonkit export"
+    assert "Apache-2.0" in (out / "Modelfile").read_text()
+    with pytest.raises(ValueError, match=r"kind='q4_0': must be one of \('f32', 'f16', 'q8_0'\)"):
+        models.export_gguf(lora_model_with_delta(cfg), cfg, LORA, tmp_path / "x", src, kind="q4_0")
+
+
+def test_ollama_modelfile_names_the_file_the_turn_format_and_the_stop():
+    text = models_export.ollama_modelfile("model-f16.gguf", G3)
+    lines = text.splitlines()
+    assert "FROM ./model-f16.gguf" in lines and 'PARAMETER stop "<end_of_turn>"' in lines
+    assert f'LICENSE """{models_export.GEMMA_NOTICE}"""' in lines
+    template_text = text.split('TEMPLATE """')[1].split('"""')[0]
+    assert template_text == models_export.OLLAMA_TEMPLATE
+    # Go's text/template: balanced actions, the turn markers as text, the model's turn opened
+    # last, and no BOS (Ollama adds it, as the file's add_bos_token says).
+    assert template_text.count("{{") == template_text.count("}}")
+    assert template_text.endswith(f"{template.START_OF_TURN}model\n") and "<bos>" not in template_text
+    assert template_text.count(template.END_OF_TURN) == 1

@@ -1,16 +1,23 @@
-"""Exports: directories that transformers, PEFT, vLLM and GGUF converters load.
+"""Exports: directories that transformers, PEFT, llama.cpp, Ollama and LM Studio load.
 
 A merged export (:func:`export_merged`) is a whole model: the source checkpoint's own
 config.json (only the dtype, and for a multimodal Gemma 3 the text-only architecture,
 change), a generation_config.json that stops at the turn end, the source's tokenizer files
-(or ones written from tokenizer.model), a README saying how to load it, and the Gemma
-notice. An adapter export (:func:`export_adapter`) is PEFT's adapter_config.json +
-adapter_model.safetensors: exact (no bf16 merge rounding) and small, applied to the
-source model.
+(or ones written from tokenizer.model). An adapter export (:func:`export_adapter`) is
+PEFT's adapter_config.json + adapter_model.safetensors: exact (no bf16 merge rounding) and
+small, applied to the source model. A GGUF export (:func:`export_gguf`) is the merged model
+as one GGUF file (f16 or q8_0; chat template and stop token inside) with an Ollama
+Modelfile beside it.
+
+Each also holds a model card (README.md: the Hub's metadata, how to prompt and load it,
+which runtimes were checked and how) and the licence: the Gemma notice (NOTICE) for a
+model made from Gemma, reasonkit's Apache-2.0 LICENSE for the tiny model, which holds no
+Gemma weights. The weights file is written last: its presence means the export is complete.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import pathlib
@@ -26,15 +33,24 @@ from reasonkit import template
 from reasonkit.config import LoraConfig, ModelConfig
 from reasonkit.models.architecture import _text_part, read_config_json
 from reasonkit.models.checkpoint import to_hf_tensors
+from reasonkit.models.gguf_file import GGUF_TYPES, write_gguf_tensors
 from reasonkit.models.lora import merge_lora
 from reasonkit.models.tokenizer import export_tokenizer, load_tokenizer, stop_token_ids
 
-__all__ = ["GEMMA_NOTICE", "export_config", "export_generation_config", "export_readme",
-           "export_merged", "peft_tensors", "export_adapter"]
+__all__ = ["GEMMA_NOTICE", "EXPORT_KINDS", "export_licence", "export_config", "export_generation_config",
+           "export_readme", "export_merged", "peft_tensors", "export_adapter", "gguf_file_name",
+           "OLLAMA_TEMPLATE", "ollama_modelfile", "export_gguf"]
 
 
 GEMMA_NOTICE = ("Gemma is provided under and subject to the Gemma Terms of Use found at "
                 "ai.google.dev/gemma/terms")
+EXPORT_KINDS = ("merged", "adapter", "gguf")
+
+
+def export_licence(cfg: ModelConfig) -> str:
+    """The licence of an export of ``cfg``, as the Hugging Face Hub names it: ``"gemma"`` for a
+    model made from Gemma, ``"apache-2.0"`` for the tiny model (reasonkit's own, no Gemma weights)."""
+    return "apache-2.0" if cfg.source == "tiny" else "gemma"
 
 
 def export_config(source_dir: str | os.PathLike, cfg: ModelConfig) -> dict[str, Any]:
@@ -86,15 +102,69 @@ def _base_model_id(cfg: ModelConfig, source_dir: str | os.PathLike) -> str:
     return cfg.source.removeprefix("hf:") if cfg.source.startswith("hf:") else str(source_dir)
 
 
+def _front_matter(cfg: ModelConfig, kind: str) -> list[str]:
+    """The model card's metadata block, which the Hugging Face Hub reads (licence, base model, tags)."""
+    lines = ["---", f"license: {export_licence(cfg)}"]
+    if cfg.source.startswith("hf:"):  # the Hub links the card to its base model
+        lines.append(f"base_model: {cfg.source.removeprefix('hf:')}")
+    library = {"merged": "transformers", "adapter": "peft"}.get(kind)
+    if library:
+        lines.append(f"library_name: {library}")
+    tags = ["reasonkit", cfg.family, "lora", *(["gguf"] if kind == "gguf" else [])]
+    return lines + ["pipeline_tag: text-generation", "tags:", *(f"- {t}" for t in tags), "---", ""]
+
+
+# How each kind of export was checked, for its README: what read it, and against what.
+_CHECKED = {
+    "merged": [
+        "reasonkit (Tunix): reloaded, it gives the LoRA model's logits; transformers' AutoTokenizer "
+        "encodes the chat as reasonkit does (reasonkit's tests, every CI run).",
+        "transformers: the same logits as reasonkit on random Gemma 2 and Gemma 3 checkpoints, float32, "
+        "and `generate` stops at the turn end (reasonkit's `benchmarks/hf_parity.py`, run by hand: it "
+        "needs PyTorch).",
+    ],
+    "adapter": [
+        "reasonkit: W + alpha / r * B @ A on the source's weights is the merged export (every CI run).",
+        "PEFT: applied to the source checkpoint, it gives the merged model's logits (reasonkit's "
+        "`benchmarks/hf_parity.py`, run by hand: it needs PyTorch).",
+    ],
+    "gguf": [
+        "reasonkit's own GGUF reader: the file converts back to the merged weights, to f16's or q8_0's "
+        "rounding (every CI run).",
+        "transformers' GGUF loader: an f16 file of a random Gemma 3 with head_dim 256 gives the LoRA "
+        "model's logits within a relative error of 2e-3, and transformers and reasonkit read f16 and "
+        "q8_0 files alike (reasonkit's `benchmarks/gguf_export.py`, run by hand: it needs PyTorch). "
+        "transformers assumes query_pre_attn_scalar 256: for another head_dim, pass "
+        "`query_pre_attn_scalar=<head_dim>` to `from_pretrained` (checked on the tiny model, same "
+        "benchmark).",
+        "Ollama's template: Go's text/template, Ollama's engine, renders the Modelfile's TEMPLATE as the "
+        "chat template's text (same benchmark).",
+        "Not run by reasonkit: llama.cpp, Ollama and LM Studio themselves. The file follows llama.cpp's "
+        "Gemma conventions as its converter writes them and its loader reads them.",
+    ],
+}
+
+
+def _commented(commands: list[tuple[str, str]]) -> list[str]:
+    """Shell commands with their comments aligned in one column."""
+    width = max(len(c) for c, note in commands if note) + 2
+    return [f"{c.ljust(width)}# {note}" if note else c for c, note in commands]
+
+
 def export_readme(cfg: ModelConfig, lora: LoraConfig, kind: str, base: str, stops: list[int], *,
-                  name: str | None = None) -> str:
-    """The README.md of an export (``kind`` "merged" or "adapter"): what it is, how to load it, licence."""
+                  name: str | None = None, gguf_file: str | None = None) -> str:
+    """The README.md of an export (``kind`` one of :data:`EXPORT_KINDS`): a model card with the
+    Hub's metadata, what it is, how to prompt and load it, which runtimes were checked, licence."""
+    if kind not in EXPORT_KINDS:
+        raise ValueError(f"kind={kind!r}: must be one of {EXPORT_KINDS}")
     family = {"gemma3": "Gemma 3", "gemma2": "Gemma 2"}[cfg.family]
     eager = ', attn_implementation="eager"' if cfg.family == "gemma2" else ""
     vllm_rank = max(8, 1 << (lora.rank - 1).bit_length())  # vLLM takes powers of two from 8
-    what = (f"the base model with the LoRA adapters merged into its weights ({cfg.dtype})"
-            if kind == "merged" else f"LoRA adapters in PEFT's format (exact values), for the base `{base}`")
-    lines = [f"# {name or 'reasonkit export'}", "",
+    what = {"merged": f"the base model with the LoRA adapters merged into its weights ({cfg.dtype})",
+            "adapter": f"LoRA adapters in PEFT's format (exact values), for the base `{base}`",
+            "gguf": f"the base model with the LoRA adapters merged in, as one GGUF file (`{gguf_file}`) "
+                    "for llama.cpp, Ollama and LM Studio"}[kind]
+    lines = [*_front_matter(cfg, kind), f"# {name or 'reasonkit export'}", "",
              f"A {family} model post-trained for step-by-step answers with "
              f"reasonkit (LoRA rank {lora.rank}, alpha {lora.alpha:g}) "
              f"from `{cfg.source}`: {what}.", "",
@@ -120,12 +190,9 @@ def export_readme(cfg: ModelConfig, lora: LoraConfig, kind: str, base: str, stop
             lines += ["Gemma 2 needs `attn_implementation=\"eager\"`: transformers' default `sdpa` "
                       "attention ignores Gemma 2's attention logit softcap and gives other logits.", ""]
         lines += [
-            "vLLM: `vllm serve path/to/this/folder` (OpenAI-compatible chat API), or "
-            "`vllm.LLM(model=path).chat(messages)`.", "",
-            "llama.cpp / Ollama: convert to GGUF with llama.cpp's `python convert_hf_to_gguf.py "
-            "path/to/this/folder --outfile model.gguf`, then `ollama create` from a Modelfile "
-            "holding `FROM ./model.gguf`.", ""]
-    else:
+            "llama.cpp, Ollama, LM Studio: reasonkit writes the GGUF file and an Ollama Modelfile "
+            "itself (its GGUF export, `grpo/gguf` beside this folder when 05_grpo made one).", ""]
+    elif kind == "adapter":
         lines += [
             "## Load it", "",
             "PEFT, on the base model (its tokenizer; stop at "
@@ -139,13 +206,29 @@ def export_readme(cfg: ModelConfig, lora: LoraConfig, kind: str, base: str, stop
             "inputs = tok.apply_chat_template(messages, add_generation_prompt=True, return_dict=True,",
             '                                 return_tensors="pt")',
             f"out = model.generate(**inputs, max_new_tokens=512, eos_token_id={stops})", "```", "",
-            f"vLLM: `vllm serve {base} --enable-lora --max-lora-rank {vllm_rank} "
-            "--lora-modules reasonkit=path/to/this/folder`. `model.merge_and_unload()` gives a "
-            "plain transformers model.", ""]
-    lines += ["## Licence", ""]
+            "`model.merge_and_unload()` gives a plain transformers model.", ""]
+    else:
+        lines += [
+            "## Run it", "",
+            "The file holds the chat template, and marks "
+            f"`{template.END_OF_TURN}` as the end of the model's turn, where generation stops.", "",
+            "```bash", *_commented([
+                (f"llama-cli -m {gguf_file}", "llama.cpp: a chat in the terminal"),
+                (f"llama-server -m {gguf_file} --jinja", "llama.cpp: an OpenAI-compatible chat API"),
+                ("ollama create reasonkit -f Modelfile", "Ollama: from the Modelfile beside this README"),
+                ('ollama run reasonkit "<the instruction, a newline, the question>"', "")]), "```", "",
+            f"LM Studio: load `{gguf_file}`; it reads the chat template from the file.", ""]
+    lines += ["## Checked", "", *(f"- {line}" for line in _CHECKED[kind])]
+    if kind == "merged":
+        lines += ["- Not run by reasonkit: vLLM, which reads this layout "
+                  "(`vllm serve path/to/this/folder`)."]
+    elif kind == "adapter":
+        lines += [f"- Not run by reasonkit: vLLM's LoRA serving (`vllm serve {base} --enable-lora "
+                  f"--max-lora-rank {vllm_rank} --lora-modules reasonkit=path/to/this/folder`)."]
+    lines += ["", "## Licence", ""]
     if cfg.source == "tiny":
         lines += ["reasonkit pretrained this model from scratch on its synthetic tasks (Gemma 3's "
-                  "architecture, no Gemma weights); it is Apache-2.0, like reasonkit.", ""]
+                  "architecture, no Gemma weights); it is Apache-2.0, like reasonkit (LICENSE).", ""]
     else:
         lines += [f"{GEMMA_NOTICE}.", "",
                   f"This is a Model Derivative of Gemma: reasonkit modified `{cfg.source}` by "
@@ -155,10 +238,36 @@ def export_readme(cfg: ModelConfig, lora: LoraConfig, kind: str, base: str, stop
     return "\n".join(lines)
 
 
+def _reasonkit_licence() -> str:
+    """reasonkit's Apache-2.0 LICENSE text: the checkout's, or the one installed with the package."""
+    found = [pathlib.Path(__file__).resolve().parents[2] / "LICENSE"]
+    try:
+        found += [f.locate() for f in importlib.metadata.distribution("reasonkit").files or []
+                  if f.name == "LICENSE"]
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout that is not installed
+        pass
+    for path in found:
+        text = pathlib.Path(path).read_text() if pathlib.Path(path).is_file() else ""
+        if "Apache License" in text and "Version 2.0" in text:
+            return text
+    return "Apache License, Version 2.0: https://www.apache.org/licenses/LICENSE-2.0\n"
+
+
 def _write_notices(out: pathlib.Path, cfg: ModelConfig, readme: str) -> None:
+    """The model card, and the licence: the Gemma notice, or reasonkit's LICENSE for tiny."""
     (out / "README.md").write_text(readme)
     if cfg.source != "tiny":  # the Gemma Terms ask for the notice in a "Notice" text file
         (out / "NOTICE").write_text(GEMMA_NOTICE + "\n")
+    else:
+        (out / "LICENSE").write_text(_reasonkit_licence())
+
+
+def _merged_tensors(lora_model: nnx.Module, cfg: ModelConfig, lora: LoraConfig) -> dict[str, np.ndarray]:
+    """Base + merged LoRA in Hugging Face's names, merged in a copy (the LoRA model is left as it is)."""
+    graph, state = nnx.split(lora_model)
+    copy = nnx.merge(graph, jax.tree.map(lambda x: x, state))
+    merge_lora(copy, lora)
+    return to_hf_tensors(copy, cfg)
 
 
 def export_merged(lora_model: nnx.Module, cfg: ModelConfig, lora: LoraConfig,
@@ -181,12 +290,68 @@ def export_merged(lora_model: nnx.Module, cfg: ModelConfig, lora: LoraConfig,
     export_tokenizer(source, out)
     _write_notices(out, cfg, export_readme(cfg, lora, "merged", _base_model_id(cfg, source),
                                            stop_token_ids(tok), name=name))
-    graph, state = nnx.split(lora_model)
-    copy = nnx.merge(graph, jax.tree.map(lambda x: x, state))
-    merge_lora(copy, lora)
     tmp = out / "model.safetensors.tmp"
-    save_file(to_hf_tensors(copy, cfg), str(tmp), metadata={"format": "pt"})
+    save_file(_merged_tensors(lora_model, cfg, lora), str(tmp), metadata={"format": "pt"})
     tmp.replace(out / "model.safetensors")
+    return out
+
+
+def gguf_file_name(kind: str) -> str:
+    """The GGUF file's name in a GGUF export of tensor type ``kind``: ``model-f16.gguf``."""
+    if kind not in GGUF_TYPES:
+        raise ValueError(f"kind={kind!r}: must be one of {GGUF_TYPES}")
+    return f"model-{kind}.gguf"
+
+
+# Gemma's turn format in Go's text/template, which Ollama runs: the chat template's text for
+# every conversation it accepts (a system message opens the next user turn; the model's turn is
+# opened at the end). BOS is not written: Ollama adds it, as the GGUF file asks (add_bos_token).
+OLLAMA_TEMPLATE = (
+    '{{- $prefix := "" }}{{ range .Messages }}'
+    '{{ if eq .Role "system" }}{{ $prefix = printf "%s\\n\\n" .Content }}'
+    '{{ else }}<sot>{{ if eq .Role "assistant" }}model{{ else }}{{ .Role }}{{ end }}\n'
+    '{{ $prefix }}{{ .Content }}<eot>\n{{ $prefix = "" }}{{ end }}'
+    '{{ end }}<sot>model\n'
+).replace("<sot>", template.START_OF_TURN).replace("<eot>", template.END_OF_TURN)
+
+
+def ollama_modelfile(gguf_file: str, cfg: ModelConfig) -> str:
+    """An Ollama Modelfile for the GGUF file ``gguf_file`` beside it: the file, Gemma's turn
+    format (:data:`OLLAMA_TEMPLATE`), the stop at the turn end, and the licence."""
+    licence = (GEMMA_NOTICE if cfg.source != "tiny" else
+               "Apache-2.0 (reasonkit's tiny model: no Gemma weights); see LICENSE beside this file")
+    return "\n".join([
+        "# Ollama: `ollama create reasonkit -f Modelfile`, then `ollama run reasonkit`.",
+        f"# {licence}",
+        f"FROM ./{gguf_file}",
+        f'TEMPLATE """{OLLAMA_TEMPLATE}"""',
+        f'PARAMETER stop "{template.END_OF_TURN}"',
+        f'LICENSE """{licence}"""', ""])
+
+
+def export_gguf(lora_model: nnx.Module, cfg: ModelConfig, lora: LoraConfig,
+                out_dir: str | os.PathLike, source_dir: str | os.PathLike, *,
+                name: str | None = None, kind: str = "f16") -> pathlib.Path:
+    """Save base + merged LoRA as one GGUF file for llama.cpp, Ollama and LM Studio, with a Modelfile.
+
+    The arguments are :func:`export_merged`'s, plus the tensor type ``kind`` ("f16", or
+    "q8_0": llama.cpp's 8-bit blocks, half the size; "f32" too). ``out_dir`` gets
+    ``model-<kind>.gguf`` (:func:`~reasonkit.models.gguf_file.write_gguf_tensors`: the
+    config's shapes and RoPE, the tokenizer, the chat template of the source or reasonkit's,
+    ``<end_of_turn>`` as the end of turn), an Ollama ``Modelfile``, the model card and the
+    licence. The GGUF file is written last, so its presence means the export is complete.
+    """
+    source, out = pathlib.Path(source_dir), pathlib.Path(out_dir)
+    file = gguf_file_name(kind)
+    out.mkdir(parents=True, exist_ok=True)
+    tok = load_tokenizer(source / "tokenizer.model", vocab_size=cfg.vocab_size)
+    (out / "Modelfile").write_text(ollama_modelfile(file, cfg))
+    base = _base_model_id(cfg, source)
+    _write_notices(out, cfg, export_readme(cfg, lora, "gguf", base, stop_token_ids(tok), name=name,
+                                           gguf_file=file))
+    write_gguf_tensors(_merged_tensors(lora_model, cfg, lora), export_config(source, cfg), source, cfg,
+                       out / file, kind, name=name or "reasonkit export", license=export_licence(cfg),
+                       base_model=base if cfg.source.startswith("hf:") else cfg.source)
     return out
 
 

@@ -21,8 +21,9 @@ What llama.cpp's converter changed, undone here:
 What the file does not say comes from Gemma itself: the sliding layers' RoPE base
 (10,000 for Gemma 3), the layer pattern (Gemma 3: five sliding, one global; Gemma 2:
 alternating) and the query scaling (1/sqrt(key_length), except at 27B, as llama.cpp).
-:func:`write_gguf` writes the reverse, with llama.cpp's conventions; the tests build
-their GGUF files with it.
+:func:`write_gguf` writes the reverse, with llama.cpp's conventions (and says the layer
+pattern and the local RoPE base, which llama.cpp reads); exports and the tests write their
+GGUF files with it.
 """
 
 from __future__ import annotations
@@ -39,12 +40,18 @@ import numpy as np
 
 from reasonkit import template
 from reasonkit.config import ModelConfig
-from reasonkit.models.architecture import CheckpointError, config_from_hf
+from reasonkit.models.architecture import (
+    CheckpointError,
+    _text_part,
+    config_from_hf,
+    read_config_json,
+    tunix_config,
+)
 from reasonkit.models.checkpoint import hf_shapes
-from reasonkit.models.tokenizer import load_tokenizer
+from reasonkit.models.tokenizer import CHAT_TEMPLATE, load_tokenizer
 
 __all__ = ["PIP_PREFIX", "GGUF_TYPES", "packaged_gguf", "read_gguf", "gguf_hf_config",
-           "gguf_tokenizer_model", "convert_gguf", "write_gguf"]
+           "gguf_tokenizer_model", "convert_gguf", "write_gguf", "write_gguf_tensors"]
 
 PIP_PREFIX = "pip:"  # model.source "pip:<package>": the GGUF file a pip package assembles
 # The tensor types write_gguf writes: full precision, half, and llama.cpp's 8-bit blocks.
@@ -326,62 +333,153 @@ def convert_gguf(path: str | os.PathLike, cfg: ModelConfig, out_root: str | os.P
 
 
 def write_gguf(model_dir: str | os.PathLike, cfg: ModelConfig, out: str | os.PathLike,
-               kind: str = "f16") -> pathlib.Path:
+               kind: str = "f16", *, name: str | None = None, license: str | None = None,
+               base_model: str | None = None) -> pathlib.Path:
     """Write the Hugging Face-layout model in ``model_dir`` as a GGUF file of tensor type ``kind``.
 
-    llama.cpp's conventions: its tensor names, RMSNorm weights plus one, the tokenizer's
-    pieces / scores / types with BOS added, and 1-D tensors (norms) kept in float32.
+    ``model_dir`` holds config.json, the weights (``*.safetensors``) and tokenizer.model;
+    the chat template comes from its tokenizer_config.json when it has one. The rest is
+    :func:`write_gguf_tensors`'s.
     """
     from safetensors.numpy import load_file
 
-    gguf = _gguf()
-    if kind not in GGUF_TYPES:
-        raise ValueError(f"kind={kind!r}: must be one of {GGUF_TYPES}")
-    model_dir, out = pathlib.Path(model_dir), pathlib.Path(out)
-    qtype = {"f32": gguf.GGMLQuantizationType.F32, "f16": gguf.GGMLQuantizationType.F16,
-             "q8_0": gguf.GGMLQuantizationType.Q8_0}[kind]
+    model_dir = pathlib.Path(model_dir)
     tensors: dict[str, np.ndarray] = {}
     for file in sorted(model_dir.glob("*.safetensors")):
         tensors.update({k.removeprefix("language_model."): v for k, v in load_file(file).items()})
-    raw = json.loads((model_dir / "config.json").read_text())
-    arch = cfg.family
-    writer = gguf.GGUFWriter(out, arch)
-    writer.add_name(raw.get("_name_or_path", model_dir.name) or model_dir.name)
-    writer.add_context_length(int(raw.get("max_position_embeddings", 8192)))
-    writer.add_embedding_length(cfg.embed_dim)
-    writer.add_block_count(cfg.num_layers)
-    writer.add_feed_forward_length(cfg.hidden_dim)
-    writer.add_head_count(cfg.num_heads)
-    writer.add_head_count_kv(cfg.num_kv_heads)
-    writer.add_key_length(cfg.head_dim)
-    writer.add_value_length(cfg.head_dim)
-    writer.add_layer_norm_rms_eps(float(raw.get("rms_norm_eps", 1e-6)))
-    writer.add_sliding_window(cfg.sliding_window)
-    writer.add_rope_freq_base(float(raw.get("rope_theta", 1_000_000.0 if arch == "gemma3" else 10_000.0)))
-    if arch == "gemma2":
-        for key, add in (("attn_logit_softcapping", writer.add_attn_logit_softcapping),
-                         ("final_logit_softcapping", writer.add_final_logit_softcapping)):
-            if raw.get(key) is not None:
-                add(float(raw[key]))
-    writer.add_file_type({"f32": 0, "f16": 1, "q8_0": 7}[kind])  # llama.cpp's LLAMA_FTYPE_*
-    _write_tokenizer(writer, model_dir / "tokenizer.model")
-    names = _name_map(arch, cfg.num_layers)
-    for hf in hf_shapes(cfg):
-        values = np.asarray(tensors[hf], dtype=np.float32)
-        if hf.endswith("norm.weight"):
-            values = values + 1.0
-        name = names.get_name(hf, try_suffixes=(".weight",))
-        if values.ndim == 1 or kind == "f32":
-            writer.add_tensor(name, values)
-        elif kind == "f16":
-            writer.add_tensor(name, values.astype(np.float16))
+    config = read_config_json(model_dir / "config.json")
+    name = name or config.get("_name_or_path") or model_dir.name
+    return write_gguf_tensors(tensors, config, model_dir, cfg, out, kind, name=name, license=license,
+                              base_model=base_model)
+
+
+def write_gguf_tensors(tensors: dict[str, np.ndarray], config: dict[str, Any],
+                       tokenizer_dir: str | os.PathLike, cfg: ModelConfig, out: str | os.PathLike,
+                       kind: str = "f16", *, name: str, license: str | None = None,
+                       base_model: str | None = None) -> pathlib.Path:
+    """Write ``tensors`` (Hugging Face names) as a GGUF file of tensor type ``kind``, as llama.cpp reads it.
+
+    ``config`` is the model's config.json (a dict); ``tokenizer_dir`` holds tokenizer.model
+    and, when the model has its own chat template, tokenizer_config.json. What is written,
+    in llama.cpp's conventions (its ``convert_hf_to_gguf.py`` and its Gemma loaders):
+
+    - its tensor names, RMSNorm weights plus one, 1-D tensors (norms) kept in float32;
+    - the shapes, RMSNorm epsilon, sliding window and RoPE bases; for Gemma 3 also the
+      layer pattern (``attention.sliding_window_pattern``: 5 sliding, then 1 global) and
+      the linear RoPE scaling of its global layers, which llama.cpp reads;
+    - the tokenizer's pieces / scores / types, BOS added, the BOS / EOS / UNK / PAD ids,
+      ``<end_of_turn>`` as the end-of-turn id, and the chat template;
+    - ``general.name``, ``general.license`` and ``general.base_model.*`` when given.
+
+    What llama.cpp cannot represent is refused with a CheckpointError: it scales queries by
+    1/sqrt(key_length) (27B: 1/sqrt(hidden / heads)) whatever the config says, and never
+    scales the sliding layers' RoPE. The file appears at ``out`` only once complete.
+    """
+    gguf = _gguf()
+    if kind not in GGUF_TYPES:
+        raise ValueError(f"kind={kind!r}: must be one of {GGUF_TYPES}")
+    out, tokenizer_dir = pathlib.Path(out), pathlib.Path(tokenizer_dir)
+    where = f"{out.name} (config.json)"
+    rope = _gguf_rope(cfg, config, where)
+    family, text = _text_part(config, where)
+    qtype = {"f32": gguf.GGMLQuantizationType.F32, "f16": gguf.GGMLQuantizationType.F16,
+             "q8_0": gguf.GGMLQuantizationType.Q8_0}[kind]
+    names = _name_map(cfg.family, cfg.num_layers)
+    missing = [hf for hf in hf_shapes(cfg) if hf not in tensors]
+    if missing:
+        raise CheckpointError(f"{out.name}: {len(missing)} tensors missing from the model, "
+                              f"e.g. {missing[:3]}")
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    writer = gguf.GGUFWriter(tmp, cfg.family)
+    try:
+        writer.add_name(name)
+        if license:
+            writer.add_license(license)
+        if base_model:
+            writer.add_base_model_count(1)
+            writer.add_base_model_name(0, base_model)
+        writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+        writer.add_context_length(int(text.get("max_position_embeddings", 8192)))
+        writer.add_embedding_length(cfg.embed_dim)
+        writer.add_block_count(cfg.num_layers)
+        writer.add_feed_forward_length(cfg.hidden_dim)
+        writer.add_head_count(cfg.num_heads)
+        writer.add_head_count_kv(cfg.num_kv_heads)
+        writer.add_key_length(cfg.head_dim)
+        writer.add_value_length(cfg.head_dim)
+        writer.add_layer_norm_rms_eps(float(text.get("rms_norm_eps", 1e-6)))
+        writer.add_sliding_window(cfg.sliding_window)
+        writer.add_rope_freq_base(rope["global_base"])
+        if family == "gemma3":
+            writer.add_sliding_window_pattern(_GEMMA3_PATTERN)
+            writer.add_rope_freq_base_swa(rope["local_base"])
+            if rope["global_scale"] != 1.0:
+                writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+                writer.add_rope_scaling_factor(rope["global_scale"])
         else:
-            writer.add_tensor(name, gguf.quants.quantize(values, qtype), raw_dtype=qtype)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+            for key, add in (("attn_logit_softcapping", writer.add_attn_logit_softcapping),
+                             ("final_logit_softcapping", writer.add_final_logit_softcapping)):
+                if text.get(key) is not None:
+                    add(float(text[key]))
+        writer.add_file_type({"f32": 0, "f16": 1, "q8_0": 7}[kind])  # llama.cpp's LLAMA_FTYPE_*
+        _write_tokenizer(writer, tokenizer_dir / "tokenizer.model")
+        writer.add_chat_template(_chat_template(tokenizer_dir))
+        for hf in hf_shapes(cfg):
+            values = np.asarray(tensors[hf], dtype=np.float32)
+            if hf.endswith("norm.weight"):
+                values = values + 1.0
+            gguf_name = names.get_name(hf, try_suffixes=(".weight",))
+            if values.ndim == 1 or kind == "f32":
+                writer.add_tensor(gguf_name, values)
+            elif kind == "f16":
+                writer.add_tensor(gguf_name, values.astype(np.float16))
+            else:
+                writer.add_tensor(gguf_name, gguf.quants.quantize(values, qtype), raw_dtype=qtype)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+    finally:
+        writer.close()
+    tmp.replace(out)
     return out
+
+
+_GEMMA3_PATTERN = 6  # llama.cpp's period: layers i with i % 6 < 5 slide, every sixth is global
+
+
+def _gguf_rope(cfg: ModelConfig, config: dict[str, Any], where: str) -> dict[str, float]:
+    """The RoPE numbers llama.cpp needs, read as the loader reads config.json (refusing what
+    Tunix cannot run), and a CheckpointError for what llama.cpp would compute otherwise."""
+    t = tunix_config(cfg, config, where=where)
+    if cfg.family == "gemma2":
+        scalar, rope = cfg.head_dim, {"global_base": 10_000.0, "global_scale": 1.0}
+    else:
+        by_head_dim = t.query_pre_attn_norm.name == "BY_ONE_OVER_SQRT_HEAD_DIM"
+        scalar = cfg.head_dim if by_head_dim else cfg.embed_dim // cfg.num_heads
+        rope = {"global_base": float(t.global_base_frequency), "local_base": float(t.local_base_frequency),
+                "global_scale": float(t.global_scale_factor)}
+        if t.local_scale_factor != 1.0:
+            raise CheckpointError(f"{where}: the sliding layers' RoPE is scaled by {t.local_scale_factor}; "
+                                  "llama.cpp's Gemma 3 never scales them, so a GGUF file cannot say it")
+    llama_cpp = cfg.embed_dim // cfg.num_heads if cfg.num_layers == _LAYERS_27B[cfg.family] else cfg.head_dim
+    if scalar != llama_cpp:
+        raise CheckpointError(
+            f"{where}: queries are scaled by 1/sqrt({scalar}); llama.cpp scales a {cfg.num_layers}-layer "
+            f"{cfg.family} by 1/sqrt({llama_cpp}) (1/sqrt(key_length), or 1/sqrt(hidden / heads) for "
+            f"{_LAYERS_27B[cfg.family]} layers, its 27B), so it would compute another model")
+    return rope
+
+
+def _chat_template(tokenizer_dir: pathlib.Path) -> str | list[dict[str, str]]:
+    """The model's own chat template (tokenizer_config.json, chat_template.jinja), else reasonkit's."""
+    config = tokenizer_dir / "tokenizer_config.json"
+    if config.is_file():
+        found = json.loads(config.read_text()).get("chat_template")
+        if found:
+            return found
+    jinja = tokenizer_dir / "chat_template.jinja"
+    return jinja.read_text() if jinja.is_file() else CHAT_TEMPLATE
 
 
 def _write_tokenizer(writer, tokenizer_model: pathlib.Path) -> None:
@@ -405,6 +503,8 @@ def _write_tokenizer(writer, tokenizer_model: pathlib.Path) -> None:
                    (writer.add_unk_token_id, tok.unk_id()), (writer.add_pad_token_id, tok.pad_id())):
         if i >= 0:
             add(i)
+    if template.END_OF_TURN in pieces:  # the end of the model's turn: llama.cpp and Ollama stop there
+        writer.add_eot_token_id(pieces.index(template.END_OF_TURN))
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
     writer.add_add_space_prefix(bool(model.normalizer_spec.add_dummy_prefix))

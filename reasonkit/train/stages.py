@@ -217,18 +217,21 @@ def train_grpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
 
 
 def export(result: StageResult, preset: Preset, run: RunDir, *,
-           merged: bool = True) -> dict[str, pathlib.Path]:
+           merged: bool = True, gguf: str | None = None) -> dict[str, pathlib.Path]:
     """Export a stage for use outside JAX: ``{"adapter": <stage>/adapter, "merged": <stage>/merged}``.
 
     ``adapter`` holds the LoRA adapters in PEFT's format, exact (no rounding of a bf16
     merge) and a small fraction of the model's size; ``merged`` the base with the adapters
-    merged in, a complete Hugging Face directory, left out with ``merged=False``. 05_grpo
-    exports the final stage only (Kaggle keeps 20 GB of output); pass another stage's
-    result to export that one.
+    merged in, a complete Hugging Face directory, left out with ``merged=False``. ``gguf``,
+    a GGUF tensor type ("f16" or "q8_0"), adds ``"gguf": <stage>/gguf``: the merged model as
+    one GGUF file for llama.cpp, Ollama and LM Studio, with an Ollama Modelfile
+    (:func:`reasonkit.models.export_gguf`). 05_grpo exports the final stage only (Kaggle
+    keeps 20 GB of output); pass another stage's result to export that one.
     """
     name = f"reasonkit run {run.name!r}, stage {result.stage}"
     out = {"adapter": run.stage(result.stage) / "adapter"} | (
-        {"merged": run.stage(result.stage) / "merged"} if merged else {})
+        {"merged": run.stage(result.stage) / "merged"} if merged else {}) | (
+        {"gguf": run.stage(result.stage) / "gguf"} if gguf else {})
     # Several processes: each holds shards of the model; all gather it whole, process 0 writes.
     policy = mesh_lib.host_copy(result.policy) if jax.process_count() > 1 else result.policy
     if is_writer():
@@ -236,28 +239,35 @@ def export(result: StageResult, preset: Preset, run: RunDir, *,
         if merged:
             models.export_merged(policy, preset.model, preset.lora, out["merged"], result.model_dir,
                                  name=name)
+        if gguf:
+            models.export_gguf(policy, preset.model, preset.lora, out["gguf"], result.model_dir,
+                               name=name, kind=gguf)
     sync(f"{run.name}/{result.stage} exported")
     return out
 
 
-def exported(run: RunDir, stage: str) -> bool:
-    """Whether ``stage`` of ``run`` has both exports :func:`export` writes, adapter and merged."""
+def exported(run: RunDir, stage: str, *, gguf: str | None = None) -> bool:
+    """Whether ``stage`` of ``run`` has both exports :func:`export` writes, adapter and merged
+    (and with ``gguf``, a GGUF export of that type)."""
     return ((run.stage(stage) / "adapter" / "adapter_model.safetensors").is_file()
-            and (run.stage(stage) / "merged" / "model.safetensors").is_file())
+            and (run.stage(stage) / "merged" / "model.safetensors").is_file()
+            and (not gguf or (run.stage(stage) / "gguf" / models.gguf_file_name(gguf)).is_file()))
 
 
 def export_once(result: StageResult, preset: Preset, run: RunDir, *,
-                again: bool = False) -> dict[str, pathlib.Path]:
-    """:func:`export`, unless the stage's adapter and merged model are already there (then
-    says so and returns them); ``again=True`` exports anew."""
-    out = {kind: run.stage(result.stage) / kind for kind in ("adapter", "merged")}
-    done = exported(run, result.stage)
+                again: bool = False, gguf: str | None = None) -> dict[str, pathlib.Path]:
+    """:func:`export`, unless the stage's adapter and merged model (and with ``gguf``, its GGUF
+    export) are already there (then says so and returns them); ``again=True`` exports anew."""
+    kinds = ("adapter", "merged", *(["gguf"] if gguf else []))
+    out = {kind: run.stage(result.stage) / kind for kind in kinds}
+    done = exported(run, result.stage, gguf=gguf)
+    extra = {"gguf": gguf} if gguf else {}  # without one, the same call as before GGUF exports
 
     def load() -> dict[str, pathlib.Path]:
         print("already exported:")
         return out
 
-    return runs.load_or_build(run, result.stage, load, lambda: export(result, preset, run),
+    return runs.load_or_build(run, result.stage, load, lambda: export(result, preset, run, **extra),
                               rebuild=again, done=done)
 
 
