@@ -50,7 +50,7 @@ from reasonkit.models.architecture import (
 from reasonkit.models.checkpoint import hf_shapes
 from reasonkit.models.tokenizer import CHAT_TEMPLATE, load_tokenizer
 
-__all__ = ["PIP_PREFIX", "GGUF_TYPES", "packaged_gguf", "read_gguf", "gguf_hf_config",
+__all__ = ["PIP_PREFIX", "file_sha256", "GGUF_TYPES", "packaged_gguf", "read_gguf", "gguf_hf_config",
            "gguf_tokenizer_model", "convert_gguf", "write_gguf", "write_gguf_tensors"]
 
 PIP_PREFIX = "pip:"  # model.source "pip:<package>": the GGUF file a pip package assembles
@@ -246,9 +246,10 @@ def gguf_tokenizer_model(reader, path: str | os.PathLike) -> bytes:
     return model.SerializeToString()
 
 
-def _sha256(path: pathlib.Path) -> str:
+def file_sha256(path: str | os.PathLike) -> str:
+    """The sha256 of a file's bytes, read in 1 MiB blocks (a GGUF file is gigabytes)."""
     digest = hashlib.sha256()
-    with path.open("rb") as f:
+    with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -305,7 +306,7 @@ def convert_gguf(path: str | os.PathLike, cfg: ModelConfig, out_root: str | os.P
 
     path = pathlib.Path(path)
     reader = read_gguf(path)
-    digest = _sha256(path)
+    digest = file_sha256(path)
     out = pathlib.Path(out_root) / f"gguf-{digest[:16]}-{cfg.dtype}"
     if (out / "model.safetensors").is_file():
         return out

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import hashlib
 import json
 import os
 import pathlib
 import re
 
 from reasonkit.models.export import EXPORT_KINDS, GEMMA_NOTICE
+from reasonkit.models.gguf_file import file_sha256
 from reasonkit.models.sources import read_platform_secrets
 
 __all__ = ["RECORD", "HUBS", "REQUIRED", "LICENCE_FILES", "KAGGLE_LICENCES", "PushError", "PushPlan",
@@ -131,14 +131,6 @@ def check_export(export_dir: str | os.PathLike) -> tuple[str, str, list[pathlib.
     return kind, licence, files
 
 
-def _sha256(path: pathlib.Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _records(export_dir: pathlib.Path) -> list[dict]:
     path = export_dir / RECORD
     if not path.is_file():
@@ -208,7 +200,7 @@ def plan_push(export_dir: str | os.PathLike, to: str) -> PushPlan:
     parse_destination(to)
     path = pathlib.Path(export_dir)
     kind, licence, files = check_export(path)
-    hashed = {f.as_posix(): ((path / f).stat().st_size, _sha256(path / f)) for f in files}
+    hashed = {f.as_posix(): ((path / f).stat().st_size, file_sha256(path / f)) for f in files}
     digests = {name: digest for name, (_, digest) in hashed.items()}
     before = [r for r in _records(path) if r.get("to") == to and r.get("files") == digests]
     return PushPlan(export_dir=path, to=to, kind=kind, licence=licence, files=hashed,
