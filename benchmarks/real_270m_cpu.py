@@ -37,6 +37,7 @@ _spec.loader.exec_module(e2e_real)
 
 PRESET = "gemma3-270m-cpu"
 OUT = ROOT / "benchmarks" / "real_270m_cpu.json"
+FIGURE = ROOT / "docs" / "images" / "real_270m_cpu.png"
 STAGES = ("base", "sft", "dpo", "grpo")
 METRICS = ("format_rate", "accuracy", "lenient_accuracy")
 
@@ -63,12 +64,39 @@ def side_by_side(results: dict, k: int = 4) -> list[dict]:
 def curves(run) -> dict:
     """SFT's loss, and GRPO's rewards and KL, per logged step."""
     out = {}
-    for stage, keep in (("sft", ("loss",)), ("grpo", ("reward", "kl"))):
+    for stage, keep in (("sft", ("loss",)), ("grpo", ("reward", "kl", "zero_std"))):
         for name, (steps, values) in train.read_metrics(run, stage).items():
             if any(word in name for word in keep):
                 pairs = zip(steps, values, strict=True)
                 out[f"{stage}: {name}"] = [[int(s), round(float(v), 4)] for s, v in pairs]
     return out
+
+
+def plot(summary: dict, path: pathlib.Path) -> None:
+    """SFT's loss; GRPO's total and correctness rewards; GRPO's KL to the reference: per step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [("SFT: training loss (nats per answer token)", ["sft: train/loss"]),
+              ("GRPO: mean reward of the sampled answers",
+               ["grpo: rewards/train/sum", "grpo: rewards/train/answer_correct"]),
+              ("GRPO: KL to the reference (per token)", ["grpo: actor/train/kl"])]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.4))
+    for ax, (title, names) in zip(axes, panels, strict=True):
+        for name in names:
+            points = summary["curves"].get(name, [])
+            if points:
+                steps, values = zip(*points, strict=True)
+                ax.plot(steps, values, marker=".", label=name.split(": ", 1)[1])
+        ax.set(title=title, xlabel="step")
+        if len(names) > 1:
+            ax.legend(fontsize=8)
+    fig.suptitle("Gemma 3 270M (pretrained), gemma3-270m-cpu, 2-core CPU", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
 
 
 def main(argv=None) -> int:
@@ -78,7 +106,12 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=pathlib.Path, default=OUT)
     parser.add_argument("--overrides", type=json.loads, default={},
                         help="preset overrides as JSON (the committed numbers use none)")
+    parser.add_argument("--plot-only", action="store_true",
+                        help=f"redraw {FIGURE.relative_to(ROOT)} from --out's JSON, run nothing")
     args = parser.parse_args(argv)
+    if args.plot_only:
+        plot(json.loads(args.out.read_text()), FIGURE)
+        return 0
     preset = get_preset(PRESET, **args.overrides)
     print(hardware.time_model(preset).report(), flush=True)  # the plan, before anything runs
     t0 = time.perf_counter()
@@ -99,6 +132,7 @@ def main(argv=None) -> int:
         "peak_rss_gib": round(e2e_real.peak_rss_gib(), 2),
     }
     args.out.write_text(json.dumps(summary, indent=1) + "\n")
+    plot(summary, FIGURE)
     for s, row in summary["stages"].items():
         print(f"{s:5s} " + "  ".join(f"{k} {row[k]:.1%} ± {row[k + '_se']:.1%}" for k in METRICS))
     print(f"wrote {args.out}")
