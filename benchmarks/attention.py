@@ -33,7 +33,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from reasonkit import masks, models
-from reasonkit.config import get_preset  # noqa: E402
+from reasonkit.presets import get_preset  # noqa: E402
 from reasonkit.tunix_patches import attention  # noqa: E402
 
 

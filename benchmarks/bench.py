@@ -44,7 +44,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from reasonkit import collate, data, models, testing, train
-from reasonkit.config import get_preset  # noqa: E402
+from reasonkit.presets import get_preset  # noqa: E402
 from reasonkit.runtime import compiles, hardware, runs  # noqa: E402
 from reasonkit.tunix_patches import cpu_memory  # noqa: E402
 

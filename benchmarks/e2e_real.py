@@ -34,7 +34,8 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from reasonkit import evaluate, masks, models, plots, testing, train
-from reasonkit.config import Preset, get_preset  # noqa: E402
+from reasonkit.config import Preset  # noqa: E402
+from reasonkit.presets import get_preset  # noqa: E402
 from reasonkit.runtime import runs  # noqa: E402
 
 PRESET = "gemma3-270m"

@@ -52,8 +52,9 @@ import jax  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from reasonkit import models, template  # noqa: E402
-from reasonkit.config import LoraConfig, ModelConfig, get_preset  # noqa: E402
+from reasonkit.config import LoraConfig, ModelConfig  # noqa: E402
 from reasonkit.models import export, gguf_file, tiny, tokenizer  # noqa: E402
+from reasonkit.presets import get_preset  # noqa: E402
 from reasonkit.testing import forward, write_hf_checkpoint  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "gguf_export.json"

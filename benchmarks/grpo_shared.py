@@ -44,7 +44,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from reasonkit import models
-from reasonkit.config import Preset, get_preset  # noqa: E402
+from reasonkit.config import Preset  # noqa: E402
+from reasonkit.presets import get_preset  # noqa: E402
 from reasonkit.tunix_patches import logprobs  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("attention_bench", ROOT / "benchmarks" / "attention.py")

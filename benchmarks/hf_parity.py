@@ -44,7 +44,8 @@ from flax import nnx  # noqa: E402
 from safetensors.numpy import save_file  # noqa: E402
 
 from reasonkit import masks, models, template  # noqa: E402
-from reasonkit.config import LoraConfig, ModelConfig, get_preset  # noqa: E402
+from reasonkit.config import LoraConfig, ModelConfig  # noqa: E402
+from reasonkit.presets import get_preset  # noqa: E402
 
 LORA = LoraConfig(rank=4, alpha=8.0)
 SEQ = 48  # three sliding windows of 16

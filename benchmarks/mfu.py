@@ -52,7 +52,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from reasonkit import models
-from reasonkit.config import get_preset  # noqa: E402
+from reasonkit.presets import get_preset  # noqa: E402
 from reasonkit.runtime import hardware
 from reasonkit.tunix_patches import attention, logprobs  # noqa: E402
 

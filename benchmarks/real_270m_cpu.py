@@ -28,7 +28,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from reasonkit import evaluate, train  # noqa: E402
-from reasonkit.config import get_preset  # noqa: E402
+from reasonkit.presets import get_preset  # noqa: E402
 from reasonkit.runtime import hardware  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("e2e_real", ROOT / "benchmarks" / "e2e_real.py")

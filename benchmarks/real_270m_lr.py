@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 from flax import nnx  # noqa: E402
 
 from reasonkit import collate, models, tasks  # noqa: E402
-from reasonkit.config import get_preset  # noqa: E402
+from reasonkit.presets import get_preset  # noqa: E402
 from reasonkit.train import batches as train_batches  # noqa: E402
 from reasonkit.train import build as train_build  # noqa: E402
 from reasonkit.tunix_patches import logprobs  # noqa: E402

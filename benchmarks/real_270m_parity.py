@@ -44,7 +44,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from reasonkit import evaluate, models, tasks, template  # noqa: E402
-from reasonkit.config import EvalConfig, get_preset  # noqa: E402
+from reasonkit.config import EvalConfig  # noqa: E402
+from reasonkit.presets import get_preset  # noqa: E402
 from reasonkit.testing import forward  # noqa: E402
 
 REFERENCE = ROOT / "benchmarks" / "real_270m_reference.json"

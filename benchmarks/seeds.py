@@ -38,8 +38,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from reasonkit import data, evaluate, models, tasks, template, train  # noqa: E402
-from reasonkit.config import env_overrides, get_preset  # noqa: E402
 from reasonkit.models import tiny  # noqa: E402
+from reasonkit.presets import env_overrides, get_preset  # noqa: E402
 from reasonkit.runtime import runs, session  # noqa: E402
 
 STAGES = ("sft", "dpo", "grpo")  # the base scores 0%: it never writes the tags

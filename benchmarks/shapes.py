@@ -26,7 +26,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from reasonkit import budget, shapes  # noqa: E402
-from reasonkit.config import PRESETS, get_preset  # noqa: E402
+from reasonkit.presets import PRESETS, get_preset  # noqa: E402
 from reasonkit.runtime import hardware  # noqa: E402
 
 GEMMA_PRESETS = [name for name in PRESETS if name != "tiny"]

@@ -90,7 +90,7 @@ import matplotlib.pyplot as plt
 
 from reasonkit import plots
 from reasonkit.budget import budget_table, memory_budget
-from reasonkit.config import get_preset
+from reasonkit.presets import get_preset
 from reasonkit.runtime import hardware, mesh
 from reasonkit.runtime.runs import RunDir
 

@@ -71,7 +71,7 @@ import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
 from reasonkit import data, models, plots, template
-from reasonkit.config import get_preset
+from reasonkit.presets import get_preset
 from reasonkit.runtime.runs import RunDir, finish_data
 
 preset = get_preset()  # $REASONKIT_PRESET (default "auto": tiny on a CPU), $REASONKIT_OVERRIDES

@@ -81,7 +81,7 @@ from IPython.display import Markdown, display
 
 from reasonkit import data, evaluate, models, plots, rewards, train
 from reasonkit.budget import memory_budget
-from reasonkit.config import get_preset
+from reasonkit.presets import get_preset
 from reasonkit.runtime import hardware, mesh, runs
 from reasonkit.runtime.runs import RunDir, start_from
 

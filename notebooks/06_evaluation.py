@@ -80,7 +80,7 @@ import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
 from reasonkit import data, evaluate, models, plots, template
-from reasonkit.config import get_preset
+from reasonkit.presets import get_preset
 from reasonkit.runtime import mesh
 from reasonkit.runtime.runs import NOTEBOOK_OF, RunDir, latest_step
 

@@ -33,7 +33,8 @@ import time
 from typing import Sequence
 
 from reasonkit import evaluate, models, plots, train
-from reasonkit.config import Preset, get_preset
+from reasonkit.config import Preset
+from reasonkit.presets import get_preset
 from reasonkit.runtime import hardware, mesh, runs, session
 from reasonkit.runtime.runs import RunDir
 

@@ -8,7 +8,7 @@ same for every stage, one row each, as notebook 01 shows it.
 
 A budget by hand, for the tiny preset on one device (bytes):
 
->>> from reasonkit.config import get_preset
+>>> from reasonkit.presets import get_preset
 >>> from reasonkit.runtime.hardware import from_name
 >>> p = get_preset("tiny")  # float32, V=512, D=128, F=512, L=6, H=4, K=1, h=32, rank 8
 >>> b = memory_budget(p, "sft", hw=from_name("cpu-1"))

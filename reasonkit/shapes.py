@@ -55,7 +55,8 @@ import jax.numpy as jnp
 
 from reasonkit import evaluate, train
 from reasonkit.budget import FIT_FRACTION, memory_budget
-from reasonkit.config import Preset, get_preset
+from reasonkit.config import Preset
+from reasonkit.presets import get_preset
 from reasonkit.runtime import hardware
 from reasonkit.runtime import mesh as mesh_lib
 from reasonkit.tunix_patches import sampling, sharding

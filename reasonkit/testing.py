@@ -30,8 +30,9 @@ import numpy as np
 from sentencepiece import sentencepiece_model_pb2 as spm_pb2
 
 from reasonkit import evaluate, masks, models
-from reasonkit.config import ModelConfig, Preset, get_preset
+from reasonkit.config import ModelConfig, Preset
 from reasonkit.models import tiny
+from reasonkit.presets import get_preset
 from reasonkit.runtime import runs
 
 __all__ = ["UNUSED", "unused_piece", "padded_proto", "write_padded_tokenizer", "hf_config_fields",

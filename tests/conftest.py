@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from reasonkit import models
-from reasonkit.config import get_preset
+from reasonkit.presets import get_preset
 
 WORDS = ("apple pear fig plum cat dog red blue green sort larger smaller how many times does "
          "appear word letters reverse upper case car moves speed meters seconds far print value "

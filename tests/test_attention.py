@@ -245,7 +245,7 @@ def test_key_groups_cover_what_each_block_sees():
 @pytest.mark.slow
 def test_model_config_picks_the_attention_of_every_model_built(tmp_path):
     """``ModelConfig.attention`` reaches new, loaded (safetensors) and LoRA'd models; "chunked" by default."""
-    from reasonkit.config import get_preset
+    from reasonkit.presets import get_preset
 
     assert {get_preset(n).model.attention for n in ("tiny", "gemma3-1b", "gemma2-2b")} == {"chunked"}
     cfg = dataclasses.replace(config("gemma3", 1, impl="chunked"), vocab_size=512)  # the tokenizer's

@@ -10,9 +10,9 @@ import pytest
 from flax import nnx
 
 from reasonkit import data, models, template
-from reasonkit.config import get_preset
 from reasonkit.models import checkpoint as models_checkpoint
 from reasonkit.models import tiny
+from reasonkit.presets import get_preset
 from reasonkit.runtime import runs
 from reasonkit.tunix_patches import attention
 

@@ -7,7 +7,6 @@ import pytest
 from reasonkit import budget
 from reasonkit.budget import memory_budget
 from reasonkit.config import (
-    PRESETS,
     DPOConfig,
     EvalConfig,
     GRPOConfig,
@@ -15,9 +14,9 @@ from reasonkit.config import (
     MeshConfig,
     ModelConfig,
     SFTConfig,
-    get_preset,
 )
-from reasonkit.config import get_preset as PRESET_OF
+from reasonkit.presets import PRESETS, get_preset
+from reasonkit.presets import get_preset as PRESET_OF
 from reasonkit.runtime.hardware import GiB, HardwareInfo, detect, from_name
 
 # --- the budget by hand ------------------------------------------------------------------

@@ -2,7 +2,7 @@ import dataclasses
 
 import pytest
 
-from reasonkit import config
+from reasonkit import config, presets
 from reasonkit.config import (
     DataConfig,
     DPOConfig,
@@ -12,76 +12,8 @@ from reasonkit.config import (
     MeshConfig,
     ModelConfig,
     SFTConfig,
-    get_preset,
 )
-
-
-@pytest.mark.parametrize("name", sorted(config.PRESETS))
-def test_every_preset_builds_and_is_frozen(name):
-    p = get_preset(name)
-    assert p.name == name
-    assert p.sft.max_prompt_length < p.sft.max_target_length
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        p.sft.batch_size = 1  # type: ignore[misc]
-
-
-def test_gemma_presets_follow_the_write_up():
-    """The write-up's settings, but for the SFT rate, measured on the real 270M (docs/presets.md)."""
-    p = get_preset("gemma2-2b")
-    assert (p.lora.rank, p.sft.learning_rate, p.dpo.learning_rate, p.grpo.learning_rate) == (
-        64, 2e-4, 3e-6, 3e-6)
-    for t in ("q_einsum", "kv_einsum", "attn_vec_einsum", "gate_proj", "up_proj", "down_proj"):
-        assert t in p.lora.module_path
-    assert p.sft.mesh.axis_names == ("fsdp", "tp") and p.sft.mesh.shape == (-1, 1)
-    assert p.grpo.mesh.shape[1] > 1  # tensor parallel for rollouts
-    assert 0.05 <= p.sft.warmup_ratio <= 0.1
-
-
-def test_auto_is_default_tiny_on_a_cpu_and_env_selects(monkeypatch, capsys):
-    monkeypatch.delenv("REASONKIT_PRESET", raising=False)
-    assert get_preset().name == "tiny"
-    assert capsys.readouterr().out.startswith("preset 'auto' picked 'tiny' for 1 x cpu;")
-    monkeypatch.setenv("REASONKIT_PRESET", "gemma3-270m")
-    assert get_preset().name == "gemma3-270m"
-    assert capsys.readouterr().out == ""  # named, not picked: no banner
-
-
-class FakeDevice:
-    def __init__(self, platform, kind):
-        self.platform, self.device_kind = platform, kind
-
-
-@pytest.mark.parametrize("kind, n, name, v3", [("TPU v5 lite", 8, "gemma3-1b", False),
-                                               ("TPU v3", 8, "gemma3-1b-v3-8", True),
-                                               ("TPU v5 lite", 1, "gemma3-1b-v5e-1", False)])
-def test_auto_on_a_tpu_says_what_it_picked_and_that_it_is_untested(monkeypatch, capsys, kind, n,
-                                                                   name, v3):
-    import jax
-
-    monkeypatch.setattr(jax, "devices", lambda: [FakeDevice("tpu", kind)] * n)
-    monkeypatch.delenv("REASONKIT_PRESET", raising=False)
-    assert config.preset_name(banner=True) == name
-    out = capsys.readouterr().out
-    assert f"picked {name!r} for {n} x {kind} (untested: no Gemma preset has run on a TPU" in out
-    assert ("JAX's own TPU CI does not cover v3" in out) == v3
-
-
-def test_every_tpu_preset_says_it_is_untested():
-    """The CPU presets (tiny, and the real Gemma 3 270M on a CPU) run in this repository's tests."""
-    cpu = {name for name in config.PRESETS if get_preset(name).hardware == "cpu"}
-    assert cpu == {"tiny", "gemma3-270m-cpu"}
-    assert set(config.UNTESTED) == set(config.PRESETS) - cpu
-    for name in config.PRESETS:
-        assert ("(untested)" in get_preset(name).description) == (name not in cpu)
-
-
-def test_unknown_preset_names_the_known_ones():
-    with pytest.raises(ValueError, match="unknown preset 'nope'.*gemma3-1b.*tiny"):
-        get_preset("nope")
-
-
-def test_auto_on_this_cpu_is_tiny():
-    assert get_preset("auto").name == "tiny"
+from reasonkit.presets import get_preset
 
 
 @pytest.mark.parametrize("make, field, value", [
@@ -140,7 +72,7 @@ def test_validation_names_field_and_value(make, field, value):
 def test_gsm8k_test_split_by_default_on_gemma_only():
     """Every TPU Gemma preset scores all of GSM8K's test split from the Hub; the CPU presets
     (no network) skip it, and so does "" (an override that turns it off)."""
-    for name in config.PRESETS:
+    for name in presets.PRESETS:
         e, cpu = get_preset(name).eval, get_preset(name).hardware == "cpu"
         want = (None, None) if cpu else (("hf", None), None)
         assert (e.gsm8k_source(), e.gsm8k_limit) == want, name
@@ -158,7 +90,7 @@ def test_grpo_rewards_default_to_the_five_math_rewards_and_take_json_lists(monke
     assert GRPOConfig().rewards == config.DEFAULT_REWARDS == (
         ("format_exact", 1.0), ("format_approx", 1.0), ("answer_correct", 1.0),
         ("answer_close", 1.0), ("numeric_backup", 1.0))
-    assert all(get_preset(name).grpo.rewards == config.DEFAULT_REWARDS for name in config.PRESETS)
+    assert all(get_preset(name).grpo.rewards == config.DEFAULT_REWARDS for name in presets.PRESETS)
     monkeypatch.delenv("REASONKIT_PRESET", raising=False)
     monkeypatch.setenv("REASONKIT_OVERRIDES",
                        '{"grpo.rewards": [["format_exact", 1], ["answer_correct", 2]]}')
@@ -174,7 +106,7 @@ def test_grpo_rewards_default_to_the_five_math_rewards_and_take_json_lists(monke
 
 def test_grpo_share_prompts_is_a_bool_on_in_the_tiny_preset_only():
     assert get_preset("tiny").grpo.share_prompts and not GRPOConfig().share_prompts
-    assert not any(get_preset(name).grpo.share_prompts for name in config.PRESETS if name != "tiny")
+    assert not any(get_preset(name).grpo.share_prompts for name in presets.PRESETS if name != "tiny")
     with pytest.raises(ValueError, match=r"GRPOConfig\.share_prompts.*must be a bool"):
         GRPOConfig(share_prompts="false")
 
@@ -221,33 +153,3 @@ def test_num_params_matches_gemma3_1b_order_of_magnitude():
     assert ModelConfig.__dataclass_params__.frozen
 
 
-def test_env_overrides_change_the_env_preset(monkeypatch):
-    monkeypatch.delenv("REASONKIT_PRESET", raising=False)
-    monkeypatch.delenv("REASONKIT_OVERRIDES", raising=False)
-    shipped = get_preset("tiny").grpo.max_steps
-    assert shipped not in (300, 7)
-    monkeypatch.setenv("REASONKIT_OVERRIDES",
-                       '{"grpo.max_steps": 300, "grpo.learning_rate": 5e-4, "grpo.mesh.shape": [1, 1]}')
-    p = get_preset()
-    assert (p.grpo.max_steps, p.grpo.learning_rate, p.grpo.mesh.shape) == (300, 5e-4, (1, 1))
-    assert get_preset(**{"grpo.max_steps": 7}).grpo.max_steps == 7  # keywords win
-    assert get_preset("tiny").grpo.max_steps == shipped  # a preset by name ignores the variable
-    monkeypatch.setenv("REASONKIT_OVERRIDES", "  ")
-    assert get_preset().grpo.max_steps == shipped
-
-
-@pytest.mark.parametrize("text, match", [
-    ('{"sft.max_steps": 5,}', r"REASONKIT_OVERRIDES is not valid JSON .*char 20.*max_steps"),
-    ('["sft.max_steps", 5]', "must be a JSON object"),
-    ('{"sft.max_stepz": 5}', r"preset 'tiny' with overrides .*no field 'max_stepz'"),
-    ('{"grpo.num_generations": 1}', r"GRPOConfig.num_generations=1"),
-    ('{"sft.max_steps": 3.5}', r"SFTConfig.max_steps=3.5: must be a positive int"),
-    ('{"sft": {"max_steps": 5}}', r"Preset.sft=\{'max_steps': 5\}: must be a SFTConfig.*'sft.max_steps'"),
-    ('{"grpo.mesh": [1, 1]}', r"GRPOConfig.mesh=\(1, 1\): must be a MeshConfig.*'grpo.mesh.shape'"),
-    ('{"sft.max_steps.x": 5}', r"SFTConfig.max_steps is 240, not a config: no field 'x'"),
-])
-def test_env_overrides_errors_say_what_and_where(monkeypatch, text, match):
-    monkeypatch.delenv("REASONKIT_PRESET", raising=False)
-    monkeypatch.setenv("REASONKIT_OVERRIDES", text)
-    with pytest.raises(ValueError, match=match):
-        get_preset()

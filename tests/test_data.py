@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reasonkit import answers, config, data, plots, tasks, template
-from reasonkit.config import DOMAINS, DataConfig, get_preset
+from reasonkit.config import DOMAINS, DataConfig
 from reasonkit.data import Limits
 from reasonkit.data import pairs as data_pairs
 from reasonkit.data import records as data_records
@@ -21,6 +21,7 @@ from reasonkit.data import sources as data_sources
 from reasonkit.data import splits as data_splits
 from reasonkit.data.records import Drops
 from reasonkit.data.sources import _gsm8k_parser  # TFDS's bytes rows: no public way without TFDS
+from reasonkit.presets import get_preset
 from reasonkit.template import END_OF_TURN, format_completion, normalize_prompt, split_tagged
 
 

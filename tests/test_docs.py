@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from reasonkit import config
+from reasonkit import presets
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -30,7 +30,7 @@ DOCUMENTED = {
     "grpo.top_k": 50, "grpo.max_prompt_length": 256, "grpo.max_generation_length": 512,
     "grpo.max_steps": 800, "eval.num_samples": 4, "eval.temperature": 0.7, "eval.gsm8k_test": "hf",
 }
-GEMMA = [name for name in config.PRESETS if config.get_preset(name).hardware != "cpu"]  # the TPU presets
+GEMMA = [name for name in presets.PRESETS if presets.get_preset(name).hardware != "cpu"]  # the TPU presets
 
 
 def _exported_images() -> dict[str, tuple[str, str]]:
@@ -74,7 +74,7 @@ def _resolves(dotted: str) -> bool:
     parts = dotted.split(".")
     if parts[-1] in ("json", "jsonl", "md", "py", "txt"):  # a file name
         return True
-    if len(parts) == 2 and hasattr(getattr(config.get_preset("tiny"), parts[0], None), parts[1]):
+    if len(parts) == 2 and hasattr(getattr(presets.get_preset("tiny"), parts[0], None), parts[1]):
         return True  # a preset setting, as the overrides name it
     if parts[0] != "reasonkit":
         parts = ["reasonkit", *(["runtime"] if parts[0] in RUNTIME else []), *parts]
@@ -117,13 +117,13 @@ def test_relative_links_land_on_a_file(page):
 
 def test_presets_page_names_every_preset():
     readme, page = README.read_text(), (ROOT / "docs" / "presets.md").read_text()
-    for name in config.PRESETS:
+    for name in presets.PRESETS:
         assert f"`{name}`" in page and f"`{name}`" in readme, name
 
 
 @pytest.mark.parametrize("name", GEMMA)
 def test_presets_page_matches_each_gemma_preset(name):
-    preset = config.get_preset(name)
+    preset = presets.get_preset(name)
     wrong = {key: _value(preset, key) for key, want in DOCUMENTED.items() if _value(preset, key) != want}
     assert not wrong, f"{name} differs from docs/presets.md: {wrong}; update the page (source or untested)"
 
@@ -163,8 +163,8 @@ def test_the_plan_estimates_in_the_kaggle_doc_are_the_time_models():
     from reasonkit.runtime import hardware
 
     text = KAGGLE_DOC.read_text()
-    for name in config.PRESETS:
-        preset = config.get_preset(name)
+    for name in presets.PRESETS:
+        preset = presets.get_preset(name)
         if preset.hardware == "cpu":
             continue
         model = hardware.time_model(preset, hardware.from_name(preset.hardware))
@@ -191,7 +191,7 @@ def test_a_cloud_tpu_install_starts_by_naming_python_3_11():
 @pytest.mark.parametrize("name", GEMMA)
 def test_the_presets_page_says_where_each_preset_runs(name):
     """v3-8 exists on Cloud TPU only: Kaggle's menu no longer has it."""
-    preset = config.get_preset(name)
+    preset = presets.get_preset(name)
     where = {"tpu-v3-8": "Cloud TPU v3-8", "tpu-v5e-8": "Kaggle TPU v5e-8", "tpu-v5e-1": "Colab TPU v5e-1"}
     row = next(line for line in (ROOT / "docs" / "presets.md").read_text().splitlines()
                if line.startswith(f"| `{name}` |"))

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from reasonkit import data, rewards, train
-from reasonkit.config import get_preset
+from reasonkit.presets import get_preset
 from reasonkit.runtime import runs
 
 _spec = importlib.util.spec_from_file_location(

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from reasonkit import data, evaluate, models, plots, rewards, tasks, template
-from reasonkit.config import get_preset
+from reasonkit.presets import get_preset
 from reasonkit.testing import fake_results
 
 GOOD = "<reasoning>3 * 4 = 12.</reasoning>\n<answer>12</answer><end_of_turn>"

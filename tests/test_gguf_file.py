@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from reasonkit import models, template
-from reasonkit.config import ModelConfig, get_preset
+from reasonkit.config import ModelConfig
 from reasonkit.models import gguf_file, tiny
 from reasonkit.models.architecture import CheckpointError
+from reasonkit.presets import get_preset
 from reasonkit.testing import forward, write_hf_checkpoint
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

@@ -5,7 +5,7 @@ import pathlib
 
 import pytest
 
-from reasonkit.config import get_preset
+from reasonkit.presets import get_preset
 from reasonkit.runtime import hardware as hwmod
 from reasonkit.runtime.hardware import GiB, from_name
 

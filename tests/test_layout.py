@@ -6,7 +6,7 @@ import pathlib
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PKG = ROOT / "reasonkit"
 # Each unit (a top-level module or a sub-package) imports only units before it.
-ORDER = ["config", "template", "answers", "tasks", "data", "masks", "collate", "tunix_patches",
+ORDER = ["config", "presets", "template", "answers", "tasks", "data", "masks", "collate", "tunix_patches",
          "runtime", "models", "budget", "rewards", "train", "evaluate", "shapes", "plots", "testing",
          "__main__"]
 

@@ -14,7 +14,7 @@ import pytest
 
 from reasonkit import __main__ as cli
 from reasonkit import evaluate, models, train
-from reasonkit.config import get_preset
+from reasonkit.presets import get_preset
 from reasonkit.runtime import hardware, runs, session
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

@@ -15,7 +15,8 @@ import jax
 import numpy as np
 import pytest
 
-from reasonkit.config import MeshConfig, get_preset
+from reasonkit.config import MeshConfig
+from reasonkit.presets import get_preset
 from reasonkit.runtime import mesh as rkmesh
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -252,7 +253,7 @@ _EIGHT_DEVICES = textwrap.dedent("""
     from flax import nnx
     from jax.sharding import PartitionSpec as P
     from reasonkit.runtime import mesh as rkmesh
-    from reasonkit.config import get_preset
+    from reasonkit.presets import get_preset
 
     out = {"n_devices": jax.device_count()}
     for shape in [(8, 1), (2, 4), (1, 8), (-1, 2)]:
@@ -424,7 +425,7 @@ _TWO_PROCESSES = textwrap.dedent("""
     import orbax.checkpoint as ocp
     from jax.sharding import NamedSharding, PartitionSpec as P
     from orbax.checkpoint._src.checkpointers.async_checkpointer import AsyncCheckpointer
-    from reasonkit.config import get_preset
+    from reasonkit.presets import get_preset
     from reasonkit.runtime import mesh as rkmesh
     from reasonkit.train.build import _checkpointing
 

@@ -16,7 +16,7 @@ from reasonkit.collate import (
     StaticLayout,
     batches,
 )
-from reasonkit.config import get_preset
+from reasonkit.presets import get_preset
 from reasonkit.runtime import compiles
 
 PAD, BOS = 0, 2

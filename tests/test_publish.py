@@ -15,8 +15,9 @@ import types
 import pytest
 
 from reasonkit import models
-from reasonkit.config import ModelConfig, get_preset
+from reasonkit.config import ModelConfig
 from reasonkit.models import export, publish
+from reasonkit.presets import get_preset
 
 TINY = get_preset("tiny")
 GEMMA = dataclasses.replace(TINY.model, source="hf:google/gemma-3-1b-it")

@@ -19,7 +19,8 @@ from reasonkit import answers, template
 from reasonkit import rewards as R
 from reasonkit.answers import check as answers_check
 from reasonkit.answers.symbolic import _symbolic_tools
-from reasonkit.config import DOMAINS, get_preset
+from reasonkit.config import DOMAINS
+from reasonkit.presets import get_preset
 from reasonkit.template import FAILURE_REASONS, TAGS, format_completion
 
 REWARDS = R.MATH_REWARDS + [R.multi_domain]

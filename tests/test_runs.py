@@ -5,7 +5,7 @@ import warnings
 
 import pytest
 
-from reasonkit.config import get_preset
+from reasonkit.presets import get_preset
 from reasonkit.runtime import runs, session
 from reasonkit.runtime.runs import RunDir, open_jsonl
 from reasonkit.testing import make_run, small_preset

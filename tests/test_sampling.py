@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from reasonkit import models, template
-from reasonkit.config import get_preset
+from reasonkit.presets import get_preset
 from reasonkit.tunix_patches import sampling
 
 PROMPTS = [template.format_prompt(q) for q in

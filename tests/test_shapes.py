@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 from reasonkit import budget, shapes
-from reasonkit.config import get_preset
+from reasonkit.presets import get_preset
 from reasonkit.runtime import hardware
 
 
@@ -37,7 +37,7 @@ _FOUR_DEVICES = textwrap.dedent("""
     from reasonkit import models, train
     from reasonkit.runtime import mesh as rkmesh
     from reasonkit.tunix_patches import sharding
-    from reasonkit.config import get_preset
+    from reasonkit.presets import get_preset
     from tunix.sft import sharding_utils
 
     out = {"devices": jax.device_count()}

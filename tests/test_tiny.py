@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from reasonkit import models, tasks, template
-from reasonkit.config import get_preset
 from reasonkit.models import checkpoint as models_checkpoint
 from reasonkit.models import sources as models_sources
 from reasonkit.models import tiny
+from reasonkit.presets import get_preset
 from reasonkit.testing import forward
 
 TOKENS = np.array([[2, 17, 40, 5, 99, 7, 0, 0], [2, 300, 12, 8, 9, 11, 13, 21]])

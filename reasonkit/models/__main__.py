@@ -11,9 +11,9 @@ from __future__ import annotations
 import shutil
 import sys
 
-from reasonkit.config import get_preset
 from reasonkit.models import tiny
 from reasonkit.models.sources import build_tiny_checkpoint
+from reasonkit.presets import get_preset
 
 __all__ = ["main"]
 

@@ -29,7 +29,8 @@ from flax import nnx
 from tqdm.auto import tqdm
 
 from reasonkit import masks, tasks, template
-from reasonkit.config import ModelConfig, get_preset
+from reasonkit.config import ModelConfig
+from reasonkit.presets import get_preset
 
 __all__ = ["ASSET", "STEPS", "DOCS_PER_DOMAIN", "TOKENIZER_RECORDS", "SEQ_LEN", "corpus", "key",
            "pretraining_records", "tokenizer_texts", "pretrain"]

@@ -290,7 +290,7 @@ def forward_flops(m: ModelConfig, tokens: int, context: int) -> float:
     attention over every position, masked (sliding windows included), so ``context`` is
     the full length. LoRA's own matmuls (a few percent at rank 64) are left out.
 
-    >>> from reasonkit.config import get_preset
+    >>> from reasonkit.presets import get_preset
     >>> m = get_preset("tiny").model  # 1,490,944 parameters, 6 layers x 4 heads x 32
     >>> forward_flops(m, tokens=1, context=160) == 2 * 1_490_944 + 4 * 6 * 4 * 32 * 160
     True

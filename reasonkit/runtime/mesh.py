@@ -170,7 +170,7 @@ def _tp_ok(model, tp: int) -> bool:
 def recommended_layouts(preset: Preset, n_devices: int) -> dict[str, Layout]:
     """Per-stage mesh shapes for ``n_devices``, each with a one-line why.
 
-    >>> from reasonkit.config import get_preset
+    >>> from reasonkit.presets import get_preset
     >>> for stage, (shape, why) in recommended_layouts(get_preset("gemma3-1b"), 8).items():
     ...     print(stage, shape)
     sft (8, 1)

@@ -43,7 +43,8 @@ import warnings
 from typing import IO, Any, Callable, Mapping, Sequence, TypeVar
 
 from reasonkit import data
-from reasonkit.config import DEFAULT_REWARDS, Preset, preset_name
+from reasonkit.config import DEFAULT_REWARDS, Preset
+from reasonkit.presets import preset_name
 from reasonkit.runtime.session import (
     STAGES,
     default_root,
