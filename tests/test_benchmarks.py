@@ -217,3 +217,24 @@ def test_grpo_shared_times_both_ways_and_they_agree():
         assert row["group_1"]["seconds"] > 0 and row["group_8"]["seconds"] > 0
         assert row["max_logp_diff"] < 1e-4 and row["speedup"] > 0
     assert "| update |" in grpo_shared.table(r)
+
+
+def test_gpu_stages_records_what_the_package_predicts_for_gemma3_270m_on_an_h200():
+    """benchmarks/gpu_stages.json (a lent H200) sets its tries beside the time model and budget."""
+    import json
+
+    from reasonkit import budget
+    from reasonkit.runtime import hardware
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    recorded = json.loads((root / "benchmarks" / "gpu_stages.json").read_text())
+    preset, hw = get_preset(recorded["preset"]), hardware.from_name("gpu-h200-1")
+    model = hardware.time_model(preset, hw)
+    steps = {c.stage: c.steps for c in model.costs}
+    for stage in ("sft", "dpo", "grpo"):
+        assert recorded["predicted"]["seconds_per_step"][stage] == pytest.approx(
+            model.seconds(stage) / steps[stage], rel=1e-9)
+        # the machine reported its own memory; the table's differs in the allocator's reserve
+        assert recorded["predicted"]["peak_bytes"][stage] == pytest.approx(
+            budget.memory_budget(preset, stage, 1, hw).total, rel=0.05)
+    assert recorded["runs"] and all("settings" in r and "result" in r for r in recorded["runs"])
