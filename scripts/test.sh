@@ -12,4 +12,6 @@ export REASONKIT_OVERRIDES='{"grpo.max_steps": 60}'
 .venv/bin/ruff check reasonkit reasonkit_bootstrap.py scripts tests notebooks/*.py benchmarks
 # The .ipynb files, not the folder: --doctest-modules would import notebooks/*.py (their
 # jupytext twins) to look for doctests, which runs the whole series at collection time.
-.venv/bin/python -m pytest -q --durations=15 tests reasonkit --nbval-lax notebooks/*.ipynb "$@"
+# Two workers (pytest-xdist): most of a test's time is XLA compiling, on one core; the
+# notebooks stay together on one worker, in order (tests/conftest.py).
+.venv/bin/python -m pytest -q --durations=15 -n 2 --dist loadgroup tests reasonkit --nbval-lax notebooks/*.ipynb "$@"

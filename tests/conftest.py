@@ -37,7 +37,13 @@ def close_figures():
 
 
 def pytest_collection_modifyitems(config, items):
-    """The notebooks under nbval run the whole series: slow, as every test that trains is."""
+    """The notebooks under nbval run the whole series: slow, as every test that trains is.
+
+    Each notebook reads the run the one before it wrote, so under pytest-xdist
+    (``-n 2 --dist loadgroup``, as scripts/test.sh runs) all their cells go to one worker,
+    in order.
+    """
     for item in items:
         if item.path.suffix == ".ipynb":
             item.add_marker(pytest.mark.slow)
+            item.add_marker(pytest.mark.xdist_group("notebooks"))

@@ -61,6 +61,30 @@ def test_a_float32_gguf_converts_to_the_same_model(tmp_path, cfg):
     assert gguf_file.convert_gguf(path, cfg, tmp_path / "cache") == out  # made once, reused
 
 
+
+def test_two_processes_converting_one_file_at_once_both_get_it(tmp_path, g3_gguf):
+    """Two notebooks (or test workers) sharing a cache convert the same file together:
+    neither deletes the other's work, and both return the one finished folder."""
+    import subprocess
+
+    _, tensors, path = g3_gguf
+    code = ("import sys, json; from reasonkit.models import gguf_file; "
+            "from reasonkit.config import ModelConfig; cfg = ModelConfig(**json.loads(sys.argv[1])); "
+            "print(gguf_file.convert_gguf(sys.argv[2], cfg, sys.argv[3]))")
+    cache = tmp_path / "cache"
+    args = [sys.executable, "-c", code, json.dumps(dataclasses.asdict(G3)), str(path), str(cache)]
+    procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
+    folders = {pathlib.Path(out.strip()) for out, _ in outs}
+    assert len(folders) == 1
+    from safetensors.numpy import load_file
+
+    assert set(load_file(folders.pop() / "model.safetensors")) == set(tensors)
+    assert [p.name for p in cache.iterdir()] == [f"gguf-{gguf_file.file_sha256(path)[:16]}-float32"]
+
+
 @pytest.mark.parametrize("kind, tol", [("f16", 2e-3), ("q8_0", 2e-2)])
 def test_quantized_tensors_dequantize_close_to_the_original(tmp_path, g3_gguf, kind, tol):
     src, tensors, _ = g3_gguf

@@ -310,7 +310,8 @@ def convert_gguf(path: str | os.PathLike, cfg: ModelConfig, out_root: str | os.P
     out = pathlib.Path(out_root) / f"gguf-{digest[:16]}-{cfg.dtype}"
     if (out / "model.safetensors").is_file():
         return out
-    tmp = out.with_name(out.name + ".tmp")
+    # A folder of this process's own: two processes converting the same file do not meet.
+    tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
@@ -326,8 +327,13 @@ def convert_gguf(path: str | os.PathLike, cfg: ModelConfig, out_root: str | os.P
         save_file(_hf_tensors(reader, cfg, path), str(tmp / "model.safetensors"),
                   metadata={"format": "pt"})
         (tmp / "source.json").write_text(json.dumps({"gguf": str(path), "sha256": digest}))
-        shutil.rmtree(out, ignore_errors=True)
-        tmp.replace(out)
+        if not (out / "model.safetensors").is_file():  # else another process finished first
+            shutil.rmtree(out, ignore_errors=True)  # an unfinished folder from an older version
+            try:
+                tmp.replace(out)
+            except OSError:
+                if not (out / "model.safetensors").is_file():
+                    raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
