@@ -294,6 +294,24 @@ def test_final_answer(text, answer):
     assert final_answer(text) == answer
 
 
+@pytest.mark.parametrize("text, answer", [
+    ("0,111", "0,111"), ("so it is 0,111.", "0,111"), ("-2,1", "-2,1"), ("3.5,2", "3.5,2"),
+    ("we get 1,2,3", "1,2,3"), ("1,2345", "1,2345"),
+    ("#### 1,234", "1,234"), ("2,000,000", "2,000,000"), ("11,\\! 111", "11,111"),  # thousands
+    ("3 apples,4 pears", "4"),                                     # a comma after a word
+])
+def test_final_answer_reads_a_comma_joined_list_whole_as_check_answer_does(text, answer):
+    assert final_answer(text) == answer
+
+
+def test_final_answer_of_0_111_is_the_list_check_answer_reads():
+    # the lenient reading and the checker agree: "0,111" is a list, neither 111 nor 0.111
+    assert final_answer("0,111") == "0,111"
+    assert check_answer("math", final_answer("0,111"), "0,111")
+    assert not check_answer("math", final_answer("0,111"), "111")
+    assert not check_answer("math", final_answer("the answer: 0,111"), "0.111")
+
+
 def test_boxed_answer_reads_math_s_solutions():
     assert answers.boxed_answer("Thus $x = \\boxed{\\frac{\\sqrt{3}}{2}}$.") == "\\frac{\\sqrt{3}}{2}"
     assert answers.boxed_answer("\\boxed{" + "{" * 1000) is None

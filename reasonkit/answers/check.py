@@ -394,6 +394,8 @@ def is_hedged(text: Any) -> bool:
 
 
 _OPERATOR_CHARS = "+-*/^×÷·"
+# the items before the last number of a comma-joined list: "0," of "0,111", "1,2," of "1,2,3"
+_LIST_HEAD_RE = re.compile(r"(?<![\w.,])[-+]?(?:\d+(?:\.\d+)?,)+\Z")
 
 
 def final_answer(text: Any) -> str | None:
@@ -409,6 +411,12 @@ def final_answer(text: Any) -> str | None:
     ('42', '\\frac{1}{2}', None)
     >>> final_answer("#### 1,234"), final_answer("It is 41 or 42"), final_answer("no numbers")
     ('1,234', None, None)
+
+    A comma that groups no thousands separates items (:mod:`reasonkit.answers`' comma rule), so the
+    numbers it joins are one list, as :func:`check_answer` reads them:
+
+    >>> final_answer("so it is 0,111."), final_answer("-2,1"), final_answer("we get 1,2,3")
+    ('0,111', '-2,1', '1,2,3')
     """
     try:
         return _final_answer(as_text(text))
@@ -470,12 +478,16 @@ def _final_answer(text: str) -> str | None:
         tail, last = text, _last_match(text)
     if last is None or _value_of(last) is None:
         return None
-    before, after = tail[:last.start()].rstrip(), tail[last.end():].lstrip()
+    # The comma rule: numbers a bare comma joins that no thousands grouping explains
+    # ("0,111", "3,5", "1,2,3") are one list, read whole as check_answer reads it.
+    head = _LIST_HEAD_RE.search(tail, 0, last.start())
+    start = head.start() if head else last.start()
+    before, after = tail[:start].rstrip(), tail[last.end():].lstrip()
     if (before and before[-1] in _OPERATOR_CHARS) or (after and after[0] in _OPERATOR_CHARS):
         return None  # an operand: "2 + 2" does not answer 2
     if is_hedged(tail[tail.rfind("\n", 0, last.start()) + 1:]):
         return None
-    return last.group(0).strip()
+    return tail[start:last.end()].strip()
 
 
 def _number_boundary(text: str, start: int) -> int:
