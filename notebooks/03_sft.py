@@ -74,7 +74,7 @@ import dataclasses
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
-from reasonkit import data, evaluate, models, plots, train
+from reasonkit import checks, data, evaluate, models, plots, train
 from reasonkit.budget import memory_budget
 from reasonkit.presets import get_preset
 from reasonkit.runtime import hardware, mesh
@@ -205,13 +205,61 @@ del model, base
 models.free()
 
 # %% [markdown]
-# ## Train
-# `train_sft` builds Tunix's `PeftTrainer` on the SFT mesh (FSDP: parameters, optimizer
-# state and batch split over all devices) and trains the LoRA adapters only; the base
-# weights stay frozen. The progress bar shows the loss as it goes. Every
-# `checkpoint_every` steps it saves an Orbax checkpoint (adapters, optimizer state, step)
-# to `runs/<run>/sft/checkpoints`, and every metric to `sft/metrics.jsonl` and TensorBoard.
+# ## Build Tunix's trainer
+# This is Tunix's own API, as its examples use it: a `PeftTrainer` from a model, an
+# optimizer and a `TrainingConfig`, then `with_gen_model_input_fn` (and `with_loss_fn`)
+# to say how a batch becomes the model's inputs and its loss. reasonkit supplies each
+# part with one call:
 #
+# - **The model**: `train.build_models` puts fresh LoRA adapters on the base (here with
+#   abstract weights: shapes only, nothing is loaded, compiled or written).
+# - **The optimizer**: `train.make_optimizer`, AdamW with global-norm clipping and the
+#   warm-up + cosine schedule, its learning rate logged. Tunix applies it to the LoRA
+#   parameters only.
+# - **The config**: `train.sft_training_config`, the steps and a held-out evaluation at
+#   every checkpoint; given the run, it adds where checkpoints and metrics go.
+# - **The model inputs**: `train.gen_model_input_fn` turns a batch into the causal
+#   attention mask and positions from its padding (block-causal per example when
+#   `sft.packing` is on); Tunix leaves this to the user.
+# - **The patch**: `train.patch_sft_trainer` gives the trainer
+#   `tunix_patches.logprobs.sft_loss`. Tunix's default SFT loss builds
+#   `one_hot(target, vocab)` and a full-vocabulary `log_softmax`, several float32
+#   `[B, S, V]` buffers per step (4 GiB each for 4 rows of 1024 Gemma tokens); the patch
+#   computes the same cross-entropy a chunk of positions at a time.
+#
+# Two more parts are not the trainer's: the batches (`reasonkit.collate.SFTCollator`,
+# static shapes with the loss mask on the completion, the batch above), and the
+# attention (`model.attention="chunked"`, `reasonkit.tunix_patches.attention`: the same
+# numbers as Tunix's Gemma, a block of queries at a time, each against only the keys it
+# can see). The tables show what each part is, and the config's fields that differ from
+# Tunix's defaults.
+
+# %%
+from tunix import PeftTrainer
+
+sft_mesh = mesh.stage_mesh(preset, "sft")  # FSDP: parameters, optimizer state and batch over all devices
+with sft_mesh:
+    _, policy, _, shape_tok, _ = train.build_models(preset, sft_mesh, "abstract")  # base + fresh LoRA
+    trainer = PeftTrainer(policy, train.make_optimizer(preset.sft), train.sft_training_config(preset))
+    trainer = trainer.with_gen_model_input_fn(train.gen_model_input_fn(shape_tok.pad_id()))
+    trainer = train.patch_sft_trainer(trainer)  # Tunix's loss, computed in chunks
+display(Markdown(plots.parts_table({
+    "trainer": trainer, "loss": trainer.loss_fn, "model inputs": trainer.gen_model_input_fn,
+    "batches": train.sft_collator(preset, tok), "optimizer state (LoRA params only)": trainer.optimizer})))
+display(Markdown(plots.config_table(trainer.config)))
+
+# %% [markdown]
+# ## Train
+# `trainer.train(train_batches, eval_batches)` is the whole of Tunix's training loop.
+# `train.train_or_load` builds this same trainer (`train.build_stage` calls the
+# constructors above with the same parts, and a test checks that the two agree), now
+# with the real weights and the run's checkpoint and metrics options, and calls
+# `trainer.train` with the SFT batches and two held-out batches. What it adds around that
+# call is the run directory's lifecycle:
+#
+# - **Checkpoints and metrics**: every `checkpoint_every` steps an Orbax checkpoint
+#   (adapters, optimizer state, step) in `runs/<run>/sft/checkpoints`; every metric in
+#   `sft/metrics.jsonl` and TensorBoard.
 # - **Session ending?** Set `REASONKIT_DEADLINE_HOURS` (hours from now) and training
 #   stops cleanly before it, with a checkpoint. Run this notebook again to resume from
 #   the last checkpoint: the same batches follow, as if it had never stopped. In a new
@@ -225,39 +273,12 @@ models.free()
 # - **Already trained?** A finished stage is not trained again: this notebook loads its
 #   adapters instead (with a warning if the settings changed since). Set `RETRAIN = True`
 #   to delete them and train from scratch.
-
-# %% [markdown]
-# ## Under the hood: what `train_or_load` builds
-# `train.build_stage` is the one place a stage is put together (training calls it too).
-# Here it builds SFT without training it, on abstract weights (shapes only: nothing is
-# loaded, compiled or written) and without a run directory (training adds the checkpoint
-# and metrics options), so you can see the real Tunix objects:
-# Tunix's `PeftTrainer` and its `TrainingConfig` (the table lists the fields whose
-# values differ from Tunix's defaults). What reasonkit puts in place of Tunix's defaults:
-#
-# - **The loss**: Tunix's default SFT loss builds `one_hot(target, vocab)` and a
-#   full-vocabulary `log_softmax`, several float32 `[B, S, V]` buffers per step (4 GiB
-#   each for 4 rows of 1024 Gemma tokens). `reasonkit.tunix_patches.logprobs.sft_loss` computes the
-#   same cross-entropy a chunk of positions at a time.
-# - **The model inputs**: `train.gen_model_input_fn` turns a batch into the causal
-#   attention mask and positions from its padding (block-causal per example when
-#   `sft.packing` is on); Tunix leaves this to the user.
-# - **The batches**: `reasonkit.collate.SFTCollator`, static shapes with the loss mask
-#   on the completion (the batch above); Tunix trains on any iterator of dicts.
-# - **The optimizer**: `train.make_optimizer`, AdamW with global-norm clipping and the
-#   warm-up + cosine schedule, its learning rate logged.
-# - **The attention**: Tunix's Gemma computes every layer's `[B, T, N, S]` logits and
-#   softmax whole, in the backward too. `model.attention="chunked"` (every preset;
-#   `reasonkit.tunix_patches.attention`) computes the same numbers a block of 64 queries at a time,
-#   each against only the keys it can see (none after it, none before a local layer's
-#   window): 2.3x the forward + backward on packed rows of 1024 (`docs/performance.md`).
 #
 # Watching it live: in Jupyter, Colab or Kaggle, a cell with the two lines below, placed
 # before the training cell, shows TensorBoard in the notebook and keeps refreshing while
-# SFT trains (a kernel runs one cell at a time: after the training cell it would start
-# only once training ends). It needs the `tensorboard` package (`%pip install
-# tensorboard` where the image lacks it; more in `docs/kaggle.md`). It is not run here,
-# because the tests run this notebook without TensorBoard:
+# SFT trains. It needs the `tensorboard` package (`%pip install tensorboard` where the
+# image lacks it; more in `docs/kaggle.md`). It is not run here, because the tests run
+# this notebook without TensorBoard:
 #
 # ```python
 # %load_ext tensorboard
@@ -265,14 +286,7 @@ models.free()
 # ```
 
 # %%
-stage = train.build_stage(preset, "sft", None, weights="abstract")  # built, not trained
-trainer = stage.trainer
-display(Markdown(plots.parts_table({
-    "trainer": trainer, "loss": trainer.loss_fn, "model inputs": trainer.gen_model_input_fn,
-    "batches": train.sft_collator(preset, stage.tokenizer),
-    "optimizer state (LoRA params only)": trainer.optimizer})))
-display(Markdown(plots.config_table(trainer.config)))
-del stage, trainer
+del trainer, policy  # built on shapes only, to read: train_or_load builds it on the real weights
 models.free()
 
 # %%
@@ -322,27 +336,22 @@ print("checkpoint steps:", sorted(p.name for p in checkpoint_dir(run, "sft").ite
 
 # %% [markdown]
 # ## Check: SFT taught the format
-# The last cell asserts what this notebook teaches, with margins that hold across seeds:
+# The last cell calls `checks.check_sft`, which fails when SFT did not do its job (a
+# learning rate of 1e-12, say, or adapters left at their start), with these margins:
 #
-# - **The format**: at least 2 of the 3 held-out answers above are in the exact format
-#   after SFT, and no fewer than before it. On `tiny` the base model never writes the tags
-#   (0%), and after SFT 94.8 ± 1.8% of held-out answers pass over seven seeds
-#   (`docs/results.md`), so one of the three may miss and the check still holds.
-# - **The loss**: the held-out loss at the last evaluation is at least 10% below the one
-#   before the first step. On `tiny` it falls by about 97% (4.06 to 0.13 on seed 0); on
-#   Gemma, which starts far better, a fall under 10% would mean SFT barely moved.
+# - **The format rises**: more of the 3 held-out answers above are in the exact format
+#   after SFT than before it, and at least 2 of them. The base model never writes the
+#   tags, so an SFT that learned nothing stays at its count; one answer of the three
+#   may still miss.
+# - **The held-out loss falls**: at the last evaluation it is at least 10% below the one
+#   before the first step. On `tiny` it falls by far more (the curves above); on Gemma,
+#   which starts far better, a fall under 10% would mean SFT barely moved.
 #
 # A stage stopped by the session's deadline is not checked: run the notebook again first.
 
 # %%
 if finished:
-    base_ok, sft_ok = sum(r["format_ok"] for r in before), sum(r["format_ok"] for r in after)
-    assert sft_ok >= max(2, base_ok), f"format: {sft_ok} of {len(after)} after SFT, {base_ok} before"
-    steps, losses = train.read_metrics(run, "sft")["eval/loss"]
-    first, last = losses[steps.index(min(steps))], losses[steps.index(max(steps))]
-    assert last < 0.9 * first, f"held-out loss {first:.3f} at step {min(steps)} -> {last:.3f}"
-    print(f"checked: format {base_ok} -> {sft_ok} of {len(after)}; held-out loss {first:.3f} -> "
-          f"{last:.3f} ({last / first - 1:+.0%})")
+    print(checks.check_sft(before, after, train.read_metrics(run, "sft")))
 else:
     print("SFT has not finished: nothing to check yet")
 
@@ -352,8 +361,8 @@ else:
 # - Train longer or with another learning rate: `get_preset(name, **{"sft.max_steps":
 #   300, "sft.learning_rate": 1e-3})`, then `RETRAIN = True` (or another run name with
 #   `REASONKIT_RUN=...` to keep both and compare them in `06_evaluation`).
-# - Watch the curves live while SFT trains: the `%tensorboard` cell of "Under the hood"
-#   above. The magic shows TensorBoard inside the notebook on Colab, Kaggle or Jupyter
+# - Watch the curves live while SFT trains: the `%tensorboard` cell of "Train" above.
+#   The magic shows TensorBoard inside the notebook on Colab, Kaggle or Jupyter
 #   (a shell `tensorboard --logdir` there starts a server the notebook cannot show).
 # - Try a session deadline: `REASONKIT_DEADLINE_HOURS=0.05` (3 minutes from the session's
 #   start), run, then unset it (or raise it) and run again to see the stage resume from

@@ -75,7 +75,7 @@ import dataclasses
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
-from reasonkit import data, evaluate, models, plots, train
+from reasonkit import checks, data, evaluate, models, plots, train
 from reasonkit.budget import memory_budget
 from reasonkit.presets import get_preset
 from reasonkit.runtime import hardware, mesh
@@ -176,31 +176,50 @@ models.free()  # the trainer loads its own copy onto the DPO mesh
 # deadline, and running the notebook again (in a new session) resumes it.
 
 # %% [markdown]
-# ## Under the hood: what `train_or_load` builds
-# As in `03_sft`, `train.build_stage` puts the stage together; here on abstract weights
-# (shapes only: nothing is loaded, compiled or written) and without a run directory, to
-# show the real Tunix objects: Tunix's `DPOTrainer` and its `DPOTrainingConfig` (the
-# fields whose values differ from Tunix's defaults). What reasonkit puts in place of
-# Tunix's defaults:
+# ## Build Tunix's trainer
+# Tunix's `DPOTrainer` takes the policy, the frozen reference, an optimizer and a
+# `DPOTrainingConfig`; its `train(batches)` runs the loop. reasonkit supplies each part
+# with one call (here on abstract weights: shapes only, nothing is loaded, compiled or
+# written):
 #
-# - **The log-probabilities**: Tunix computes each response's log-probability from the
-#   full-vocabulary logits upcast to float32 (`compute_logps`). While DPO's loss and the
-#   reference's forward (in the trainer's input preparation) are traced,
-#   `tunix_patches.loss_swap.chunked_log_probs` swaps in `tunix_patches.logprobs.dpo_compute_logps`:
-#   the same numbers, a chunk of positions at a time. That is the `chunked(...)` around the
-#   loss below (`tunix_patches.PATCHES` lists every such patch).
-# - **The reference**: `models.frozen_reference`, the SFT adapters restored and frozen on
-#   the policy's own base arrays (`03_sft`, "LoRA"); Tunix takes any model.
-# - **The batches**: `reasonkit.collate.DPOCollator`, the prompt left-padded and each
-#   response right-padded to fixed lengths (the pair above).
+# - **The models**: `train.build_models(..., reference=True)`: the policy, and as the
+#   reference the same adapters frozen on the policy's own base arrays (`03_sft`,
+#   "LoRA"). ORPO (`dpo.algorithm = "orpo"`) has no reference; `train.stage_has_reference`
+#   says which.
+# - **The optimizer**: `train.make_optimizer`, as in SFT.
+# - **The config**: `train.dpo_training_config`: DPO or ORPO, `beta`, and the lengths the
+#   collator pads prompts and responses to.
+# - **The patch**: `train.patch_dpo_trainer`. Tunix computes each response's
+#   log-probability from the full-vocabulary logits upcast to float32 (`compute_logps`),
+#   in the loss and in the reference's forward. The patch swaps in
+#   `tunix_patches.logprobs.dpo_compute_logps` while those are traced: the same numbers,
+#   a chunk of positions at a time. That is the `chunked(...)` around the loss below.
+# - **The batches** (not the trainer's): `reasonkit.collate.DPOCollator`, the prompt
+#   left-padded and each response right-padded to fixed lengths (the pair above).
 
 # %%
-stage = train.build_stage(preset, "dpo", None, weights="abstract")  # built, not trained
-trainer = stage.trainer
+from tunix import DPOTrainer
+
+dpo_mesh = mesh.stage_mesh(preset, "dpo")
+with dpo_mesh:
+    _, policy, reference, shape_tok, _ = train.build_models(
+        preset, dpo_mesh, "abstract", reference=train.stage_has_reference(preset, "dpo"))
+    trainer = DPOTrainer(model=policy, ref_model=reference, optimizer=train.make_optimizer(preset.dpo),
+                         training_config=train.dpo_training_config(preset))
+    trainer = train.patch_dpo_trainer(trainer)  # log-probabilities a chunk of positions at a time
 display(Markdown(plots.parts_table({
-    "trainer": trainer, "loss": trainer.loss_fn, "batches": train.dpo_collator(preset, stage.tokenizer)})))
-display(Markdown(plots.config_table(trainer.dpo_config)))
-del stage, trainer
+    "trainer": trainer, "loss": trainer.loss_fn, "batches": train.dpo_collator(preset, tok)})))
+display(Markdown(plots.config_table(trainer.config)))
+
+# %% [markdown]
+# ## Train
+# `train.train_or_load` builds this same trainer (`train.build_stage` calls the
+# constructors above with the same parts, and a test checks that the two agree), now
+# with the real weights and the run's checkpoint and metrics options, and calls
+# `trainer.train` on the DPO batches.
+
+# %%
+del trainer, policy, reference  # built on shapes only, to read
 models.free()
 
 # %%
@@ -252,29 +271,23 @@ print(sorted(p.name for p in run.stage("dpo").iterdir()))
 
 # %% [markdown]
 # ## Check: DPO moved towards the chosen answers
-# The last cell asserts what this notebook teaches, from DPO's own metrics, averaged over
-# the first and the last quarter of the logged steps (one batch a step is noisy):
+# The last cell calls `checks.check_dpo` on DPO's own metrics, averaged over the first
+# and the last quarter of the logged steps (one batch a step is noisy). It fails when DPO
+# did not do its job (a learning rate of 1e-12, adapters left at their start), with
+# these margins:
 #
-# - **The reward margin grew**: its last-quarter mean is at least 0.05 and above its
-#   first-quarter mean. On `tiny` (30 steps of 8 pairs) it goes from 0.01-0.02 to
-#   0.10-0.15 with `dpo.seed` 0 to 3 (from the same SFT adapters), so the threshold is
-#   half the lowest seen.
+# - **The chosen-over-rejected margin rises**: the reward margin's last-quarter mean is
+#   at least 0.05 and above its first-quarter mean. It starts at 0, where policy and
+#   reference are the same; a DPO that learned nothing stays there.
 # - **The pairs are ranked right**: the last quarter's preference accuracy is at least
-#   0.6, against 0.5 for a coin flip; on `tiny` it is 0.73-0.86 with those seeds.
+#   0.6, against 0.5 for a coin flip.
 #
 # ORPO is not checked (its logged "margin" compares log-probabilities with no reference, so
 # it does not start at 0), nor is a stage stopped by the session's deadline.
 
 # %%
 if finished and preset.dpo.algorithm == "dpo":
-    metrics = train.read_metrics(run, "dpo")
-    margin, accuracy = metrics["train/rewards/margin"][1], metrics["train/rewards/accuracy"][1]
-    q = max(1, len(margin) // 4)  # a quarter of the logged steps
-    early, late = sum(margin[:q]) / q, sum(margin[-q:]) / q
-    ranked = sum(accuracy[-q:]) / q
-    assert late >= 0.05 and late > early, f"reward margin {early:.3f} (first quarter) -> {late:.3f} (last)"
-    assert ranked >= 0.6, f"preference accuracy {ranked:.2f} in the last quarter"
-    print(f"checked: reward margin {early:.3f} -> {late:.3f}; preference accuracy {ranked:.2f} at the end")
+    print(checks.check_dpo(train.read_metrics(run, "dpo")))
 else:
     print("not checked:", "ORPO: no reference" if finished else "DPO has not finished")
 

@@ -79,7 +79,7 @@ import dataclasses
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
-from reasonkit import data, evaluate, models, plots, template
+from reasonkit import checks, data, evaluate, models, plots, template
 from reasonkit.presets import get_preset
 from reasonkit.runtime import mesh
 from reasonkit.runtime.runs import NOTEBOOK_OF, RunDir, latest_step
@@ -127,6 +127,37 @@ for name in ("sft", "dpo", "grpo"):
         partial = f" (checkpoint at step {step}, not finished)" if step else ""
         print(f"{name:5s} skipped: not finished{partial}; run notebooks/{NOTEBOOK_OF[name]}")
 print("evaluating:", " -> ".join(stages))
+
+# %% [markdown]
+# ## Tunix's sampler, on one prompt
+# Every completion below comes from Tunix's `Sampler`, built as Tunix's examples build
+# it: the model, its tokenizer and a `CacheConfig` (a KV cache long enough for a whole
+# prompt and answer). Calling it with prompts pads them to `max_prompt_length` and
+# decodes greedily (temperature 0) until a stop id or `max_generation_steps`; with
+# `temperature`, `top_p` and `top_k` it samples.
+# Here it answers the held-out prompt above with the last stage's model. One patch:
+# `tunix_patches.sampling.without_remat` gives the sampler the model with
+# rematerialisation off over the same arrays (Tunix's sampler traces the graph it is
+# given, and with `model.remat` on, as in every Gemma preset, that graph cannot decode).
+# `evaluate` builds the same sampler once per stage and calls it on batches of
+# prompts.
+
+# %%
+from tunix import CacheConfig, Sampler
+
+from reasonkit.tunix_patches.sampling import without_remat
+
+model, tok = evaluate.load_stage(preset, run, stages[-1], mesh=None)  # the base, plus that stage's adapters
+cache = CacheConfig(cache_size=preset.eval.max_prompt_length + preset.eval.max_generation_length,
+                    num_layers=preset.model.num_layers, num_kv_heads=preset.model.num_kv_heads,
+                    head_dim=preset.model.head_dim)
+sampler = Sampler(transformer=without_remat(model), tokenizer=tok, cache_config=cache)
+answer = sampler([template.format_prompt(example["prompt"])], max_prompt_length=preset.eval.max_prompt_length,
+                 max_generation_steps=preset.eval.max_generation_length,
+                 eos_tokens=models.stop_token_ids(tok))  # greedy: temperature 0
+print(f"{stages[-1]}, greedy: {answer.text[0]!r}")
+del sampler, model
+models.free()
 
 # %% [markdown]
 # ## Generate and score
@@ -386,13 +417,23 @@ out = evaluate.save_run(run, preset, results, seconds, files={
 print(sorted(p.name for p in out.iterdir()))
 
 # %% [markdown]
-# ## Check: the stage table is complete
+# ## Check: every stage changed the model, and SFT taught the format
 # The last cell asserts what this notebook delivers: a row for the base model and for
 # every stage that finished, each scored on every held-out prompt, with every rate
 # between 0 and 1 and a mean length within `eval.max_generation_length` tokens, and the
-# same rows in the `stage_table.md` it saved. These are exact; no margin is needed.
-# (Whether GRPO beat SFT is not asserted: on `tiny` a point or two on 96 prompts is noise,
-# `docs/results.md`.)
+# same rows in the `stage_table.md` it saved. Those are exact. Then `checks.check_stages`
+# fails when a stage did not do its job:
+#
+# - **Each stage differs from the one before it**: at least one held-out prompt gets
+#   another greedy completion. Greedy decoding is deterministic, so a stage whose
+#   adapters stayed where the stage before left them (a learning rate of 1e-12, say)
+#   writes exactly the same answers, and a stage that is secretly the base model too.
+# - **SFT beats the base on format**: its format pass is at least 20 points above the
+#   base's. A base model does not write the tags; an SFT that learned nothing would not
+#   either.
+#
+# Whether GRPO beat SFT is not asserted: on `tiny` a point or two on these prompts is
+# noise (`docs/results.md`).
 
 # %%
 table = (out / "stage_table.md").read_text()
@@ -403,7 +444,8 @@ for name in stages:
     assert all(0.0 <= o[m] <= 1.0 for m in evaluate.METRICS), (name, o)
     assert 0 < o["mean_length"] <= preset.eval.max_generation_length, (name, o["mean_length"])
     assert f"| {name} | {o['n']} |" in table, f"{name} is not in {out / 'stage_table.md'}"
-print(f"checked: {len(stages)} rows ({', '.join(stages)}), each over {len(splits.eval)} prompts, in range")
+print(f"{len(stages)} rows ({', '.join(stages)}), each over {len(splits.eval)} prompts, in range")
+print(checks.check_stages(results, stages))
 
 # %% [markdown]
 # ## What next

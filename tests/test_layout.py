@@ -7,8 +7,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 PKG = ROOT / "reasonkit"
 # Each unit (a top-level module or a sub-package) imports only units before it.
 ORDER = ["config", "presets", "template", "answers", "tasks", "data", "masks", "collate", "tunix_patches",
-         "runtime", "models", "budget", "rewards", "train", "evaluate", "shapes", "plots", "testing",
-         "__main__"]
+         "runtime", "models", "budget", "rewards", "train", "evaluate", "shapes", "plots", "checks",
+         "testing", "__main__"]
 
 
 def unit_of(path: pathlib.Path) -> str:

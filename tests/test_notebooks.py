@@ -1,17 +1,22 @@
-"""The committed notebooks: each .ipynb runs its .py twin's code, and scripts/refresh_notebooks.py.
+"""The committed notebooks: each .ipynb runs its .py twin's code, builds its Tunix objects in a
+cell, ends with a check that fails a stage that did not learn; and scripts/refresh_notebooks.py.
 
 Cheap (no notebook is executed): nbval runs them in scripts/test.sh.
 """
 
+import dataclasses
 import doctest
 import importlib.util
 import pathlib
+import re
 import sys
 
 import jupytext
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+from reasonkit import checks, plots
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PYS = sorted((ROOT / "notebooks").glob("[0-9]*.py"))
@@ -206,3 +211,157 @@ def test_markdown_cells_do_not_count():
     a = new_notebook(cells=[new_markdown_cell("one"), new_code_cell("x = 1\n")])
     b = new_notebook(cells=[new_code_cell("x = 1"), new_markdown_cell("two")])
     assert refresh.first_difference(refresh.code_sources(a), refresh.code_sources(b)) is None
+
+
+# --- what the notebooks teach: Tunix's own constructors, and final checks that can fail ----
+
+STAGE_NOTEBOOKS = {"sft": "03_sft", "dpo": "04_dpo", "grpo": "05_grpo"}
+# Each stage notebook builds its Tunix objects in a cell of its own, with these constructors.
+CONSTRUCTORS = {"03_sft": ["PeftTrainer(", ".with_gen_model_input_fn("],
+                "04_dpo": ["DPOTrainer("], "05_grpo": ["RLCluster(", "ClusterConfig(", "Learner("],
+                "06_evaluation": ["Sampler("]}
+# The function of reasonkit.checks each notebook's last code cell calls.
+FINAL_CHECKS = {"03_sft": "checks.check_sft(", "04_dpo": "checks.check_dpo(",
+                "05_grpo": "checks.check_grpo(", "06_evaluation": "checks.check_stages("}
+PRIVATE = re.compile(r"\.(_[A-Za-z][A-Za-z0-9_]*)")  # `obj._name`; dunders like __name__ are public
+
+
+def _code_cells(name: str) -> list[str]:
+    nb = jupytext.read(ROOT / "notebooks" / f"{name}.py")
+    return [c.source for c in nb.cells if c.cell_type == "code"]
+
+
+@pytest.mark.parametrize("name", sorted(CONSTRUCTORS))
+def test_each_stage_notebook_builds_its_tunix_objects_in_a_cell(name):
+    code = "\n".join(_code_cells(name))
+    assert all(c in code for c in CONSTRUCTORS[name]), [c for c in CONSTRUCTORS[name] if c not in code]
+
+
+@pytest.mark.parametrize("py", PYS, ids=lambda p: p.stem)
+def test_no_notebook_cell_reads_a_private_attribute(py):
+    found = [m.group(0) for cell in _code_cells(py.stem) for m in PRIVATE.finditer(cell)]
+    assert found == [], f"{py.name} reads private attributes: {found}"
+
+
+@pytest.mark.parametrize("name", sorted(FINAL_CHECKS))
+def test_each_notebook_ends_with_its_package_check(name):
+    assert FINAL_CHECKS[name] in _code_cells(name)[-1], f"{name}'s last cell: {_code_cells(name)[-1]}"
+
+
+def _not_learned_and_learned():
+    """``{stage: (what a stage left that did not learn, what one that learned left)}``.
+
+    Not learned: a stage trained at a learning rate of 1e-12, whose adapters stay at
+    their start: the held-out loss and the completions unchanged, a DPO margin and a GRPO
+    KL of 0 up to rounding. Learned: the shapes of the tiny preset's committed run.
+    """
+    steps = list(range(40))
+    no, yes = {"format_ok": False}, {"format_ok": True}
+    kl_moved = [0.0001 * s for s in steps]
+    correct = [1.0 + 0.05 * (s % 3 - 1) for s in steps]  # flat within its noise
+    rows = lambda texts: [{"completion": t} for t in texts]  # noqa: E731
+    texts = {"base": ["16", "pen"], "sft": ["<answer>15", "<answer>pen"],
+             "dpo": ["<answer>16", "<answer>pen"], "grpo": ["<answer>16", "<answer>pen."]}
+    rates = {"base": 0.0, "sft": 0.97, "dpo": 0.98, "grpo": 0.99}
+    results = lambda texts, rates: {  # noqa: E731
+        s: {"rows": rows(texts[s]), "summary": {"overall": {"format_rate": rates[s]}}} for s in texts}
+    return {
+        "sft": (([no] * 3, [no] * 3, {"eval/loss": ([0, 40], [4.06, 4.06])}),
+                ([no] * 3, [yes] * 3, {"eval/loss": ([0, 40], [4.06, 0.13])})),
+        "dpo": (({"train/rewards/margin": (steps, [1e-9] * 40),
+                  "train/rewards/accuracy": (steps, [0.5] * 40)},),
+                ({"train/rewards/margin": (steps, [0.004 * s for s in steps]),
+                  "train/rewards/accuracy": (steps, [0.5] * 20 + [0.8] * 20)},)),
+        "grpo": (({"actor/train/kl": (steps, [1e-12] * 40), "rewards/train/answer_correct": (steps, correct),
+                   "held_out/accuracy": ([0, 20, 39], [0.35, 0.35, 0.35])}, 32),
+                 ({"actor/train/kl": (steps, kl_moved), "rewards/train/answer_correct": (steps, correct),
+                   "held_out/accuracy": ([0, 20, 39], [0.35, 0.37, 0.36])}, 32)),
+        "stages": ((results(texts | {"dpo": texts["sft"]}, rates), list(texts)),  # DPO left SFT as it was
+                   (results(texts, rates), list(texts))),
+    }
+
+
+@pytest.mark.parametrize("stage", ["sft", "dpo", "grpo", "stages"])
+def test_each_final_check_fails_a_stage_that_did_not_learn(stage):
+    not_learned, learned = _not_learned_and_learned()[stage]
+    check = getattr(checks, f"check_{stage}")
+    if stage == "grpo":  # its held-out block's size: grpo.eval_prompts
+        check = lambda metrics, n: checks.check_grpo(metrics, held_out_prompts=n)  # noqa: E731
+    with pytest.raises(checks.StageDidNotLearn):
+        check(*not_learned)
+    assert check(*learned).startswith("checked:")
+
+
+def test_a_format_only_grpo_fails_its_check():
+    steps = list(range(40))
+    with pytest.raises(checks.StageDidNotLearn, match="answer_correct"):
+        checks.check_grpo({"actor/train/kl": (steps, [0.0001 * s for s in steps]),
+                           "rewards/train/format_exact": (steps, [2.9] * 40)})
+
+
+def _built_as_the_notebook_builds(stage: str) -> dict:
+    """Run the cells of ``stage``'s notebook that build its Tunix objects; their namespace."""
+    from IPython.display import Markdown
+
+    from reasonkit import models, plots, presets, rewards, train
+    from reasonkit.runtime import mesh
+
+    preset = presets.get_preset("tiny")
+    tok = models.load_tokenizer(train.policies.SHAPE_TOKENIZER)
+    ns = {"preset": preset, "train": train, "mesh": mesh, "models": models, "plots": plots, "tok": tok,
+          "Markdown": Markdown, "display": lambda *a, **k: None,
+          "reward_fns": rewards.from_config(preset.grpo.rewards)}
+    marks = CONSTRUCTORS[STAGE_NOTEBOOKS[stage]]
+    cells = [c for c in _code_cells(STAGE_NOTEBOOKS[stage]) if any(m in c for m in marks)]
+    assert cells, f"no cell of {STAGE_NOTEBOOKS[stage]} builds {marks}"
+    for cell in cells:
+        exec(compile(cell, STAGE_NOTEBOOKS[stage], "exec"), ns)  # noqa: S102 - the notebook's own code
+    return ns
+
+
+def _same(a, b, path="") -> list[str]:
+    """Where two Tunix configs differ, field by field (optimizers and meshes by what they are)."""
+    if dataclasses.is_dataclass(a) and not isinstance(a, type):
+        if type(a) is not type(b):
+            return [f"{path}: {type(a).__name__} vs {type(b).__name__}"]
+        return [d for f in dataclasses.fields(a)
+                for d in _same(getattr(a, f.name), getattr(b, f.name), f"{path}.{f.name}")]
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in a.keys() | b.keys() for d in _same(a.get(k), b.get(k), f"{path}[{k!r}]")]
+    if callable(a) and callable(b) or hasattr(a, "init") and hasattr(a, "update"):
+        return [] if plots.qualified_name(a) == plots.qualified_name(b) else [f"{path}: {a} vs {b}"]
+    return [] if a == b else [f"{path}: {a!r} vs {b!r}"]
+
+
+def _optimizer_numbers(trainer) -> dict:
+    """The learning-rate schedule's numbers in the optimizer's state (under GRPO's MultiSteps)."""
+    state = trainer.optimizer.opt_state
+    state = getattr(state, "inner_opt_state", state)
+    return {k: float(v) for k, v in state.hyperparams.items()}
+
+
+@pytest.mark.parametrize("stage", ["sft", pytest.param("dpo", marks=pytest.mark.slow),
+                                   pytest.param("grpo", marks=pytest.mark.slow)])
+def test_the_notebook_builds_what_build_stage_builds(stage):
+    from reasonkit import presets, train
+
+    ns = _built_as_the_notebook_builds(stage)
+    built = train.build_stage(presets.get_preset("tiny"), stage, None, weights="abstract")
+    if stage in ("sft", "dpo"):
+        mine, theirs = ns["trainer"], built.trainer
+        assert type(mine) is type(theirs)
+        assert _same(mine.config, theirs.config) == []
+        parts = ("loss_fn", "gen_model_input_fn")
+    else:
+        mine, theirs = ns["cluster"].actor_trainer, built.trainer
+        assert type(ns["learner"]) is type(built.learner)
+        assert _same(ns["cluster"].cluster_config, built.cluster.cluster_config) == []
+        assert _same(ns["learner"].algo_config, built.learner.algo_config) == []
+        assert ([f.__name__ for f in ns["learner"].reward_manager.reward_fns]
+                == [f.__name__ for f in built.learner.reward_manager.reward_fns])
+        parts = ("loss_fn",)
+        assert (plots.qualified_name(ns["cluster"].rollout.generate)
+                == plots.qualified_name(built.cluster.rollout.generate))
+    for part in parts:
+        assert plots.qualified_name(getattr(mine, part)) == plots.qualified_name(getattr(theirs, part)), part
+    assert _optimizer_numbers(mine) == _optimizer_numbers(theirs)

@@ -1,11 +1,16 @@
 """Build a training stage without running it: preset -> mesh -> models -> LoRA -> Tunix trainer.
 
-:func:`build_stage` is the one way a stage is built, whether to train it
-(:mod:`reasonkit.train.stages`) or to look inside it: the returned :class:`Stage` holds
-the real Tunix objects (``PeftTrainer``, ``DPOTrainer``, or GRPO's RL cluster and
-learner, with reasonkit's patches in place) and can lower their jitted step for a batch
-at the stage's full shapes. :func:`grpo_algorithm` picks GRPO's learner for the preset's
-policy-loss variant.
+The parts come one call each, named for what they are, and go to Tunix's own
+constructors as its examples pass them: the configs (:func:`sft_training_config`,
+:func:`dpo_training_config`, :func:`cluster_config` with :func:`grpo_training_config` and
+:func:`rollout_config`, :func:`grpo_algorithm`), the optimizer
+(:func:`~reasonkit.train.optim.make_optimizer`), the model inputs
+(:func:`gen_model_input_fn`), the rewards and GRPO's metrics, and reasonkit's patches
+(``patch_*``: what each changes in Tunix's object, and why, is in its docstring).
+:func:`sft_trainer`, :func:`dpo_trainer` and :func:`grpo_learner` put them together as
+the notebooks do in their own cells, and :func:`build_stage` (what training builds)
+calls those three: the returned :class:`Stage` holds the real Tunix objects and can
+lower their jitted step for a batch at the stage's full shapes.
 """
 
 from __future__ import annotations
@@ -29,7 +34,11 @@ from reasonkit.train.optim import make_optimizer
 from reasonkit.train.policies import build_models
 from reasonkit.tunix_patches import attention, grpo, logprobs, loss_swap, rl_cluster, sampling, trainers
 
-__all__ = ["TRAIN_STAGES", "gen_model_input_fn", "Stage", "build_stage", "grpo_algorithm"]
+__all__ = ["TRAIN_STAGES", "gen_model_input_fn", "Stage", "sft_training_config", "dpo_training_config",
+           "grpo_training_config", "rollout_config", "cluster_config", "grpo_reward_fns",
+           "grpo_metric_fns", "patch_sft_trainer", "patch_dpo_trainer", "patch_rl_cluster",
+           "patch_grpo_learner", "grpo_algorithm", "sft_trainer", "dpo_trainer", "grpo_learner",
+           "build_stage", "stage_has_reference"]
 
 
 TRAIN_STAGES = ("sft", "dpo", "grpo")
@@ -152,100 +161,110 @@ def _io(run: RunDir | None, stage: str, cfg: TrainConfig) -> dict[str, Any]:
                 metrics_logging_options=metrics_options(run, stage))
 
 
-def build_stage(preset: Preset, stage: str, run: RunDir | None = None, *,
-                weights: str = "checkpoint", started: str | None = None,
-                reward_fns: Sequence[Callable] | None = None, mesh=None) -> Stage:
-    """Build ``stage`` without training it: preset -> mesh -> model -> LoRA -> Tunix trainer.
+# --- the parts: one call each, what a notebook passes to Tunix's own constructors ---------
 
-    The one way every stage is built: ``train_sft`` / ``train_dpo`` / ``train_grpo`` train
-    what this returns, and the real-shape checks (:mod:`reasonkit.shapes`), notebooks and
-    benchmarks look inside it. ``weights`` picks real (``"checkpoint"``), random or
-    abstract weights (:func:`build_models`); ``started`` is the stage whose adapters to
-    start from (and to freeze as the reference); ``run`` gives checkpoints and metrics
-    (none without it); ``reward_fns`` replaces GRPO's ``preset.grpo.rewards``. A batch that
-    does not split over the mesh's data axes is refused here, before anything is built.
-    """
+
+def sft_training_config(preset: Preset, run: RunDir | None = None):
+    """Tunix's ``TrainingConfig`` for SFT: the steps, a held-out evaluation every checkpoint,
+    and (with ``run``) where checkpoints and metrics go."""
     import tunix
 
-    if stage not in TRAIN_STAGES:
-        raise ValueError(f"stage={stage!r}: must be one of {', '.join(TRAIN_STAGES)}")
-    cfg = getattr(preset, stage)
-    mesh = mesh if mesh is not None else mesh_lib.stage_mesh(preset, stage)
-    repeat, how = {"sft": (1, ""), "dpo": (2, "chosen + rejected"),
-                   "grpo": (getattr(cfg, "num_generations", 1),
-                            "x grpo.num_generations")}[stage]
-    mesh_lib.check_batch(cfg.batch_size, mesh, f"{stage}.batch_size", repeat=repeat,
-                         how=how and f"{cfg.batch_size} {how}")
-    with_ref = stage == "grpo" or (stage == "dpo" and cfg.algorithm == "dpo")  # ORPO: none
-    with mesh:
-        base, policy, reference, tok, model_dir = build_models(
-            preset, mesh, weights, run=run, started=started, seed=cfg.seed, reference=with_ref)
-        built = Stage(stage, preset, mesh, weights, base, policy, reference, tok, model_dir,
-                      None, started)
-        if stage == "sft":
-            built.trainer = tunix.PeftTrainer(policy, make_optimizer(cfg), tunix.TrainingConfig(
-                eval_every_n_steps=cfg.checkpoint_every, max_steps=cfg.max_steps,
-                pbar_description="SFT", **_io(run, stage, cfg)))
-            built.trainer.with_gen_model_input_fn(gen_model_input_fn(tok.pad_id()))
-            if tunix_patches.enabled("chunked log-probs"):
-                built.trainer.with_loss_fn(logprobs.sft_loss)  # Tunix's loss, chunked
-        elif stage == "dpo":
-            built.trainer = _dpo_trainer(preset, run, policy, reference)
-        else:
-            built.cluster, built.learner = _grpo_learner(preset, run, policy, reference, tok,
-                                                         mesh, reward_fns)
-            built.trainer = built.cluster.actor_trainer
-    return built
+    cfg = preset.sft
+    return tunix.TrainingConfig(eval_every_n_steps=cfg.checkpoint_every, max_steps=cfg.max_steps,
+                                pbar_description="SFT", **_io(run, "sft", cfg))
 
 
-def _dpo_trainer(preset: Preset, run: RunDir | None, policy, reference):
+def dpo_training_config(preset: Preset, run: RunDir | None = None):
+    """Tunix's ``DPOTrainingConfig``: DPO or ORPO, beta, the lengths the collator pads to,
+    no held-out evaluation, and (with ``run``) where checkpoints and metrics go."""
     import tunix
-    from tunix.sft.dpo.dpo_trainer import DPOTrainingConfig
 
     cfg = preset.dpo
-    trainer = tunix.DPOTrainer(
-        model=policy, ref_model=reference, optimizer=make_optimizer(cfg),
-        training_config=DPOTrainingConfig(
-            algorithm=cfg.algorithm, beta=cfg.beta, lambda_orpo=cfg.lambda_orpo,
-            eval_every_n_steps=cfg.max_steps + 1, max_steps=cfg.max_steps,
-            max_prompt_length=cfg.max_prompt_length, max_response_length=cfg.max_response_length,
-            pbar_description=cfg.algorithm.upper(), **_io(run, "dpo", cfg)))
+    return tunix.DPOTrainingConfig(
+        algorithm=cfg.algorithm, beta=cfg.beta, lambda_orpo=cfg.lambda_orpo,
+        eval_every_n_steps=cfg.max_steps + 1, max_steps=cfg.max_steps,
+        max_prompt_length=cfg.max_prompt_length, max_response_length=cfg.max_response_length,
+        pbar_description=cfg.algorithm.upper(), **_io(run, "dpo", cfg))
+
+
+def grpo_training_config(preset: Preset, run: RunDir | None = None):
+    """Tunix's ``RLTrainingConfig`` for GRPO: the actor's optimizer (:func:`make_optimizer`),
+    the steps, one mini-batch per step, and (with ``run``) checkpoints and metrics."""
+    import tunix
+
+    cfg = preset.grpo
+    return tunix.RLTrainingConfig(
+        actor_optimizer=make_optimizer(cfg), eval_every_n_steps=cfg.max_steps + 1,
+        max_steps=cfg.max_steps, mini_batch_size=cfg.batch_size,
+        train_micro_batch_size=cfg.batch_size, **_io(run, "grpo", cfg))
+
+
+def rollout_config(preset: Preset, tok):
+    """Tunix's ``RolloutConfig``: how GRPO samples its answers (lengths, temperature, top-p,
+    top-k) and the ids it stops on. The KV cache holds a whole prompt and answer."""
+    import tunix
+
+    cfg = preset.grpo
+    return tunix.RolloutConfig(
+        max_tokens_to_generate=cfg.max_generation_length, max_prompt_length=cfg.max_prompt_length,
+        kv_cache_size=cfg.max_prompt_length + cfg.max_generation_length,
+        temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
+        eos_tokens=models.stop_token_ids(tok))
+
+
+def cluster_config(preset: Preset, mesh, tok, run: RunDir | None = None):
+    """Tunix's ``ClusterConfig``: actor, reference and rollout on ``mesh``, Tunix's own
+    ("vanilla") sampler, :func:`grpo_training_config` and :func:`rollout_config`."""
+    import tunix
+
+    return tunix.ClusterConfig(
+        role_to_mesh={tunix.Role.ACTOR: mesh, tunix.Role.REFERENCE: mesh, tunix.Role.ROLLOUT: mesh},
+        rollout_engine="vanilla", offload_to_cpu=False,
+        training_config=grpo_training_config(preset, run), rollout_config=rollout_config(preset, tok))
+
+
+def grpo_reward_fns(preset: Preset) -> list[Callable]:
+    """The reward functions of ``preset.grpo.rewards``, weighted, in Tunix's signature."""
+    return rewards.from_config(preset.grpo.rewards)
+
+
+def grpo_metric_fns(cluster, preset: Preset, reward_fns: Sequence[Callable]) -> list[Callable]:
+    """GRPO's own metrics for the learner's ``metric_fns`` (groups that teach nothing, an answer)."""
+    return [grpo_metrics(cluster, preset.grpo, list(reward_fns))]
+
+
+def patch_sft_trainer(trainer):
+    """reasonkit's patch on a ``PeftTrainer``: Tunix's cross-entropy computed a chunk of
+    positions at a time (no float32 ``[B, S, V]`` one-hot and log-softmax)."""
+    if tunix_patches.enabled("chunked log-probs"):
+        trainer.with_loss_fn(logprobs.sft_loss)
+    return trainer
+
+
+def patch_dpo_trainer(trainer):
+    """reasonkit's patch on a ``DPOTrainer``: the loss's and the reference's log-probabilities
+    computed a chunk of positions at a time (the same numbers)."""
     if tunix_patches.enabled("chunked log-probs"):
         loss_swap.chunk_dpo(trainer)
     return trainer
 
 
-def _grpo_learner(preset: Preset, run: RunDir | None, policy, reference, tok, mesh,
-                  reward_fns: Sequence[Callable] | None):
-    from tunix.rl import rl_cluster as rl
-    from tunix.rl.rollout import base_rollout
+def patch_rl_cluster(cluster, preset: Preset, policy):
+    """reasonkit's patch on an ``RLCluster``'s sampler: it traces the policy with remat off
+    (with remat on it cannot decode), computes the prefill's output layer at the last
+    position only, and with the "shared prefill" patch prefills each prompt once for its
+    G answers."""
+    group = preset.grpo.num_generations if tunix_patches.enabled("shared prefill") else 1
+    sampling.trace_for_sampling(sampling.sampler_of(cluster.rollout), policy, group)
+    return cluster
 
+
+def patch_grpo_learner(cluster, learner, preset: Preset, policy):
+    """reasonkit's patches on a GRPO learner's step: each step samples with its own key
+    (Tunix reuses ``PRNGKey(0)``), pads to the smallest length bucket that fits, runs each
+    prompt once for its G answers (with reasonkit's attention and ``grpo.share_prompts``)
+    and computes log-probabilities in chunks."""
     cfg = preset.grpo
-    training = rl.RLTrainingConfig(
-        actor_optimizer=make_optimizer(cfg), eval_every_n_steps=cfg.max_steps + 1,
-        max_steps=cfg.max_steps, mini_batch_size=cfg.batch_size,
-        train_micro_batch_size=cfg.batch_size, **_io(run, "grpo", cfg))
-    rollout = base_rollout.RolloutConfig(
-        max_tokens_to_generate=cfg.max_generation_length, max_prompt_length=cfg.max_prompt_length,
-        kv_cache_size=cfg.max_prompt_length + cfg.max_generation_length,
-        temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
-        eos_tokens=models.stop_token_ids(tok))
-    with rl_cluster.abstract_models_stay_put():
-        cluster = rl.RLCluster(actor=policy, reference=reference, tokenizer=tok,
-                               cluster_config=rl.ClusterConfig(
-                                   role_to_mesh={rl.Role.ACTOR: mesh, rl.Role.REFERENCE: mesh,
-                                                 rl.Role.ROLLOUT: mesh},
-                                   rollout_engine="vanilla", offload_to_cpu=False,
-                                   training_config=training, rollout_config=rollout))
-    # Tunix's sampler traces the actor's graph as given: with remat on it cannot decode,
-    # and it would compute the prefill's logits at every position and each prompt G times
-    prefill_group = cfg.num_generations if tunix_patches.enabled("shared prefill") else 1
-    sampling.trace_for_sampling(sampling.sampler_of(cluster.rollout), policy, prefill_group)
-    learner_cls, algo = grpo_algorithm(preset)
-    fns = rewards.from_config(cfg.rewards) if reward_fns is None else list(reward_fns)
-    learner = learner_cls(rl_cluster=cluster, reward_fns=fns, algo_config=algo,
-                          metric_fns=[grpo_metrics(cluster, cfg, fns)])
-    # with grpo.share_prompts each prompt runs once for its G answers (needs reasonkit's attention)
     chunked = tunix_patches.enabled("chunked log-probs")
     group = cfg.num_generations if (chunked and tunix_patches.enabled("shared prompts")
                                     and cfg.shares_prompts(attention.impl_of(policy))) else 1
@@ -256,7 +275,7 @@ def _grpo_learner(preset: Preset, run: RunDir | None, policy, reference, tok, me
                          on_shape=compiles.step_shape)
     if chunked:  # the policy loss, the reference's and the old policy's forwards
         loss_swap.chunk_grpo(cluster, group)
-    return cluster, learner
+    return learner
 
 
 def grpo_algorithm(preset: Preset):
@@ -274,3 +293,89 @@ def grpo_algorithm(preset: Preset):
             **common, beta=cfg.beta, kl_loss_mode=cfg.kl_loss_mode)
     return grpo_learner.GRPOLearner, grpo_learner.GRPOConfig(
         **common, beta=cfg.beta, kl_loss_mode=cfg.kl_loss_mode, loss_algo=cfg.loss)
+
+
+# --- the Tunix objects, built from those parts as the notebooks build them ----------------
+
+
+def sft_trainer(preset: Preset, policy, tok, run: RunDir | None = None):
+    """Tunix's ``PeftTrainer`` for SFT, as ``03_sft`` builds it from the parts."""
+    import tunix
+
+    trainer = tunix.PeftTrainer(policy, make_optimizer(preset.sft), sft_training_config(preset, run))
+    trainer = trainer.with_gen_model_input_fn(gen_model_input_fn(tok.pad_id()))
+    return patch_sft_trainer(trainer)
+
+
+def dpo_trainer(preset: Preset, policy, reference, run: RunDir | None = None):
+    """Tunix's ``DPOTrainer`` (DPO, or ORPO without a reference), as ``04_dpo`` builds it."""
+    import tunix
+
+    trainer = tunix.DPOTrainer(model=policy, ref_model=reference,
+                               optimizer=make_optimizer(preset.dpo),
+                               training_config=dpo_training_config(preset, run))
+    return patch_dpo_trainer(trainer)
+
+
+def grpo_learner(preset: Preset, policy, reference, tok, mesh, run: RunDir | None = None,
+                 reward_fns: Sequence[Callable] | None = None):
+    """``(RLCluster, learner)`` for GRPO, as ``05_grpo`` builds them; ``reward_fns``
+    replaces :func:`grpo_reward_fns`."""
+    import tunix
+
+    # an abstract model (shapes only) has no arrays to copy to host memory as the cluster starts
+    with rl_cluster.abstract_models_stay_put():
+        cluster = tunix.RLCluster(actor=policy, reference=reference, tokenizer=tok,
+                                  cluster_config=cluster_config(preset, mesh, tok, run))
+    cluster = patch_rl_cluster(cluster, preset, policy)
+    fns = grpo_reward_fns(preset) if reward_fns is None else list(reward_fns)
+    learner_class, algo_config = grpo_algorithm(preset)
+    learner = learner_class(rl_cluster=cluster, reward_fns=fns, algo_config=algo_config,
+                            metric_fns=grpo_metric_fns(cluster, preset, fns))
+    return cluster, patch_grpo_learner(cluster, learner, preset, policy)
+
+
+def build_stage(preset: Preset, stage: str, run: RunDir | None = None, *,
+                weights: str = "checkpoint", started: str | None = None,
+                reward_fns: Sequence[Callable] | None = None, mesh=None) -> Stage:
+    """Build ``stage`` without training it: preset -> mesh -> model -> LoRA -> Tunix trainer.
+
+    The one way every stage is built for training: ``train_sft`` / ``train_dpo`` /
+    ``train_grpo`` train what this returns, and the real-shape checks
+    (:mod:`reasonkit.shapes`) and benchmarks look inside it. It calls Tunix's constructors
+    with the same parts as the notebooks (:func:`sft_trainer`, :func:`dpo_trainer`,
+    :func:`grpo_learner`). ``weights`` picks real (``"checkpoint"``), random or
+    abstract weights (:func:`build_models`); ``started`` is the stage whose adapters to
+    start from (and to freeze as the reference); ``run`` gives checkpoints and metrics
+    (none without it); ``reward_fns`` replaces GRPO's ``preset.grpo.rewards``. A batch that
+    does not split over the mesh's data axes is refused here, before anything is built.
+    """
+    if stage not in TRAIN_STAGES:
+        raise ValueError(f"stage={stage!r}: must be one of {', '.join(TRAIN_STAGES)}")
+    cfg = getattr(preset, stage)
+    mesh = mesh if mesh is not None else mesh_lib.stage_mesh(preset, stage)
+    repeat, how = {"sft": (1, ""), "dpo": (2, "chosen + rejected"),
+                   "grpo": (getattr(cfg, "num_generations", 1),
+                            "x grpo.num_generations")}[stage]
+    mesh_lib.check_batch(cfg.batch_size, mesh, f"{stage}.batch_size", repeat=repeat,
+                         how=how and f"{cfg.batch_size} {how}")
+    with mesh:
+        base, policy, reference, tok, model_dir = build_models(
+            preset, mesh, weights, run=run, started=started, seed=cfg.seed,
+            reference=stage_has_reference(preset, stage))
+        built = Stage(stage, preset, mesh, weights, base, policy, reference, tok, model_dir,
+                      None, started)
+        if stage == "sft":
+            built.trainer = sft_trainer(preset, policy, tok, run)
+        elif stage == "dpo":
+            built.trainer = dpo_trainer(preset, policy, reference, run)
+        else:
+            built.cluster, built.learner = grpo_learner(preset, policy, reference, tok, mesh, run,
+                                                        reward_fns)
+            built.trainer = built.cluster.actor_trainer
+    return built
+
+
+def stage_has_reference(preset: Preset, stage: str) -> bool:
+    """Whether ``stage`` trains against a frozen reference: GRPO and DPO do, ORPO and SFT not."""
+    return stage == "grpo" or (stage == "dpo" and preset.dpo.algorithm == "dpo")
