@@ -74,12 +74,11 @@ source = reasonkit_bootstrap.setup()  # reasonkit, the tested JAX stack, this se
 # %%
 import dataclasses
 import re
-import statistics
 
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
-from reasonkit import data, evaluate, models, plots, rewards, train
+from reasonkit import checks, data, evaluate, models, plots, rewards, train
 from reasonkit.budget import memory_budget
 from reasonkit.presets import get_preset
 from reasonkit.runtime import hardware, mesh, runs
@@ -196,10 +195,6 @@ display(Markdown(plots.reward_table(EXAMPLES, scored)))
 #   `"gspo-token"` (GSPO: sequence-level importance ratios), `"dapo"` (no KL term,
 #   asymmetric clipping, token-mean loss) or `"dr-grpo"` (no length or std
 #   normalisation), e.g. `get_preset(name, **{"grpo.loss": "dapo"})`.
-#
-# Training resumes and refuses exactly as in `03_sft`: a finished stage is loaded, not
-# retrained, unless you set `RETRAIN = True`; it stops cleanly before the session's
-# deadline, and running the notebook again (in a new session) resumes it.
 
 # %% [markdown]
 # ## One group, by the numbers
@@ -249,56 +244,88 @@ del model
 models.free()  # the trainer loads its own copy onto the GRPO mesh
 
 # %% [markdown]
-# ## Under the hood: what `train_or_load` builds
-# As in `03_sft`, `train.build_stage` puts the stage together; here on abstract weights
-# (shapes only: nothing is loaded, compiled or written) and without a run directory, to
-# show the real Tunix objects: an `RLCluster` (its `ClusterConfig`, with the
-# `RLTrainingConfig` and the `RolloutConfig`) that holds the actor, the reference and
-# the rollout sampler on their meshes, and a `GRPOLearner` with its `GRPOConfig` (the
-# tables list the fields whose values differ from Tunix's defaults). What reasonkit puts
-# in place of Tunix's defaults:
+# ## Build Tunix's RL cluster and GRPO learner
+# Tunix's GRPO is two objects, as in its own GRPO example. An `RLCluster` holds the three
+# roles, each on a mesh: the **actor** (the policy being trained), the **reference** (the
+# policy GRPO started from, frozen) and the **rollout** (a sampler that writes the
+# answers). Its `ClusterConfig` carries an `RLTrainingConfig` (the actor's optimizer and
+# the steps) and a `RolloutConfig` (how answers are sampled). A `GRPOLearner` then takes
+# the cluster, the reward functions and a `GRPOConfig` (G, `beta`, `epsilon`, the KL
+# estimator, the loss), and its `train(batches)` runs the loop: sample, score, compute the
+# advantages, update. reasonkit supplies each part with one call (here on abstract
+# weights: shapes only, nothing is loaded, compiled or written):
 #
-# - **The KL estimator**: `kl_loss_mode="low_var_kl"` (`grpo.kl_loss_mode`) instead of
-#   Tunix 0.1.7's `"kl"`, whose gradient does not depend on the reference (above).
-# - **Reseeded rollouts**: `RolloutConfig.seed` stays unset, and `tunix_patches.grpo`
-#   wraps the rollout's `generate` so each step samples with its own key from
-#   `grpo.seed` and the step (unset, Tunix uses `PRNGKey(0)` every step).
-# - **Chunked log-probabilities**: the actor's policy loss and the reference's per-token
-#   log-probabilities (and the rollout's, with `num_iterations > 1`) run inside
-#   `tunix_patches.loss_swap.chunked_log_probs`, which swaps Tunix's `compute_per_token_logps` and its
-#   entropy for `reasonkit.tunix_patches.logprobs`' chunked ones: no `[B, S, V]` float32 logits.
-# - **The sampling graph**: the rollout sampler traces `tunix_patches.sampling.sampling_graphdef(policy)`,
-#   the policy's graph with rematerialisation off over the same arrays; Tunix's sampler
-#   traces the training graph, which with `model.remat` on (every Gemma preset) cannot
-#   decode. Its class (`reasonkit.tunix_patches.sampling`) computes the prefill's output layer at the
-#   last prompt position only (Tunix's Gemma: every position, `[B, P, V]`), and
-#   `tunix_patches.sampling.SharedPrefill` prefills each prompt once for its G answers instead of G times.
-# - **Length buckets**: each step pads its prompts and cuts its answers to the smallest
-#   of `grpo.length_buckets` that holds them (`tunix_patches.grpo`), where Tunix pads
-#   every step to the maximum lengths; the reference and the update run on fewer positions.
-# - **Each prompt once per group**: a step's G answers to one prompt share its positions,
-#   so the reference's forward and the update run each prompt once into a KV cache and
-#   the G answers on from it (`logprobs.shared_prompt_hidden`), where Tunix runs every
-#   row whole: the same numbers, on the tiny preset about half the positions
-#   (`grpo.share_prompts`: on in the tiny preset, off in the Gemma ones).
-# - **The rewards**: plain functions (the list above), which Tunix sums unweighted.
+# - **The models**: `train.build_models(..., reference=True)`: the policy and a frozen
+#   reference, two sets of adapters on one shared base.
+# - **The configs**: `train.grpo_training_config` (with `train.make_optimizer`) and
+#   `train.rollout_config`; `train.grpo_algorithm` gives the learner class and its config
+#   for `grpo.loss` (`GRPOLearner` and `GRPOConfig`; `"dapo"` and `"dr-grpo"` pick Tunix's
+#   `DAPOLearner` and `DrGRPOLearner`), with the `low_var_kl` estimator (above).
+# - **The rewards and metrics**: the reward functions above, which Tunix sums
+#   unweighted, and `train.grpo_metric_fns`, which logs the fraction of groups that teach
+#   nothing.
+# - **The patches**, each a call on the object Tunix built:
+#   - `train.patch_rl_cluster`: the rollout's sampler traces the policy with
+#     rematerialisation off (Tunix's sampler traces the training graph, which with
+#     `model.remat` on cannot decode), computes the prefill's output layer at the last
+#     prompt position only, and prefills each prompt once for its G answers instead of G
+#     times (`tunix_patches.sampling`).
+#   - `train.patch_grpo_learner`: each step samples with its own key (above); each
+#     step pads its prompts and cuts its answers to the smallest of
+#     `grpo.length_buckets` that holds them, where Tunix pads to the maximum
+#     lengths; with `grpo.share_prompts`, a step's G answers to one prompt share its
+#     positions, so the reference's forward and the update run each prompt once into
+#     a KV cache; and the log-probabilities are computed a chunk of positions at a
+#     time (`tunix_patches.logprobs`), with no `[B, S, V]` float32 logits.
 #
 # Tunix warns below that the reference and the actor "do not share the same backbone".
 # That is the abstract weights: shape-only stand-ins are separate objects, so its check
 # by identity fails. With real weights the two share every base array (`03_sft`, "LoRA").
 
 # %%
-stage = train.build_stage(preset, "grpo", None, weights="abstract")  # built, not trained
-cluster, learner = stage.cluster, stage.learner
+from tunix import ClusterConfig, RLCluster, Role
+
+from reasonkit.tunix_patches.rl_cluster import abstract_models_stay_put
+
+grpo_mesh = mesh.stage_mesh(preset, "grpo")
+with grpo_mesh:
+    _, policy, reference, shape_tok, _ = train.build_models(preset, grpo_mesh, "abstract", reference=True)
+    cluster_config = ClusterConfig(
+        role_to_mesh={Role.ACTOR: grpo_mesh, Role.REFERENCE: grpo_mesh, Role.ROLLOUT: grpo_mesh},
+        rollout_engine="vanilla", offload_to_cpu=False,
+        training_config=train.grpo_training_config(preset),  # RLTrainingConfig: optimizer, steps
+        rollout_config=train.rollout_config(preset, shape_tok))  # RolloutConfig: how answers are sampled
+    with abstract_models_stay_put():  # shape-only models: nothing to copy to host memory
+        cluster = RLCluster(actor=policy, reference=reference, tokenizer=shape_tok,
+                            cluster_config=cluster_config)
+    cluster = train.patch_rl_cluster(cluster, preset, policy)
+
+# %%
+Learner, algo_config = train.grpo_algorithm(preset)  # GRPOLearner and GRPOConfig for grpo.loss="grpo"
+with grpo_mesh:
+    learner = Learner(rl_cluster=cluster, reward_fns=reward_fns, algo_config=algo_config,
+                      metric_fns=train.grpo_metric_fns(cluster, preset, reward_fns))
+    learner = train.patch_grpo_learner(cluster, learner, preset, policy)
 display(Markdown(plots.parts_table({
-    "RL cluster": cluster, "learner": learner, "actor trainer": stage.trainer,
-    "policy loss": stage.trainer.loss_fn,
+    "RL cluster": cluster, "learner": learner, "actor trainer": cluster.actor_trainer,
+    "policy loss": cluster.actor_trainer.loss_fn,
     "reference log-probs": cluster.inference_worker.get_ref_per_token_logps,
     "rollout": cluster.rollout, "rollout sampling": cluster.rollout.generate})))
-config = cluster.cluster_config
-for part in (config, config.training_config, config.rollout_config, learner.algo_config):
+for part in (cluster_config, cluster_config.training_config, cluster_config.rollout_config, algo_config):
     display(Markdown(f"`{type(part).__name__}`\n\n{plots.config_table(part)}"))
-del stage, cluster, learner, config
+
+# %% [markdown]
+# ## Train
+# `learner.train(batches)` is the whole of Tunix's GRPO loop. `train.train_or_load`
+# builds this same cluster and learner (`train.build_stage` calls the constructors above
+# with the same parts, and a test checks that the two agree), now with the real weights
+# and the run's checkpoint and metrics options, and calls `learner.train` on the GRPO
+# batches. Training resumes and refuses exactly as in `03_sft`: a finished stage is
+# loaded, not retrained, unless you set `RETRAIN = True`; it stops cleanly before the
+# session's deadline, and running the notebook again (in a new session) resumes it.
+
+# %%
+del learner, cluster, policy, reference  # built on shapes only, to read
 models.free()
 
 # %%
@@ -323,6 +350,27 @@ finished = result.finished
 fig = plots.plot_grpo(train.read_metrics(run, "grpo"), reward_fns, beta=preset.grpo.beta)
 fig.savefig(run.stage("grpo") / "grpo_curves.png", dpi=120)
 plt.show()
+
+# %% [markdown]
+# ## The truth during RL: held-out accuracy beside the reward
+# The reward is what GRPO optimises; accuracy on prompts it never trains on is what we
+# want. Every `grpo.eval_every` steps (and at the first and last) GRPO answers
+# `grpo.eval_prompts` held-out prompts greedily, scored by the checker 06 uses. It keeps
+# the adapters of the best check in `grpo/best` (`held_out.load_best(preset, run)`) beside
+# the last, and prints a warning when the reward rose while the accuracy fell (a reward
+# being gamed). One standard error on 32 prompts is about 8 points: read the trend.
+
+# %%
+from reasonkit.train import held_out
+
+fig = plots.plot_held_out(train.read_metrics(run, "grpo"), held_out.best_info(run))
+fig.savefig(run.stage("grpo") / "grpo_held_out.png", dpi=120)
+plt.show()
+p = held_out.progress(run)
+if p["checks"]:
+    print(f"held-out accuracy {p['accuracy'][0]:.1%} -> {p['accuracy'][1]:.1%} over {p['checks']} checks "
+          f"(best {p['best']['accuracy']:.1%} at step {p['best']['step']}); answer_correct "
+          f"{p['correct'][0]:.3f} -> {p['correct'][1]:.3f}; alarms at steps {p['alarms'] or 'none'}")
 
 # %% [markdown]
 # ## After: the same three questions
@@ -399,39 +447,36 @@ else:
     plt.show()
 
 # %% [markdown]
-# ## Check: GRPO moved the policy, and did not break it
-# The last cell asserts what holds on every seed, from GRPO's own metrics averaged over
-# the first and the last quarter of its steps:
+# ## Check: GRPO moved the policy, for the right answers
+# The last cell calls `checks.check_grpo` on GRPO's own metrics, comparing the means of
+# the first and the last quarter of its steps. It fails when GRPO did not do its job
+# (a learning rate of 1e-12, adapters left at their start, a reward that does not pay
+# for right answers), with these margins:
 #
-# - **The policy moved**: the KL to the reference is larger at the end than at the start
-#   (0 at the first step, where policy and reference are the same). On `tiny` its mean
-#   goes from 0.0003 in the first quarter of 60 steps to 0.003 in the last, with
-#   `grpo.seed` 0, 1 and 2.
-# - **The reward did not fall**: the mean total reward of the last quarter is no more
-#   than three standard errors below the first quarter's (the step-to-step spread of the
-#   total, about 0.45 on `tiny`, over a quarter of the steps: about ±0.5 for 60 steps).
-#   A collapse (a learning rate too high, a reward the model games) fails here.
+# - **The policy moved**: the KL to the reference (0 at the first step, where policy and
+#   reference are the same) is at least 0.0001 in the last quarter, and above the first
+#   quarter's.
+# - **It was paid for right answers**: `answer_correct` is among the logged rewards.
+#   The format rewards alone also move the policy and raise the KL; a run on them only
+#   fails here.
+# - **Right answers did not fall**: `answer_correct`'s last-quarter mean is no more than
+#   three standard errors below the first quarter's (the step-to-step spread over a
+#   quarter of the steps). A collapse (a learning rate too high, a reward the model
+#   games) fails here.
 #
-# Not asserted: that the reward at the end is *above* its start. On `tiny` the rise is
-# smaller than its noise: over 60 steps the total went from 6.00 to 6.00, 5.77 to 6.03
-# and 6.01 to 6.04 (`grpo.seed` 0, 1, 2, from the same DPO adapters), and 200 steps
-# from the SFT adapters lifted the training `answer_correct` only from 1.01 to 1.06 of 3
-# (`docs/experiments.md`). GRPO's gain on `tiny` shows on thousands of held-out prompts,
-# not in one run's training curve (`docs/results.md`). The cell prints the change and
-# its noise band.
+# - **Held-out accuracy did not fall**: GRPO checks its greedy accuracy on
+#   `grpo.eval_prompts` held-out prompts as it trains (`held_out/accuracy`); the last
+#   check is no more than two binomial standard errors of that block below the first.
+#
+# Not asserted: that `answer_correct` or the held-out accuracy rises. On `tiny` their
+# change over a run is smaller than their noise (the curves above;
+# `docs/experiments.md`): GRPO's gain shows on thousands of held-out prompts, not in one
+# run's training curve or a block of 32 (`docs/results.md`). The cell prints each change
+# and its noise band.
 
 # %%
 if finished:
-    metrics = train.read_metrics(run, "grpo")
-    total, kl = metrics["rewards/train/sum"][1], metrics["actor/train/kl"][1]
-    q = max(2, len(total) // 4)  # a quarter of the steps
-    early, late = statistics.mean(total[:q]), statistics.mean(total[-q:])
-    noise = 3 * statistics.stdev(total) * (2 / q) ** 0.5  # three standard errors of late - early
-    kl_early, kl_late = statistics.mean(kl[:q]), statistics.mean(kl[-q:])
-    assert kl_late > kl_early, f"KL {kl_early:.4f} -> {kl_late:.4f}: the policy did not move"
-    assert late >= early - noise, f"total reward fell: {early:.2f} -> {late:.2f} (noise {noise:.2f})"
-    print(f"checked: KL {kl_early:.4f} -> {kl_late:.4f}; total reward {early:.2f} -> {late:.2f} "
-          f"({late - early:+.2f}, noise ±{noise:.2f})")
+    print(checks.check_grpo(train.read_metrics(run, "grpo"), held_out_prompts=preset.grpo.eval_prompts))
 else:
     print("GRPO has not finished: nothing to check yet")
 

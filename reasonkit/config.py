@@ -418,13 +418,20 @@ class GRPOConfig(TrainConfig):
     share_prompts: bool = False
     # --- bookkeeping: free to change between a checkpoint and its resume
     show_every: int = 50  # steps between printouts of one sampled answer and its rewards; 0: never
+    # --- truth during RL: greedy accuracy on a block of the held-out eval split (never a
+    # training prompt), decoded and checked as evaluation does; the best adapters are kept
+    eval_every: int = 50  # steps between held-out checks, also run at the start and the end; 0: never
+    eval_prompts: int = 32  # prompts in the held-out block, taken in turn from each domain
 
     def __post_init__(self):
         super().__post_init__()
         object.__setattr__(self, "rewards", _reward_pairs(self.rewards))
         object.__setattr__(self, "length_buckets", _length_buckets(self.length_buckets))
         _flag(self, "share_prompts")
-        _require(self, ("show_every",), lambda v: _is_int(v) and v >= 0, "must be an int >= 0 (0: never)")
+        _require(self, ("show_every", "eval_every"), lambda v: _is_int(v) and v >= 0,
+                 "must be an int >= 0 (0: never)")
+        _require(self, ("eval_prompts",), lambda v: _is_int(v) and v >= 1,
+                 "must be an int >= 1 (prompts in the held-out block)")
         if self.loss not in ("grpo", "gspo-token", "dapo", "dr-grpo"):
             _fail("GRPOConfig", "loss", self.loss,
                   "must be one of 'grpo', 'gspo-token', 'dapo', 'dr-grpo'")

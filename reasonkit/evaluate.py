@@ -31,13 +31,13 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from reasonkit import answers, collate, data, models, template
+from reasonkit import answers, data, models, template
 from reasonkit import rewards as rewards_lib
 from reasonkit.config import EvalConfig, ModelConfig, Preset
 from reasonkit.runtime import mesh as mesh_lib
 from reasonkit.runtime.runs import RunDir, write_files
 from reasonkit.runtime.session import is_writer
-from reasonkit.tunix_patches import sampling
+from reasonkit.train.generation import generate, make_sampler, prompt_lengths
 
 __all__ = ["STAGE_ORDER", "NUMERIC", "METRICS", "LABELS", "make_sampler", "prompt_lengths",
            "generate", "partial_credit", "score", "majority", "extract", "score_stage",
@@ -52,71 +52,6 @@ NUMERIC = answers.NUMERIC_DOMAINS
 METRICS = ("format_rate", "accuracy", "partial", "pass_at_k", "maj_at_k")
 LABELS = {"format_rate": "format pass", "accuracy": "accuracy", "partial": "partial accuracy",
           "pass_at_k": "pass@k", "maj_at_k": "maj@k", "mean_length": "mean length (tokens)"}
-
-
-# --- generation -----------------------------------------------------------------------
-
-
-def make_sampler(model, tokenizer, model_cfg: ModelConfig, cfg: EvalConfig):
-    """A Tunix sampler whose KV cache covers prompt + generation (remat off: it cannot decode)."""
-    import tunix
-
-    cache = tunix.CacheConfig(cache_size=cfg.max_prompt_length + cfg.max_generation_length,
-                              num_layers=model_cfg.num_layers, num_kv_heads=model_cfg.num_kv_heads,
-                              head_dim=model_cfg.head_dim)
-    return tunix.Sampler(transformer=sampling.without_remat(model), tokenizer=tokenizer, cache_config=cache)
-
-
-def prompt_lengths(sampler, prompts: Sequence[str]) -> list[int]:
-    """Each prompt's tokens as the sampler counts them, BOS included."""
-    return [len(sampler.tokenizer.encode(p)) + 1 for p in prompts]
-
-
-def generate(sampler, prompts: Sequence[str], cfg: EvalConfig, stop_ids: Sequence[int], *,
-             sample: bool = False, seed: int = 0, desc: str = "generate") -> list[str]:
-    """Completions for ``prompts``, greedy or sampled, in fixed-size batches.
-
-    The last batch is topped up with copies of its last prompt (and the extra outputs
-    dropped) so every call has the same shape and XLA compiles once.
-
-    With ``cfg.buckets > 1`` prompts are sorted by length and each batch is padded to
-    the smallest of ``cfg.buckets`` prompt lengths that holds it (one compilation per
-    bucket); completions come back in the order of ``prompts``.
-    """
-    from tqdm.auto import tqdm
-
-    # top_p must be set for Tunix to sample: top_k alone silently decodes greedily.
-    kw = dict(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k) if sample else {}
-    order = list(range(len(prompts)))
-    sizes = prompt_lengths(sampler, prompts)
-    too_long = [j for j, n in enumerate(sizes) if n > cfg.max_prompt_length]
-    if too_long:
-        j = too_long[0]
-        raise ValueError(
-            f"{len(too_long)} of {len(prompts)} prompts are longer than "
-            f"eval.max_prompt_length={cfg.max_prompt_length} tokens (BOS included); the "
-            f"first, prompt {j}, has {sizes[j]} and ends {prompts[j][-80:]!r}. Drop them (the data "
-            "splits do, see data.stage_limits) or raise max_prompt_length")
-    if cfg.buckets > 1:
-        order.sort(key=lambda j: sizes[j])
-        buckets = collate.bucket_lengths(cfg.max_prompt_length, cfg.buckets)
-    out: list[str] = [""] * len(prompts)
-    starts = range(0, len(prompts), cfg.batch_size)
-    for i, start in enumerate(tqdm(starts, desc=desc, leave=False)):
-        index = order[start:start + cfg.batch_size]
-        batch = [prompts[j] for j in index]
-        n = len(batch)
-        batch += [batch[-1]] * (cfg.batch_size - n)
-        length = cfg.max_prompt_length
-        if cfg.buckets > 1:
-            longest = max(sizes[j] for j in index)
-            length = next((b for b in buckets if b >= longest), cfg.max_prompt_length)
-        result = sampler(batch, max_generation_steps=cfg.max_generation_length,
-                         max_prompt_length=length, eos_tokens=list(stop_ids),
-                         seed=seed * 100_003 + i if sample else None, **kw)
-        for j, text in zip(index, result.text[:n], strict=True):
-            out[j] = text
-    return out
 
 
 # --- scoring --------------------------------------------------------------------------
@@ -179,7 +114,7 @@ def score(record: dict, completion: str, num_tokens: int | None = None) -> dict[
         return {"format_ok": False, "reason": "not_text", "answer": None, "correct": False,
                 "lenient": False, "partial": 0.0, "length": num_tokens if num_tokens is not None else 0}
     ext = extract(completion)
-    correct = ext.ok and answers.check_answer(domain, ext.answer, gold)
+    correct = rewards_lib.is_correct(completion, gold, domain)  # the verdict the rewards pay for
     # lenient: without a usable answer tag, the free text's final answer (last \boxed{}, "final
     # answer is", last number) counts, as lm-evaluation-harness's flexible-extract reads GSM8K
     loose = None if ext.ok else answers.final_answer(completion)

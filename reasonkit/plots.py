@@ -35,7 +35,7 @@ __all__ = ["GIB", "markdown_table", "bullets", "budget_table", "data_table", "dr
            "domain_table", "failure_table", "judge_table", "side_by_side", "advantage_table",
            "qualified_name", "parts_table", "config_table", "lora_table", "plot_memory",
            "plot_token_lengths", "plot_mix", "plot_loss_mask", "plot_sft", "plot_dpo", "plot_grpo",
-           "plot_stages", "plot_domains", "plot_lengths"]
+           "plot_held_out", "plot_stages", "plot_domains", "plot_lengths"]
 
 GIB = 2**30
 
@@ -543,10 +543,50 @@ def plot_grpo(m: Metrics, reward_fns: Sequence[Callable], beta: float):
         axes[2].plot(*m["actor/train/kl"])
     axes[2].set(title=f"KL to the reference (beta={beta})", ylabel="KL per token")
     if zero_std in m:  # such a group's advantages are all 0: it teaches nothing
-        axes[3].plot(*m[zero_std])
+        axes[3].plot(*m[zero_std], label="summed reward")
+        if f"{zero_std}/correct" in m:  # all right or all wrong: nothing to learn about correctness
+            axes[3].plot(*m[f"{zero_std}/correct"], label="right or wrong alone")
+            axes[3].legend(fontsize=8)
         axes[3].set(title="groups with all G rewards equal", ylabel="fraction of prompts", ylim=(-0.05, 1.05))
     for ax in axes:
         ax.set_xlabel("step")
+    fig.tight_layout()
+    return fig
+
+
+def plot_held_out(m: Metrics, best: Mapping[str, Any] | None = None):
+    """GRPO's reward and its held-out accuracy against the step, in one figure.
+
+    Left axis: the total reward of each step and its running mean; right axis: the greedy
+    accuracy of each held-out check (``held_out/accuracy``,
+    :mod:`reasonkit.train.held_out`), the checks that raised the alarm (reward up,
+    accuracy down) crossed, and ``best`` (``held_out.best_info(run)``) starred. A reward
+    that climbs while the accuracy does not is GRPO learning what the reward pays for.
+    """
+    fig, ax = plt.subplots(figsize=(9, 3.8))
+    steps, values = m.get("rewards/train/sum", ([], []))
+    ax.plot(steps, values, lw=0.8, alpha=0.35, color="C0", label="reward (each step)")
+    width = max(1, len(values) // 20)
+    if len(values) > width > 1:
+        ax.plot(steps[width - 1:], np.convolve(values, np.ones(width) / width, "valid"), color="C0",
+                lw=2, label=f"reward (mean of {width} steps)")
+    ax.set(xlabel="step", ylabel="total reward (mean per answer)")
+    right = ax.twinx()
+    checks, accuracy = m.get("held_out/accuracy", ([], []))
+    pct = dict(zip(checks, (100 * a for a in accuracy), strict=True))
+    right.plot(checks, list(pct.values()), "o-", color="C3", label="held-out accuracy (greedy)")
+    alarms = [s for s, v in zip(*m.get("held_out/alarm", ([], [])), strict=True) if v and s in pct]
+    if alarms:
+        right.plot(alarms, [pct[s] for s in alarms], "x", color="k", ms=12, mew=2,
+                   label="alarm: reward up, accuracy down")
+    if best:
+        right.plot([best["step"]], [100 * best["accuracy"]], "*", color="gold", mec="k", ms=16,
+                   label=f"best: step {best['step']}, {best['accuracy']:.1%}")
+    right.set(ylabel="held-out accuracy (%)", ylim=(-3, 103))
+    handles = ax.get_legend_handles_labels()[0] + right.get_legend_handles_labels()[0]
+    ax.legend(handles=handles, fontsize=8, loc="upper left")
+    ax.set_title("GRPO: reward and held-out accuracy" if checks else
+                 "GRPO: reward (no held-out checks: grpo.eval_every was 0)")
     fig.tight_layout()
     return fig
 

@@ -58,7 +58,8 @@ from reasonkit.template import TAGS, Extraction, as_text, extract_answer, has_ex
 
 __all__ = [
     "reasoning_quality", "format_exact", "format_approx", "answer_correct", "answer_close",
-    "numeric_backup", "multi_domain", "weighted", "from_config", "frac_zero_std", "reward_groups",
+    "numeric_backup", "multi_domain", "weighted", "from_config", "is_correct", "frac_zero_std",
+    "reward_groups",
     "MATH_REWARDS",
     "BY_NAME",
     "SYMBOLIC_BUDGET_SECONDS", "SYMBOLIC_SKIPS",
@@ -95,6 +96,22 @@ _WARNED: set[str] = set()
 def _extract(text: str) -> Extraction:
     """The answer tag's text; a hedge ("41 or 42") is no answer."""
     return extract_answer(text, hedged=is_hedged)
+
+
+def is_correct(completion: Any, gold: Any, domain: Any = "math") -> bool:
+    """Whether ``completion``'s single answer tag holds ``gold`` under ``domain``'s rule.
+
+    The one verdict of right or wrong: :func:`answer_correct` pays for it, evaluation's
+    accuracy counts it (:func:`reasonkit.evaluate.score`) and GRPO's held-out check
+    measures it. A hedge, several answer tags or an answer outside the tag is wrong.
+
+    >>> is_correct("<reasoning>6 * 7 = 42.</reasoning>\\n<answer>42</answer>", "42")
+    True
+    >>> is_correct("<answer>41 or 42</answer>", "42"), is_correct("The answer is 42.", "42")
+    (False, False)
+    """
+    found = _extract(as_text(completion))
+    return bool(found.ok and check_answer("math" if domain is None else domain, found.answer, gold))
 
 
 # --- reasoning quality -----------------------------------------------------------------
@@ -191,9 +208,7 @@ def answer_correct(prompts: Any, completions: Sequence[Any], **kwargs: Any) -> l
     domains = _column(kwargs, "domain", completions, None)
 
     def score(text: str, gold: Any, domain: Any) -> float:
-        found = _extract(text)
-        rule = "math" if domain is None else domain
-        return ANSWER_CORRECT_SCORE if found.ok and check_answer(rule, found.answer, gold) else 0.0
+        return ANSWER_CORRECT_SCORE if is_correct(text, gold, domain) else 0.0
 
     return _score(answer_correct, completions, score, golds, domains)
 

@@ -153,3 +153,15 @@ def test_num_params_matches_gemma3_1b_order_of_magnitude():
     assert ModelConfig.__dataclass_params__.frozen
 
 
+
+
+def test_grpo_held_out_check_settings_are_validated():
+    cfg = GRPOConfig()
+    assert (cfg.eval_every, cfg.eval_prompts) == (50, 32)
+    assert GRPOConfig(eval_every=0).eval_every == 0  # no checks
+    for kw, why in [({"eval_every": -1}, r"eval_every=-1: must be an int >= 0 \(0: never\)"),
+                    ({"eval_every": 2.5}, r"eval_every=2\.5: must be an int >= 0"),
+                    ({"eval_prompts": 0}, r"eval_prompts=0: must be an int >= 1"),
+                    ({"eval_prompts": True}, r"eval_prompts=True: must be an int >= 1")]:
+        with pytest.raises(ValueError, match=r"GRPOConfig\." + why):
+            GRPOConfig(**kw)

@@ -138,3 +138,31 @@ def test_advantage_table_shows_each_answer_and_its_advantage():
     assert table.splitlines()[2:] == [
         "| 1 | `<reasoning>r</reasoning><answer>4</answ…` | `4` | 3.00 | 3.00 | 6.00 | +0.71 |",
         "| 2 | `<reasoning>r</reasoning><answer>5</answ…` | `5` | 3.00 | 0.00 | 3.00 | -0.71 |"]
+
+
+def test_reward_and_held_out_accuracy_share_one_figure(tmp_path):
+    import matplotlib.pyplot as plt
+
+    steps = list(range(40))
+    m = {"rewards/train/sum": (steps, [5.0 + 0.02 * s for s in steps]),
+         "held_out/accuracy": ([0, 20, 39], [0.30, 0.40, 0.25]),
+         "held_out/alarm": ([0, 20, 39], [0.0, 0.0, 1.0])}
+    fig = plots.plot_held_out(m, {"step": 20, "accuracy": 0.40})
+    ax, right = fig.axes
+    labels = [line.get_label() for line in ax.get_lines() + right.get_lines()]
+    assert labels == ["reward (each step)", "reward (mean of 2 steps)", "held-out accuracy (greedy)",
+                      "alarm: reward up, accuracy down", "best: step 20, 40.0%"]
+    assert list(right.get_lines()[0].get_ydata()) == pytest.approx([30.0, 40.0, 25.0])  # percent
+    assert ax.get_title() == "GRPO: reward and held-out accuracy"
+    fig.savefig(tmp_path / "held_out.png", dpi=40)
+    # a run without checks (grpo.eval_every=0) still draws its reward, and says why no accuracy
+    bare = plots.plot_held_out({"rewards/train/sum": m["rewards/train/sum"]})
+    assert "no held-out checks" in bare.axes[0].get_title()
+    # GRPO's figure draws the right-or-wrong zero-std fraction beside the summed one
+    grpo = plots.plot_grpo({"rewards/train/f": (steps, steps), "rewards/train/sum": (steps, steps),
+                            "rewards/train/frac_zero_std": (steps, [0.25] * 40),
+                            "rewards/train/frac_zero_std/correct": (steps, [0.4] * 40)},
+                           [type("f", (), {"__name__": "f"})], 0.04)
+    assert [line.get_label() for line in grpo.axes[3].get_lines()] == ["summed reward",
+                                                                     "right or wrong alone"]
+    plt.close("all")

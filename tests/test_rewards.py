@@ -401,3 +401,22 @@ def test_from_config_names_weights_and_refuses_an_unknown_name():
                                          r"answer_close, answer_correct, format_approx, format_exact, "
                                          r"multi_domain, numeric_backup$"):
         R.from_config([("format_exact", 1.0), ("answer", 1.0)])
+
+
+def test_is_correct_is_the_verdict_answer_correct_pays_and_evaluation_counts():
+    from reasonkit import evaluate
+
+    gold, texts = "1234", [
+        "<reasoning>r</reasoning>\n<answer>$1,234</answer>",   # right, written otherwise
+        "<reasoning>r</reasoning>\n<answer>1234 or 1235</answer>",  # hedged: wrong
+        "<answer>1</answer><answer>1234</answer>",             # two tags: wrong
+        "The answer is 1234.",                                 # outside the tag: wrong
+        "<answer>0,1234</answer>",                             # a list, not the number
+    ]
+    verdicts = [R.is_correct(t, gold, "math") for t in texts]
+    assert verdicts == [True, False, False, False, False]
+    paid = R.answer_correct(None, texts, answer=[gold] * len(texts), domain=["math"] * len(texts))
+    assert [p > 0 for p in paid] == verdicts
+    assert [evaluate.score({"domain": "math", "answer": gold}, t)["correct"] for t in texts] == verdicts
+    assert R.is_correct("<answer>Paris</answer>", "paris", "general")
+    assert R.is_correct("<answer>4</answer>", "4", None)  # no domain: the math rule

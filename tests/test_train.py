@@ -869,3 +869,102 @@ def test_every_stage_trains_on_plain_tunix(tmp_path, preset):
             assert changed(fresh, models.lora_params(result.policy)) > 0, stage
             assert_base_untouched(result.policy, base)
             assert qwix_lora._compute_lora_delta is not lora_delta.flat_lora_delta
+
+
+def test_held_out_check_logs_keeps_the_best_and_warns_when_reward_and_accuracy_part(
+        tmp_path, monkeypatch, capsys):
+    """The check's bookkeeping, with the generation faked: accuracy and reward per check, the
+    best (ties: the earliest) saved with its step, the alarm printed and flagged."""
+    from reasonkit.train import held_out
+
+    run = RunDir.create("alarm", root=tmp_path)
+    records = [{"id": f"m{i}", "domain": "math", "prompt": f"{i} + 1?", "answer": str(i + 1)}
+               for i in range(4)]
+    answers = {0: ["1", "2", "3", "4"], 5: ["1", "2", "3", "4"], 10: ["1", "0", "0", "0"]}
+    step_of = {}
+
+    def texts(self, prompts, desc):
+        return [f"<reasoning>r</reasoning>\n<answer>{a}</answer>" for a in answers[step_of["now"]]]
+
+    monkeypatch.setattr(held_out.HeldOutCheck, "_texts", texts)
+    monkeypatch.setattr(held_out, "_flat_lora", lambda policy: {"lora_a": np.full(2, policy)})
+    check = held_out.HeldOutCheck(0, None, records, small_preset(), run, fresh=True)
+
+    def at(step, reward_from=None, reward=None):
+        if reward_from is not None:  # the steps' rewards Tunix logged since the last check
+            for s in range(reward_from, step):
+                run.append_metrics("grpo", {"event": "rewards/train/sum", "step": s, "value": reward})
+        step_of["now"] = step
+        check.policy = step  # what the saved adapters hold
+        return check(step)
+
+    first = at(0)
+    assert (first.accuracy, first.reward, first.alarm) == (1.0, None, False)
+    second = at(5, 0, 1.0)
+    assert (second.accuracy, second.reward, second.alarm) == (1.0, 1.0, False)
+    third = at(10, 5, 2.0)
+    assert (third.accuracy, third.reward, third.alarm) == (0.25, 2.0, True)
+    out = capsys.readouterr().out
+    assert "GRPO held-out check, step 10: accuracy 25.0% (1 of 4)" in out
+    assert ("WARNING: GRPO step 10: the reward rose (1.000 -> 2.000) while held-out accuracy fell "
+            "(100.0% -> 25.0% of 4 prompts") in out
+    m = train.read_metrics(run, "grpo")
+    assert m["held_out/accuracy"] == ([0, 5, 10], [1.0, 1.0, 0.25])
+    assert m["held_out/alarm"] == ([0, 5, 10], [0.0, 0.0, 1.0])
+    assert m["held_out/reward"] == ([5, 10], [1.0, 2.0])
+    info = held_out.best_info(run)
+    assert (info["step"], info["accuracy"], info["ids"]) == (0, 1.0, ["m0", "m1", "m2", "m3"])
+    from safetensors.numpy import load_file
+    assert load_file(str(run.stage("grpo") / "best" / "adapters.safetensors"))["lora_a"].tolist() == [0, 0]
+    summary = held_out.progress(run)
+    assert summary["accuracy"] == (1.0, 0.25) and summary["alarms"] == [10] and summary["checks"] == 3
+    # a stage trained again from step 0 starts without the old best
+    held_out.HeldOutCheck(0, None, records, small_preset(), run, fresh=True)
+    assert held_out.best_info(run) is None
+
+
+def test_held_out_block_takes_each_domain_in_turn_and_no_training_prompt(tmp_path, preset):
+    from reasonkit.train import held_out
+
+    run = make_run(tmp_path, "block", preset)
+    splits, _ = data.read_splits(run.require("data"))
+    block = held_out.held_out_block(splits.eval, 8)
+    assert len(block) == min(8, len(splits.eval))
+    assert len({r["domain"] for r in block}) == min(len(block), len({r["domain"] for r in splits.eval}))
+    trained = {r["prompt"] for r in splits.grpo + splits.sft + splits.dpo}
+    assert not trained & {r["prompt"] for r in block}
+    assert held_out.for_run(preset.replace(**{"grpo.eval_every": 0}), run, None, None) is None
+
+
+@pytest.mark.slow
+def test_grpo_held_out_checks_keep_the_best_and_change_no_step_of_training(tmp_path, preset, capsys):
+    """GRPO with held-out checks trains exactly as without them (same adapters, bit for bit);
+    the checks are logged at the start, every eval_every steps and the end, the best adapters
+    load, each reward's zero-std fraction is logged, and progress lines show the current step."""
+    from reasonkit.train import held_out
+
+    p = preset.replace(**{"grpo.max_steps": 3, "grpo.eval_every": 2})
+    first = make_run(tmp_path, "checked", p)
+    train.train_sft(p, first)
+    plain_run = run_after(first, tmp_path, "unchecked", p, "sft")
+    checked = train.train_grpo(p, first)
+    out = capsys.readouterr().out
+    unchecked = train.train_grpo(p.replace(**{"grpo.eval_every": 0}), plain_run)
+    assert changed(models.lora_params(checked.policy), models.lora_params(unchecked.policy)) == 0.0
+    m = train.read_metrics(first, "grpo")
+    steps, accuracy = m["held_out/accuracy"]
+    assert steps == [0, 2, 3] and "held_out/accuracy" not in train.read_metrics(plain_run, "grpo")
+    info = held_out.best_info(first)
+    assert info["step"] == steps[int(np.argmax(accuracy))] and info["accuracy"] == max(accuracy)
+    assert checked.stats["held_out"]["checks"] == 3 and checked.stats["held_out"]["seconds"] > 0
+    best, _, loaded = held_out.load_best(p, first)
+    assert loaded["step"] == info["step"]
+    if info["step"] == 0:  # the adapters GRPO started from
+        start = models.load_policy(p, first, "sft", None)[1]
+        assert changed(models.lora_params(best), models.lora_params(start)) == 0.0
+    for name in ("", "/correct", "/answer_correct", "/format_exact"):
+        assert len(m[f"rewards/train/frac_zero_std{name}"][0]) == 3, name
+    assert re.search(r"GRPO held-out check, step 0: accuracy \d+\.\d% \(\d+ of \d+\)", out), out
+    assert re.search(r"GRPO step 3/3: loss -?[\d.e-]+, lr [\d.e-]+, kl [\d.e-]+, reward [\d.e-]+, "
+                     r"correct [\d.e-]+", out), out
+    assert checked.stats["compiles"]["after_warmup"] <= 1, checked.stats["compiles"]  # jit(equal) once

@@ -248,3 +248,38 @@ def test_the_qwix_patch_installs_once_and_comes_out_for_plain_tunix():
         assert qwix_lora._compute_lora_delta is not lora_delta.flat_lora_delta
     assert qwix_lora._compute_lora_delta is lora_delta.flat_lora_delta
     assert "REASONKIT_FLAT_LORA=0" in lora_delta.install(env={"REASONKIT_FLAT_LORA": "0"})
+
+
+def test_the_progress_bar_shows_recent_values_to_3_significant_digits(capsys):
+    from tunix.sft import metrics_logger, progress_bar
+
+    from reasonkit.tunix_patches import progress
+
+    logger = metrics_logger.MetricsLogger()  # no backends: the history only
+    for step in range(1, 21):  # a GRPO-like run: a loss near 0, a small decaying learning rate
+        logger.log("actor", "loss", np.float32(0.5 if step <= 10 else -0.002), "train", step)
+        logger.log("actor", "perplexity", np.float32(1.0), "train", step)
+        logger.log("actor", "learning_rate", np.float32(2.5e-4 / step), "train", step)
+        logger.log("rewards", "sum", np.float32(step), "train", step)
+    names = ["loss", "perplexity", "learning_rate"]
+    tunix_bar = progress_bar.ProgressBar("actor", logger, 0, 20, "Actor Training")
+    tunix_bar.update_metrics(names, "train")
+    assert tunix_bar.metrics == {"actor_train_loss": 0.249, "actor_train_perplexity": 1.0,
+                                 "actor_train_learning_rate": 0.0}  # the whole run's means, rounded
+
+    bar = progress.RecentProgressBar("actor", logger, 19, 20, "Actor Training", window=10, every=5,
+                                     extra=[("rewards", "sum", "reward")], label="GRPO")
+    bar.update_metrics(names, "train")
+    bar.update()
+    assert bar.metrics == pytest.approx({"loss": -0.002, "lr": 1.25e-5, "reward": 15.5})  # last 10; lr now
+    assert capsys.readouterr().out == "GRPO step 20/20: loss -0.002, lr 1.25e-05, reward 15.5\n"
+    with pytest.raises(ValueError, match="window=0 must be an int >= 1"):
+        progress.RecentProgressBar("actor", logger, 0, 20, window=0)
+
+    class Trainer:  # what show_recent reads of a Tunix trainer
+        metrics_prefix, metrics_logger, train_steps, _pbar = "actor", logger, 3, None
+        config = type("Config", (), {"max_steps": 20, "pbar_description": "Actor Training"})
+
+    trainer = Trainer()
+    given = progress.show_recent(trainer, every=0)
+    assert trainer._pbar is given and given.step == 3 and given.max_steps == 20

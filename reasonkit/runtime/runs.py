@@ -264,9 +264,10 @@ def start_from(run: RunDir, stage: str) -> str | None:
 
 
 SETTINGS_FILE = "settings.json"
-# How a stage is laid out, logged, shown, rematerialised or its attention computed (the same
-# numbers to 1e-5), not what it learns: free to change, even on resume.
-LAYOUT_ONLY = ("mesh", "checkpoint_every", "log_every", "show_every", "remat", "attention")
+# How a stage is laid out, logged, shown, checked on held-out prompts, rematerialised or its
+# attention computed (the same numbers to 1e-5), not what it learns: free to change, even on resume.
+LAYOUT_ONLY = ("mesh", "checkpoint_every", "log_every", "show_every", "remat", "attention",
+               "eval_every", "eval_prompts")
 # Settings added after runs first recorded theirs, and the value every run before them
 # trained with: a run that recorded none compares as if it had recorded that one.
 ADDED_SETTINGS: dict[str, Any] = {"grpo.rewards": [list(pair) for pair in DEFAULT_REWARDS],

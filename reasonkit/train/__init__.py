@@ -6,11 +6,15 @@ This package is the public face; its modules, each importing only those before i
 metrics), :mod:`~reasonkit.train.clock` (the deadline: stop in time, say when a stage
 ends), :mod:`~reasonkit.train.batches` (deterministic batch streams per stage),
 :mod:`~reasonkit.train.policies` (base, policy and reference with real, random or abstract
-weights), :mod:`~reasonkit.train.build` (a stage built and not run: the Tunix trainer or
-GRPO learner) and :mod:`~reasonkit.train.stages` (train, resume, load or export a stage).
+weights), :mod:`~reasonkit.train.build` (the parts Tunix's constructors take, one call
+each, and a stage built from them and not run: the Tunix trainer or GRPO learner) and
+:mod:`~reasonkit.train.generation` (Tunix's sampler, batched greedy or sampled),
+:mod:`~reasonkit.train.held_out` (GRPO's held-out checks as it trains, and its best
+adapters) and :mod:`~reasonkit.train.stages` (train, resume, load or export a stage).
 Loading a trained stage's model for use outside training is :func:`reasonkit.models.load_policy`.
 """
 
+from reasonkit.train import generation, held_out
 from reasonkit.train.batches import (
     dpo_batches,
     dpo_collator,
@@ -22,7 +26,28 @@ from reasonkit.train.batches import (
     sft_examples,
     take,
 )
-from reasonkit.train.build import TRAIN_STAGES, Stage, build_stage, gen_model_input_fn
+from reasonkit.train.build import (
+    TRAIN_STAGES,
+    Stage,
+    build_stage,
+    cluster_config,
+    dpo_trainer,
+    dpo_training_config,
+    gen_model_input_fn,
+    grpo_algorithm,
+    grpo_learner,
+    grpo_metric_fns,
+    grpo_reward_fns,
+    grpo_training_config,
+    patch_dpo_trainer,
+    patch_grpo_learner,
+    patch_rl_cluster,
+    patch_sft_trainer,
+    rollout_config,
+    sft_trainer,
+    sft_training_config,
+    stage_has_reference,
+)
 from reasonkit.train.metrics import read_metrics
 from reasonkit.train.optim import make_optimizer, schedule
 from reasonkit.train.policies import build_models
@@ -37,7 +62,12 @@ from reasonkit.train.stages import (
     train_sft,
 )
 
-__all__ = ["schedule", "make_optimizer", "read_metrics", "take", "sft_examples", "dpo_examples",
+__all__ = ["generation", "held_out", "schedule", "make_optimizer", "read_metrics", "take", "sft_examples",
+           "dpo_examples",
            "grpo_records", "sft_collator", "dpo_collator", "sft_batches", "dpo_batches", "grpo_batches",
-           "build_models", "TRAIN_STAGES", "gen_model_input_fn", "Stage", "build_stage", "StageResult",
+           "build_models", "TRAIN_STAGES", "gen_model_input_fn", "sft_training_config", "dpo_training_config",
+           "grpo_training_config", "rollout_config", "cluster_config", "grpo_algorithm", "grpo_reward_fns",
+           "grpo_metric_fns", "patch_sft_trainer", "patch_dpo_trainer", "patch_rl_cluster",
+           "patch_grpo_learner", "sft_trainer", "dpo_trainer", "grpo_learner", "stage_has_reference",
+           "Stage", "build_stage", "StageResult",
            "train_sft", "train_dpo", "train_grpo", "export", "exported", "export_once", "train_or_load"]

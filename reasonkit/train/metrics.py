@@ -4,7 +4,8 @@
 (through :class:`JsonlBackend`) and ``<stage>/tensorboard``; :func:`read_metrics` reads
 the JSONL back as series. :func:`log_compiles` adds the stage's XLA compilation counts,
 and :func:`grpo_metrics` is GRPO's own metric function: the fraction of prompts whose
-answers all scored alike, and now and then one answer shown with its rewards
+answers all scored alike (summed, right or wrong alone, and per reward: each reward
+wrapped in :class:`Recorded`), and now and then one answer shown with its rewards
 (:func:`show_answer`).
 """
 
@@ -17,13 +18,14 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from reasonkit import rewards, template
-from reasonkit.config import GRPOConfig
+from reasonkit.config import GRPOConfig, Preset
 from reasonkit.runtime import compiles
 from reasonkit.runtime.runs import RunDir, open_jsonl
 from reasonkit.runtime.session import is_writer
+from reasonkit.tunix_patches import progress
 
-__all__ = ["JsonlBackend", "metrics_options", "read_metrics", "log_compiles", "grpo_metrics",
-           "show_answer"]
+__all__ = ["JsonlBackend", "metrics_options", "read_metrics", "log_compiles", "Recorded",
+           "grpo_metrics", "show_answer", "show_progress"]
 
 
 class JsonlBackend:
@@ -80,23 +82,63 @@ def log_compiles(run: RunDir, stage: str, counter: compiles.CompileCounter,
     return summary
 
 
+class Recorded:
+    """A reward function that keeps what it returned for the last call it scored a whole step.
+
+    Tunix logs each reward's mean, not its values per answer; :func:`grpo_metrics` reads
+    ``last`` to tell which rewards had a spread within each group. Named as the function
+    it wraps (Tunix logs a reward by ``__name__``), and it returns exactly what that returns.
+
+    >>> from reasonkit import rewards
+    >>> fn = Recorded(rewards.answer_correct)
+    >>> fn.__name__, fn(None, ["<answer>4</answer>", "5"], answer=["4", "4"]), fn.last
+    ('answer_correct', [3.0, 0.0], [3.0, 0.0])
+    """
+
+    def __init__(self, fn: Callable[..., Sequence[float]]):
+        self.fn, self.__name__, self.last = fn, fn.__name__, None
+        # Tunix reads a reward's signature (for algorithm settings it asks for): fn's
+        self.__wrapped__, self.__doc__ = fn, fn.__doc__
+
+    def __call__(self, prompts, completions, **kwargs) -> Sequence[float]:
+        out = self.fn(prompts, completions, **kwargs)
+        self.last = out
+        return out
+
+
 def grpo_metrics(cluster, cfg: GRPOConfig, reward_fns: Sequence[Callable]) -> Callable:
     """A metric function for Tunix's GRPO learner (its ``metric_fns``): what each step's
     rewards can teach, and now and then one of the answers they scored.
 
-    Every step it logs ``rewards/frac_zero_std`` (``rewards/train/frac_zero_std`` in
-    metrics.jsonl): the fraction of prompts whose G answers all got the same reward
-    (:func:`reasonkit.rewards.frac_zero_std`), which move nothing. Every
+    Every step it logs the fraction of prompts whose G answers all scored alike
+    (:func:`reasonkit.rewards.frac_zero_std`), which move nothing: ``rewards/frac_zero_std``
+    (``rewards/train/frac_zero_std`` in metrics.jsonl) for the summed reward, and
+    ``rewards/frac_zero_std/correct`` for right or wrong alone
+    (:func:`reasonkit.rewards.is_correct`): a group whose answers are all right or all wrong
+    has nothing to teach about correctness, however its format rewards spread. Each reward
+    function wrapped in :class:`Recorded` adds ``rewards/frac_zero_std/<its name>``. Every
     ``cfg.show_every`` steps (0: never) it prints the first answer of the step, the end of
     its prompt and what each reward gave it.
     """
+    g = cfg.num_generations
+
     def metrics(prompts, completions, advantages, **columns) -> dict[str, tuple[float, Callable]]:
         summed = np.asarray(columns.pop("rewards"), dtype=float)  # [B * G]: each answer's r_i
+        out = {"rewards/frac_zero_std": (rewards.frac_zero_std(summed, g), np.mean)}
+        n = len(summed)
+        for fn in reward_fns:  # before show_answer scores one answer again
+            last = getattr(fn, "last", None)
+            if last is not None and len(last) == n:
+                out[f"rewards/frac_zero_std/{fn.__name__}"] = (rewards.frac_zero_std(last, g), np.mean)
+        if "answer" in columns:
+            domains = columns.get("domain", ["math"] * n)
+            right = [float(rewards.is_correct(c, a, d))
+                     for c, a, d in zip(completions, columns["answer"], domains, strict=True)]
+            out["rewards/frac_zero_std/correct"] = (rewards.frac_zero_std(right, g), np.mean)
         step = cluster.global_steps  # the step these rollouts train, as the metrics number it
         if cfg.show_every and step % cfg.show_every == 0 and is_writer():
-            print(show_answer(step, prompts, completions, summed, columns, reward_fns,
-                              cfg.num_generations))
-        return {"rewards/frac_zero_std": (rewards.frac_zero_std(summed, cfg.num_generations), np.mean)}
+            print(show_answer(step, prompts, completions, summed, columns, reward_fns, g))
+        return out
 
     return metrics
 
@@ -121,3 +163,21 @@ def show_answer(step: int, prompts: Sequence[str], completions: Sequence[str], s
             f"prompt ends: ...{question[-tail:]!r}\n"
             f"answer: {completions[index]!r}\n"
             f"rewards: {', '.join(scores)}; sum {summed[index]:g} (its group of {num_generations}: {group})")
+
+
+def show_progress(trainer, preset: Preset, stage: str, reward_fns: Sequence[Callable] = ()):
+    """Give a built trainer a progress bar of the current step: recent loss, the learning
+    rate (GRPO: its KL, total reward and ``answer_correct``), printed as a line ten times a
+    stage (:mod:`reasonkit.tunix_patches.progress`); returns the bar.
+
+    ``trainer``: the ``PeftTrainer`` (``"sft"``), ``DPOTrainer`` (``"dpo"``) or the RL
+    cluster's actor trainer (``"grpo"``, whose ``reward_fns`` name the correctness reward).
+    """
+    cfg = getattr(preset, stage)
+    label = {"sft": "SFT", "dpo": getattr(cfg, "algorithm", "dpo").upper(), "grpo": "GRPO"}[stage]
+    extra = []
+    if stage == "grpo":  # Tunix logs the rewards under a prefix of their own, not the trainer's
+        extra = [("rewards", "sum", "reward")] + [
+            ("rewards", fn.__name__, "correct") for fn in reward_fns
+            if fn.__name__.startswith("answer_correct")][:1]
+    return progress.show_recent(trainer, extra=extra, every=max(1, cfg.max_steps // 10), label=label)

@@ -9,7 +9,8 @@ the data and the seed, so a resumed run ends where an uninterrupted one would. T
 hand-off: DPO starts from the SFT adapters, GRPO from DPO's (or SFT's when DPO was
 skipped); adapters are restored onto the new stage's mesh. Which stage starts from
 which, the settings each records and the checks on them live with the run directory,
-in :mod:`reasonkit.runtime.runs`.
+in :mod:`reasonkit.runtime.runs`. GRPO checks its accuracy on held-out prompts as it
+trains and keeps its best adapters beside the last (:mod:`reasonkit.train.held_out`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from reasonkit.runtime import compiles, runs
 from reasonkit.runtime import mesh as mesh_lib
 from reasonkit.runtime.runs import RunDir
 from reasonkit.runtime.session import is_writer, sync
-from reasonkit.train import clock
+from reasonkit.train import clock, held_out
 from reasonkit.train.batches import (
     dpo_batches,
     dpo_examples,
@@ -41,7 +42,7 @@ from reasonkit.train.batches import (
     take,
 )
 from reasonkit.train.build import Stage, build_stage
-from reasonkit.train.metrics import log_compiles
+from reasonkit.train.metrics import Recorded, log_compiles, show_progress
 from reasonkit.tunix_patches import trainers
 
 __all__ = ["StageResult", "saves_land_on_interrupt", "train_sft", "train_dpo", "train_grpo",
@@ -122,12 +123,15 @@ class _Run:
         return self.counter.watch(clock.until(stream, self.deadline, total=self.config.max_steps,
                                               name=label, skip=skip, counter=self.counter), skip=skip)
 
-    def finish(self, collator) -> StageResult:
-        """The stage's result, after the block; marks the stage finished when it ran all its steps."""
+    def finish(self, collator, **extra: Any) -> StageResult:
+        """The stage's result, after the block; marks the stage finished when it ran all its steps.
+
+        ``extra``: more of what the stage did, for its summary (GRPO's held-out checks).
+        """
         if self.steps is None:
             raise RuntimeError(f"{self.name}: finish() comes after the `with _running(...)` block")
         stats = {"collate": collator.stats.to_dict(),
-                 "compiles": log_compiles(self.run, self.name, self.counter, self.steps)}
+                 "compiles": log_compiles(self.run, self.name, self.counter, self.steps), **extra}
         done = self.steps >= self.config.max_steps
         result = StageResult(self.name, self.steps, done, self.started, time.time() - self.t0, stats,
                              self.policy, self.stage.tokenizer, self.stage.model_dir)
@@ -158,6 +162,7 @@ def _running(preset: Preset, run: RunDir, name: str, *, deadline: float | None, 
     runs.record_settings(run, name, runs.stage_settings(preset, run, name, started))
     stage = build_stage(preset, name, run, started=started, reward_fns=reward_fns)
     trainer = stage.trainer  # GRPO: the RL cluster's actor trainer
+    show_progress(trainer, preset, name, reward_fns or ())
     logger = (trainer.metrics_logger if stage.cluster is None
               else trainers.rl_metrics_logger(stage.cluster))
     with stage.mesh:
@@ -204,16 +209,26 @@ def train_grpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
     """
     # Resolved before anything starts: an unknown reward name is refused with the stage untouched.
     fns = rewards.from_config(preset.grpo.rewards) if reward_fns is None else list(reward_fns)
+    fns = [Recorded(fn) for fn in fns]  # each reward's values per answer, for its zero-std fraction
+    cfg = preset.grpo
     with _running(preset, run, "grpo", deadline=deadline, overwrite=overwrite, reward_fns=fns) as r:
         cluster, learner, tok = r.stage.cluster, r.stage.learner, r.stage.tokenizer
         train, collator = grpo_batches(grpo_records(r.splits.grpo), preset, tok)
-        stream = r.batches(train, "GRPO")
+        start = cluster.global_steps  # restored on resume
+        check = held_out.for_run(preset, run, r.stage.trainer.model, tok,
+                                 start=start, splits=r.splits)
+        stream = r.batches(held_out.checked(train, check, cfg.eval_every, start=start), "GRPO")
         first = next(stream, None)
         if first is None:  # out of time before the first batch: Tunix's learner would
             cluster.close()  # raise StopIteration; close as it does (saves the step)
         else:
             learner.train(itertools.chain([first], stream))
-    return r.finish(collator)
+            if check is not None and cluster.global_steps >= cfg.max_steps:
+                check(cluster.global_steps)  # the last adapters, beside the best
+    extra = {} if check is None else {"held_out": {
+        "checks": len(check.readings), "seconds": round(check.seconds, 1), "best": {
+            k: v for k, v in (check.best or {}).items() if k != "ids"}}}
+    return r.finish(collator, **extra)
 
 
 def export(result: StageResult, preset: Preset, run: RunDir, *,

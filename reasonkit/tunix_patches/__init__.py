@@ -12,8 +12,9 @@ a lower cost. :func:`plain` turns every one of them off (``REASONKIT_PLAIN_TUNIX
 ``with plain_tunix():``), so that a stage runs Tunix and qwix as they ship; the patches
 a stage needs to run at all stay on (``optimisation=False`` below).
 
->>> sorted(p.name for p in PATCHES if not p.optimisation)
-['abstract models', 'metrics listeners', 'reseeded rollouts', 'sampler graph', 'tpu sharding']
+>>> sorted(p.name for p in PATCHES if not p.optimisation)  # doctest: +NORMALIZE_WHITESPACE
+['abstract models', 'metrics listeners', 'recent progress', 'reseeded rollouts', 'sampler graph',
+ 'tpu sharding']
 >>> with plain_tunix():
 ...     enabled("chunked log-probs"), enabled("reseeded rollouts")
 (False, True)
@@ -34,6 +35,7 @@ from reasonkit.tunix_patches import (
     lora_delta,
     loss_swap,
     private,
+    progress,
     rl_cluster,
     sampling,
     sharding,
@@ -41,8 +43,8 @@ from reasonkit.tunix_patches import (
 )
 
 __all__ = ["Patch", "PATCHES", "PLAIN_ENV", "plain", "plain_tunix", "enabled", "by_name", "attention",
-           "cpu_memory", "grpo", "logprobs", "lora_delta", "loss_swap", "private", "rl_cluster",
-           "sampling", "sharding", "trainers"]
+           "cpu_memory", "grpo", "logprobs", "lora_delta", "loss_swap", "private", "progress",
+           "rl_cluster", "sampling", "sharding", "trainers"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -114,6 +116,13 @@ PATCHES = (
           replaces="reads MetricsLogger._backends, RLCluster._rl_metrics_logger",
           why="Tunix leaves a stage's listeners registered: later metrics leak into its file",
           test="tests/test_train.py::test_an_interrupted_stage_stops_listening_for_metrics"),
+    Patch(name="recent progress", module="progress", written_for=TUNIX, optimisation=False,
+          replaces="a trainer's ProgressBar (its private _pbar, set before training): "
+                   "ProgressBar._update_metric and update",
+          why="Tunix shows each metric's mean over the whole run rounded to 3 decimals: GRPO's "
+              "loss and learning rate read 0 throughout; display only, no number changes",
+          test="tests/test_tunix_patches.py::test_the_progress_bar_shows_recent_values_to_3_"
+               "significant_digits"),
     Patch(name="tpu sharding", module="sharding", written_for=TUNIX, optimisation=False,
           replaces="tunix.utils.sharding_utils.shard, tunix.models.gemma.model.shard "
                    "(while a check compiles)",

@@ -1,0 +1,168 @@
+"""What GRPO can still teach a run's policy: greedy, pass@k and maj@k per domain, at difficulty 1 and 2.
+
+Run from the repository root, on a run whose stages finished (sampling only, nothing trains):
+
+    python benchmarks/grpo_diagnostics.py --run demo [--root runs] [--per-domain 50] [--k 8]
+
+For each finished stage of ``--stages`` (default: sft and grpo) it loads the stage's
+adapters and answers fresh prompts, ``--per-domain`` per domain at each difficulty
+(1: the training data's; 2: one more step or item), drawn from the task generators at
+seeds no split, no data pool and no pretraining document uses, and only those whose
+prompt fits ``eval.max_prompt_length``. Each prompt gets one greedy answer and ``k``
+answers sampled as GRPO samples its rollouts (``grpo.temperature``, top-p, top-k). Per
+stage, difficulty and domain it reports
+
+- ``greedy``: the greedy answer is right (format and value, :func:`reasonkit.rewards.is_correct`);
+- ``pass_at_k``: one of the k samples is right; ``maj_at_k``: their most common answer is;
+- ``zero_std``: the k samples are all right or all wrong: a GRPO group with no
+  right/wrong contrast, which teaches nothing about correctness;
+- ``dropped``: fresh prompts left out for their length.
+
+pass@k minus greedy is what GRPO could turn into greedy accuracy; a large zero_std says
+most prompts are too easy or too hard for it. The "verified" variants (the answer agrees
+with the reasoning's conclusion, and its checkable steps hold) are not measured here.
+Writes ``--out`` (default ``benchmarks/grpo_diagnostics.json``) and prints a table.
+``--quick`` takes 4 prompts per domain and k = 2, for a smoke run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import pathlib
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from reasonkit import data, evaluate, models, rewards, tasks, template  # noqa: E402
+from reasonkit.models import tiny  # noqa: E402
+from reasonkit.presets import get_preset  # noqa: E402
+from reasonkit.runtime import runs  # noqa: E402
+
+FRESH_SEED = 70_000  # task seeds from here on: apart from the data pool's and benchmarks/seeds.py's
+DIFFICULTIES = (1, 2)
+
+
+def fresh_prompts(preset, run: runs.RunDir, count, per_domain: int, difficulty: int
+                  ) -> tuple[list[dict], dict[str, int]]:
+    """``per_domain`` fresh records per domain at ``difficulty`` that fit the eval prompt
+    budget, none seen by the run's splits or pretraining; and how many each domain dropped."""
+    splits, _ = data.read_splits(run.require("data"))
+    seen = {template.normalize_prompt(r["prompt"])
+            for split in (splits.eval, splits.sft, splits.dpo, splits.grpo) for r in split}
+    seen |= {template.normalize_prompt(r["prompt"]) for r in tiny.pretraining_records()[0]}
+    budget = preset.eval.max_prompt_length
+    out, dropped = [], {}
+    for domain in tasks.DOMAINS:
+        if difficulty > tasks.MAX_DIFFICULTY.get(domain, difficulty):
+            continue
+        got, dropped[domain] = 0, 0
+        for seed in range(FRESH_SEED, FRESH_SEED + 40):  # small prompt spaces run out
+            for r in tasks.generate(domain, 2 * per_domain, seed=seed, difficulty=difficulty):
+                key = template.normalize_prompt(r["prompt"])
+                if got == per_domain or key in seen:
+                    continue
+                seen.add(key)
+                if count(template.format_prompt(r["prompt"])) + 1 > budget:  # BOS included
+                    dropped[domain] += 1
+                    continue
+                out.append(r)
+                got += 1
+            if got == per_domain:
+                break
+    return out, dropped
+
+
+def zero_std(records: list[dict], samples: list[list[str]]) -> np.ndarray:
+    """Per prompt: are its samples all right or all wrong (no right/wrong contrast)?"""
+    right = np.array([[rewards.is_correct(t, r["answer"], r["domain"]) for t in group]
+                      for r, group in zip(records, samples, strict=True)])  # [prompts, k]
+    return np.all(right == right[:, :1], axis=1)
+
+
+def diagnose(preset, run: runs.RunDir, stage: str, sets: dict[int, list[dict]], k: int) -> dict:
+    """Greedy, pass@k, maj@k and the zero-std fraction of ``stage`` per difficulty and domain."""
+    g = preset.grpo
+    cfg = dataclasses.replace(preset.eval, num_samples=k, temperature=g.temperature, top_p=g.top_p,
+                              top_k=g.top_k)
+    _, policy, tok, _ = models.load_policy(preset, run, stage, None)
+    sampler = evaluate.make_sampler(policy, tok, preset.model, cfg)
+    stops = models.stop_token_ids(tok)
+    out = {}
+    for difficulty, records in sets.items():
+        prompts = [template.format_prompt(r["prompt"]) for r in records]
+        greedy = evaluate.generate(sampler, prompts, cfg, stops, desc=f"{stage} d{difficulty}: greedy")
+        rounds = [evaluate.generate(sampler, prompts, cfg, stops, sample=True, seed=cfg.seed + i,
+                                    desc=f"{stage} d{difficulty}: sample {i + 1}/{k}") for i in range(k)]
+        samples = [list(group) for group in zip(*rounds, strict=True)]
+        rows = evaluate.score_stage(records, greedy, samples)
+        flat = zero_std(records, samples)
+        by_domain: dict[str, Any] = {}
+        for domain in sorted({r["domain"] for r in records}):
+            pick = [i for i, r in enumerate(records) if r["domain"] == domain]
+            by_domain[domain] = {"n": len(pick),
+                                 **{key: 100 * float(np.mean([rows[i][col] for i in pick]))
+                                    for key, col in (("greedy", "correct"), ("pass_at_k", "pass_at_k"),
+                                                     ("maj_at_k", "maj_at_k"))},
+                                 "zero_std": float(np.mean(flat[pick]))}
+        out[str(difficulty)] = by_domain
+    del policy, sampler
+    models.free()
+    return out
+
+
+def table(results: dict[str, dict], k: int) -> str:
+    lines = [f"| stage | difficulty | domain | n | greedy | pass@{k} | maj@{k} | zero-std |",
+             "|---|---|---|---|---|---|---|---|"]
+    for stage, by_difficulty in results.items():
+        for difficulty, by_domain in by_difficulty.items():
+            for domain, r in by_domain.items():
+                lines.append(f"| {stage} | {difficulty} | {domain} | {r['n']} | {r['greedy']:.1f} | "
+                             f"{r['pass_at_k']:.1f} | {r['maj_at_k']:.1f} | {r['zero_std']:.2f} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("--run", required=True, help="the run's name (its stages must have finished)")
+    ap.add_argument("--root", default=None, help="the runs directory (default: the session's)")
+    ap.add_argument("--preset", default="tiny")
+    ap.add_argument("--stages", nargs="+", default=["sft", "grpo"])
+    ap.add_argument("--per-domain", type=int, default=50)
+    ap.add_argument("--k", type=int, default=8)
+    ap.add_argument("--quick", action="store_true", help="4 prompts per domain, k = 2")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "grpo_diagnostics.json"))
+    args = ap.parse_args(argv)
+    per_domain, k = (4, 2) if args.quick else (args.per_domain, args.k)
+    if per_domain < 1 or k < 2:
+        ap.error(f"--per-domain={per_domain} must be >= 1 and --k={k} >= 2")
+    preset = get_preset(args.preset)
+    run = runs.RunDir.create(args.run, root=args.root)
+    tok = models.load_tokenizer(models.resolve_source(preset.model) / "tokenizer.model",
+                                vocab_size=preset.model.vocab_size)
+    count = lambda text: len(tok.EncodeAsIds(text))  # noqa: E731
+    sets, dropped = {}, {}
+    for difficulty in DIFFICULTIES:
+        sets[difficulty], dropped[str(difficulty)] = fresh_prompts(preset, run, count, per_domain,
+                                                                   difficulty)
+    stages = [s for s in args.stages if run.is_finished(s)]
+    if not stages:
+        ap.error(f"none of {args.stages} finished in run {run.name!r}: train them first")
+    t0 = time.time()
+    results = {stage: diagnose(preset, run, stage, sets, k) for stage in stages}
+    print(table(results, k))
+    report = {"run": run.name, "preset": preset.name, "k": k, "per_domain": per_domain,
+              "temperature": preset.grpo.temperature, "dropped_too_long": dropped,
+              "seconds": round(time.time() - t0, 1), "results": results}
+    pathlib.Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+    return report
+
+
+if __name__ == "__main__":
+    main()
