@@ -13,5 +13,5 @@ export REASONKIT_OVERRIDES='{"grpo.max_steps": 60}'
 # The .ipynb files, not the folder: --doctest-modules would import notebooks/*.py (their
 # jupytext twins) to look for doctests, which runs the whole series at collection time.
 # Two workers (pytest-xdist): most of a test's time is XLA compiling, on one core; the
-# notebooks stay together on one worker, in order (tests/conftest.py).
-.venv/bin/python -m pytest -q --durations=15 -n 2 --dist loadgroup tests reasonkit --nbval-lax notebooks/*.ipynb "$@"
+# notebooks stay together on one worker, in order, and each file on one (tests/conftest.py).
+.venv/bin/python -m pytest -q --durations=15 -n 2 tests reasonkit --nbval-lax notebooks/*.ipynb "$@"

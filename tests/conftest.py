@@ -37,13 +37,22 @@ def close_figures():
 
 
 def pytest_collection_modifyitems(config, items):
-    """The notebooks under nbval run the whole series: slow, as every test that trains is.
-
-    Each notebook reads the run the one before it wrote, so under pytest-xdist
-    (``-n 2 --dist loadgroup``, as scripts/test.sh runs) all their cells go to one worker,
-    in order.
-    """
+    """The notebooks under nbval run the whole series: slow, as every test that trains is."""
     for item in items:
         if item.path.suffix == ".ipynb":
             item.add_marker(pytest.mark.slow)
-            item.add_marker(pytest.mark.xdist_group("notebooks"))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Under pytest-xdist (scripts/test.sh runs ``-n 2``): each file goes to one worker whole,
+    so a module's shared fixture (a trained run, a model) is built once, and the notebooks,
+    each reading the run the one before it wrote, go together to one worker, in order, each
+    keeping one kernel for all its cells."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFile(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "notebooks" if path.endswith(".ipynb") else path
+
+    return ByFile(config, log)
