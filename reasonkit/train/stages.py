@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import jax
 
-from reasonkit import collate, data, models, rewards
+from reasonkit import collate, data, models
 from reasonkit.config import Preset, TrainConfig
 from reasonkit.runtime import compiles, runs
 from reasonkit.runtime import mesh as mesh_lib
@@ -41,7 +41,7 @@ from reasonkit.train.batches import (
     sft_examples,
     take,
 )
-from reasonkit.train.build import Stage, build_stage
+from reasonkit.train.build import Stage, build_stage, grpo_reward_fns
 from reasonkit.train.metrics import Recorded, log_compiles, show_progress
 from reasonkit.tunix_patches import trainers
 
@@ -208,7 +208,7 @@ def train_grpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
     replaces it, e.g. for a reward of your own (the settings still record the preset's).
     """
     # Resolved before anything starts: an unknown reward name is refused with the stage untouched.
-    fns = rewards.from_config(preset.grpo.rewards) if reward_fns is None else list(reward_fns)
+    fns = grpo_reward_fns(preset) if reward_fns is None else list(reward_fns)
     fns = [Recorded(fn) for fn in fns]  # each reward's values per answer, for its zero-std fraction
     cfg = preset.grpo
     with _running(preset, run, "grpo", deadline=deadline, overwrite=overwrite, reward_fns=fns) as r:
