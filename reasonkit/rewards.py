@@ -52,12 +52,14 @@ from reasonkit.answers import (
     final_answer,
     is_hedged,
     normalize_text,
+    supports,
     symbolic_budget,
 )
 from reasonkit.template import TAGS, Extraction, as_text, extract_answer, has_exact_format, reasoning_of
 
 __all__ = [
-    "reasoning_quality", "format_exact", "format_approx", "answer_correct", "answer_close",
+    "reasoning_quality", "format_exact", "format_approx", "answer_correct", "answer_verified",
+    "answer_close", "is_verified",
     "numeric_backup", "multi_domain", "weighted", "from_config", "is_correct", "frac_zero_std",
     "reward_groups",
     "MATH_REWARDS",
@@ -112,6 +114,20 @@ def is_correct(completion: Any, gold: Any, domain: Any = "math") -> bool:
     """
     found = _extract(as_text(completion))
     return bool(found.ok and check_answer("math" if domain is None else domain, found.answer, gold))
+
+
+def is_verified(completion: Any, gold: Any, domain: Any = "math") -> bool:
+    r""":func:`is_correct`, and the reasoning supports the answer: its conclusion names
+    it and its checkable steps hold (:func:`reasonkit.answers.steps.supports`). A right
+    answer after a wrong sum, or after a conclusion that names another, is not verified.
+
+    >>> ok = "<reasoning>14 + 3 = 17. 2 * 6 = 12. 17 + 12 = 29.</reasoning>\n<answer>29</answer>"
+    >>> lucky = "<reasoning>14 + 3 = 17. 2 * 6 = 13. 17 + 13 = 29.</reasoning>\n<answer>29</answer>"
+    >>> is_verified(ok, "29"), is_verified(lucky, "29"), is_correct(lucky, "29")
+    (True, False, True)
+    """
+    text = as_text(completion)
+    return is_correct(text, gold, domain) and supports(reasoning_of(text), _extract(text).answer)
 
 
 # --- reasoning quality -----------------------------------------------------------------
@@ -211,6 +227,29 @@ def answer_correct(prompts: Any, completions: Sequence[Any], **kwargs: Any) -> l
         return ANSWER_CORRECT_SCORE if is_correct(text, gold, domain) else 0.0
 
     return _score(answer_correct, completions, score, golds, domains)
+
+
+def answer_verified(prompts: Any, completions: Sequence[Any], **kwargs: Any) -> list[float]:
+    r"""3.0 for a right answer its reasoning supports (:func:`is_verified`), else 0.
+
+    :func:`answer_correct` with the reasoning checked too: it pays for reasoned answers,
+    not lucky ones.
+
+    >>> answer_verified(None, [
+    ...     "<reasoning>13 - 2 = 11.</reasoning>\n<answer>11</answer>",  # right, reasoned
+    ...     "<reasoning>13 - 2 = 7.</reasoning>\n<answer>11</answer>",   # right, a wrong step
+    ...     "<reasoning>So it is 7.</reasoning>\n<answer>11</answer>",   # right, concludes 7
+    ... ], answer=["11"] * 3)
+    [3.0, 0.0, 0.0]
+    """
+    completions = _as_list(completions)
+    golds = _column(kwargs, "answer", completions, "answer_verified")
+    domains = _column(kwargs, "domain", completions, None)
+
+    def score(text: str, gold: Any, domain: Any) -> float:
+        return ANSWER_CORRECT_SCORE if is_verified(text, gold, domain) else 0.0
+
+    return _score(answer_verified, completions, score, golds, domains)
 
 
 def answer_close(prompts: Any, completions: Sequence[Any], *, tolerance: float = CLOSE_TOLERANCE,
@@ -335,7 +374,7 @@ def weighted(fn: Callable[..., list[float]], weight: float,
 
 MATH_REWARDS = [format_exact, format_approx, answer_correct, answer_close, numeric_backup]
 # The reward functions GRPOConfig.rewards can name (a lookup of this module's functions).
-BY_NAME = {fn.__name__: fn for fn in (*MATH_REWARDS, multi_domain)}
+BY_NAME = {fn.__name__: fn for fn in (*MATH_REWARDS, answer_verified, multi_domain)}
 
 
 def from_config(pairs: Sequence[tuple[str, float]]) -> list[Callable[..., list[float]]]:

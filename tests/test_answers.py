@@ -64,7 +64,7 @@ def test_answers_imports_only_the_template_and_loads_sympy_only_when_needed():
     code = ("import sys, reasonkit.answers; "
             "print(sorted(m for m in sys.modules if m.startswith('reasonkit')), 'sympy' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    package = [f"reasonkit.answers.{m}" for m in ("check", "closed", "numeric", "symbolic", "text")]
+    package = [f"reasonkit.answers.{m}" for m in ("check", "closed", "numeric", "steps", "symbolic", "text")]
     assert out.stdout.strip() == f"{['reasonkit', 'reasonkit.answers', *package, 'reasonkit.template']} False"
 
 
@@ -597,3 +597,48 @@ def test_the_point_check_rejects_only_plain_expressions_that_differ():
     # product (abc is a*b*c), and a percent that equals its number (9% and 9)
     assert not _points_apart(parse("\\text{abc}"), parse("abc"), sympy)
     assert not _points_apart(parse("9\\%"), parse("9"), sympy)
+
+
+# --- whether a reasoning trace supports its answer (answers.steps) ---------------------
+
+from reasonkit import tasks as _tasks  # noqa: E402
+from reasonkit.answers import conclusion_agrees, steps_hold, supports  # noqa: E402
+
+
+@pytest.mark.parametrize("difficulty", [1, 2, 3])
+def test_every_gold_trace_supports_its_answer(difficulty):
+    import random
+    for domain, generate in _tasks.GENERATORS.items():
+        rng = random.Random(difficulty)
+        for _ in range(400):
+            _, reasoning, answer = generate(rng, difficulty)
+            assert supports(reasoning, answer), (domain, reasoning, answer)
+
+
+@pytest.mark.parametrize("reasoning, answer", [
+    ("14 + 3 = 17. 2 * 6 = 13. 17 + 13 = 30.", "30"),       # a wrong product
+    ("x = 4. x = 4 % 2 = 1. It prints 1.", "1"),             # a wrong remainder
+    ("45 / 0 = 5.", "5"),                                     # no value
+    ("12 < 28 < 16.", "28"),                                  # a false comparison
+    ("distance = speed * time = 11 * 6 = 67 m.", "67"),       # a number and its unit
+    ("14 + 3 = 17. 17 + 12 = 29.", "28"),                     # concludes another number
+    ("pig 1, cat 3. Least often: cat.", "pig"),               # concludes another item
+    ("So the answer is.", "5"),                               # concludes nothing
+])
+def test_a_trace_that_does_not_support_its_answer(reasoning, answer):
+    assert not supports(reasoning, answer)
+
+
+def test_steps_with_words_or_markers_missing_are_not_held_against_it():
+    assert steps_hold("distance = speed * time. Mia > Ned > Tom.")
+    assert conclusion_agrees("s * 3 writes box 3 times with no spaces.", "boxboxbox")
+    assert supports("2.5 * 4 = 10 apples. So 10.0 is 10.", "10")
+
+
+@pytest.mark.parametrize("text", [None, b"\xff=\xfe", "=" * 10_000, "9" * 5000 + " = 1",
+                                  "(" * 3000 + "1" + ")" * 3000 + " = 1", "1 // 0 = 0",
+                                  "2 ** 99999 = 1", "1 - - - - - 1 = 2", 12, ["a"]])
+def test_supports_takes_any_input_quickly(text):
+    start = time.perf_counter()
+    assert supports(text, "1") in (True, False)
+    assert time.perf_counter() - start < 0.5

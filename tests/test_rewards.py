@@ -420,3 +420,15 @@ def test_is_correct_is_the_verdict_answer_correct_pays_and_evaluation_counts():
     assert [evaluate.score({"domain": "math", "answer": gold}, t)["correct"] for t in texts] == verdicts
     assert R.is_correct("<answer>Paris</answer>", "paris", "general")
     assert R.is_correct("<answer>4</answer>", "4", None)  # no domain: the math rule
+
+
+def test_answer_verified_pays_only_for_reasoned_right_answers():
+    right = "<reasoning>7 - 3 = 4. 4 - 3 = 1.</reasoning>\n<answer>1</answer>"
+    lucky = "<reasoning>7 - 3 = 5. 5 - 3 = 1.</reasoning>\n<answer>1</answer>"
+    wrong = "<reasoning>7 - 3 = 4. 4 - 3 = 1.</reasoning>\n<answer>2</answer>"
+    text = "<reasoning>hen 2, owl 3. Most often: owl.</reasoning>\n<answer>owl</answer>"
+    got = R.answer_verified(None, [right, lucky, wrong, text], answer=["1", "1", "1", "owl"],
+                                  domain=["math", "math", "math", "summarization"])
+    assert got == [3.0, 0.0, 0.0, 3.0]
+    assert R.answer_correct(None, [lucky], answer=["1"]) == [3.0]  # what it adds
+    assert [f.__name__ for f in R.from_config([("answer_verified", 2.0)])] == ["answer_verified_x2"]

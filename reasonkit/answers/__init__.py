@@ -77,7 +77,9 @@ The package, one way from the bottom (each module imports only those before it):
 :mod:`~reasonkit.answers.numeric` (one exact value, units, equality of values),
 :mod:`~reasonkit.answers.closed` (interval arithmetic on closed forms),
 :mod:`~reasonkit.answers.symbolic` (the LaTeX for sympy, time limits, the budget,
-math-verify) and :mod:`~reasonkit.answers.check` (the decisions). This face re-exports
+math-verify), :mod:`~reasonkit.answers.check` (the decisions) and, beside them on
+:mod:`~reasonkit.answers.text` alone, :mod:`~reasonkit.answers.steps` (whether a reasoning
+trace supports its answer). This face re-exports
 their public names. Tests run the checker inside :func:`strict`, where a bug raises
 instead of reading as "no answer".
 """
@@ -97,8 +99,10 @@ from reasonkit.answers.check import (
 )
 from reasonkit.answers.numeric import FLOAT_ARTEFACT, terminates
 from reasonkit.answers.symbolic import symbolic_budget
+from reasonkit.answers.steps import conclusion_agrees, steps_hold, supports
 from reasonkit.answers.text import MAX_PARSE_CHARS, normalize_text
 
 __all__ = ["NUMERIC_DOMAINS", "MAX_PARSE_CHARS", "Answer", "read_answer", "canonical", "check_answer",
            "closeness", "normalize_text", "is_hedged", "boxed_answer", "final_answer", "gold_problem",
-           "symbolic_budget", "terminates", "FLOAT_ARTEFACT", "strict"]
+           "symbolic_budget", "terminates", "FLOAT_ARTEFACT", "strict", "supports",
+           "conclusion_agrees", "steps_hold"]
