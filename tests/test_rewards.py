@@ -23,8 +23,8 @@ from reasonkit.config import DOMAINS
 from reasonkit.presets import get_preset
 from reasonkit.template import FAILURE_REASONS, TAGS, format_completion
 
-REWARDS = R.MATH_REWARDS + [R.multi_domain]
-ANSWER_REWARDS = [R.answer_correct, R.answer_close, R.numeric_backup, R.multi_domain]
+REWARDS = R.MATH_REWARDS + [R.answer_verified, R.multi_domain]
+ANSWER_REWARDS = [R.answer_correct, R.answer_verified, R.answer_close, R.numeric_backup, R.multi_domain]
 RS = "<reasoning>6 * 7 = 42.</reasoning>\n"  # a well-formed reasoning block
 A = "<answer>{}</answer>".format
 
@@ -60,6 +60,12 @@ CASES = [
     ("format_approx", "plain text, no tags", "42", 0.0),
     ("format_approx", RS + RS + A(42), "42", 0.0),
     # --- answer_correct: normalisation
+    # --- answer_verified: answer_correct, and the reasoning supports it
+    ("answer_verified", RS + A(42), "42", 3.0),
+    ("answer_verified", "<reasoning>6 * 7 = 41. So 42.</reasoning>" + A(42), "42", 0.0),  # a false step
+    ("answer_verified", "<reasoning>6 * 7 = 42. It is 40.</reasoning>" + A(42), "42", 0.0),  # concludes 40
+    ("answer_verified", "<reasoning>I know it.</reasoning>" + A(42), "42", 3.0),  # nothing to check
+    ("answer_verified", RS + A(41), "42", 0.0),
     ("answer_correct", RS + A(42), "42", 3.0),
     ("answer_correct", A("42.0"), "42", 3.0),
     ("answer_correct", A("$1,234"), "1234", 3.0),
@@ -398,7 +404,7 @@ def test_from_config_names_weights_and_refuses_an_unknown_name():
     assert [fn(None, completions, answer=["42"])[0] for fn in fns] == [3.0, 6.0, 0.0, -1.0]
     assert set(R.BY_NAME) == {fn.__name__ for fn in REWARDS}
     with pytest.raises(ValueError, match=r"grpo\.rewards\[1\]: unknown reward 'answer'; known: "
-                                         r"answer_close, answer_correct, format_approx, format_exact, "
+                                         r"answer_close, answer_correct, answer_verified, format_approx, format_exact, "
                                          r"multi_domain, numeric_backup$"):
         R.from_config([("format_exact", 1.0), ("answer", 1.0)])
 
