@@ -133,7 +133,10 @@ if bench["peak_flops_per_s"]:
 # Bytes **per device** for each stage of the preset: base weights, LoRA weights with
 # their gradients and Adam moments, activations, attention scores, logits, and for
 # generation the KV cache. First on this machine, then on the machine the preset was
-# sized for.
+# sized for. A CPU preset's target is this machine, and its small model shows little, so
+# there the second table is Gemma 3 1B on a Kaggle TPU v5e-8 (`EXAMPLE`): arithmetic only,
+# nothing is loaded. Its 262k-token vocabulary makes the logits nearly as large as the
+# activations of all its 26 layers.
 
 # %%
 from IPython.display import Markdown, display
@@ -142,19 +145,24 @@ rows = budget_table(preset, hw)
 display(Markdown(plots.budget_table(rows)))
 
 # %%
-if preset.hardware != "cpu":
-    target = hardware.from_name(preset.hardware)
-    print(f"on the preset's target, {target.name}:")
-    display(Markdown(plots.budget_table(budget_table(preset, target))))
+EXAMPLE = "gemma3-1b"  # shown beside a CPU preset: what this notebook teaches, at Gemma's size
+shown = preset if preset.hardware != "cpu" else get_preset(EXAMPLE)
+target = hardware.from_name(shown.hardware)
+print(f"{shown.name} on the machine it is sized for, {target.name} ({target.device_count} devices):")
+display(Markdown(plots.budget_table(budget_table(shown, target))))
 
 # %% [markdown]
 # ## What the compiler says
 # The budget is arithmetic. The compiler can count: build the SFT step exactly as
 # training will (abstract weights, so nothing is downloaded), compile it for this
 # machine and read back the bytes each device needs (arguments + outputs + temporaries,
-# less the donated inputs). On a TPU that is the real figure. On a CPU it is XLA:CPU's,
-# an upper bound (it computes bfloat16 matmuls in float32); `python -m reasonkit.shapes
-# gemma3-1b sft` checks a TPU preset on simulated CPU devices.
+# less the donated inputs). On a TPU that is the real figure. On a CPU it is XLA:CPU's:
+# for a bfloat16 model it holds float32 copies of the weights a TPU does not, which the
+# estimate printed beside it counts (`memory_budget(..., backend="cpu")`). For the Gemma
+# presets that estimate is within 20% of the compiler's figure (`benchmarks/shapes.md`);
+# for the float32 `tiny` model it is about half of it (the ratio printed): the estimate
+# is sized for Gemma's shapes, and a model of a few MiB is not one.
+# `python -m reasonkit.shapes gemma3-1b sft` checks a TPU preset on simulated CPU devices.
 
 # %%
 from reasonkit import shapes
@@ -164,15 +172,24 @@ for stage in ["sft"]:  # also "dpo", "grpo", "rollout", "eval": a minute or two 
 
 # %% [markdown]
 # When a stage does not fit, the budget says what to change, each suggestion priced by
-# re-running the same arithmetic on the changed preset:
+# re-running the same arithmetic on the changed preset. When every stage fits here, an
+# override that does not (Gemma 3 1B's SFT at 512 sequences a batch) shows what the
+# advice reads like.
 
 # %%
-for stage in ("sft", "dpo", "grpo", "eval"):
-    budget = memory_budget(preset, stage, hw=hw)
-    print(f"{stage:5s} {'fits' if budget.fits else 'DOES NOT FIT'}: "
-          f"{hardware.format_bytes(budget.total)} of {hardware.format_bytes(budget.capacity)}")
-    for advice in budget.advice()[:3]:
-        print("      try:", advice)
+examples = [(preset, hw)]
+if all(r["fits"] for r in rows):
+    big = get_preset(EXAMPLE, **{"sft.batch_size": 512})
+    examples.append((big, hardware.from_name(big.hardware)))
+for p, machine in examples:
+    print(f"{p.name}, SFT batch {p.sft.batch_size}, on {machine.name}:")
+    for stage in ("sft", "dpo", "grpo", "eval"):
+        budget = memory_budget(p, stage, hw=machine)
+        print(f"  {stage:5s} {'fits' if budget.fits else 'DOES NOT FIT'}: "
+              f"{hardware.format_bytes(budget.total)} of {hardware.format_bytes(budget.capacity)}")
+        for advice in budget.advice()[:3]:
+            print(f"        try {advice.change}: {hardware.format_bytes(advice.total)}, "
+                  f"{'fits' if advice.fits else 'still too big'}")
 
 # %% [markdown]
 # ## Where the memory goes
@@ -188,14 +205,18 @@ plt.show()
 # SFT and DPO shard parameters, gradients, optimizer state and the batch over all
 # devices (FSDP). GRPO spends most of its time generating one token at a time, where
 # FSDP would all-gather every weight per token; tensor parallelism keeps the shards
-# resident.
+# resident. With one device there is nothing to shard, so the layouts of the preset above
+# (`shown`) on the devices of its machine come too.
 
 # %%
-for stage, layout in mesh.recommended_layouts(preset, hw.device_count).items():
-    configured = mesh.resolve_shape(mesh.stage_mesh_config(preset, stage).shape, hw.device_count)
-    print(f"{stage:5s} preset {configured}  recommended {layout.shape}: {layout.why}")
+machines = [(preset, hw.device_count)] + ([(shown, target.device_count)] if shown is not preset else [])
+for p, devices in machines:
+    print(f"{p.name} on {devices} device(s):")
+    for stage, layout in mesh.recommended_layouts(p, devices).items():
+        configured = mesh.resolve_shape(mesh.stage_mesh_config(p, stage).shape, devices)
+        print(f"  {stage:5s} preset {configured}  recommended {layout.shape}: {layout.why}")
 m = mesh.stage_mesh(preset, "sft")
-print("SFT mesh:", dict(m.shape), [str(t) for t in m.axis_types])
+print("this machine's SFT mesh:", " x ".join(f"{size} on {axis!r}" for axis, size in m.shape.items()))
 
 # %% [markdown]
 # ## Check: what this notebook found

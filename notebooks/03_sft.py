@@ -169,7 +169,7 @@ batch = next(iter(batches))  # {"input_tokens": [B, S] int32, "input_mask": [B, 
 ids, loss = batch["input_tokens"][0], batch["input_mask"][0]  # row 0: [S], [S]
 real = ids != tok.pad_id()
 one = batch["segment_ids"][0] == 1 if "segment_ids" in batch else real  # sft.packing: 1st example
-print({k: v.shape for k, v in batch.items()})
+display(Markdown(plots.array_table(batch)))
 print(f"row 0: {(one & ~loss).sum()} tokens BOS + prompt (no loss), {(one & loss).sum()} completion "
       f"tokens (loss), {(~real).sum()} padding (no loss, not attended)")
 print("--- prompt, read but not learned:")
@@ -250,29 +250,35 @@ display(Markdown(plots.config_table(trainer.config)))
 
 # %% [markdown]
 # ## Train
-# `trainer.train(train_batches, eval_batches)` is the whole of Tunix's training loop.
-# `train.train_or_load` builds this same trainer (`train.build_stage` calls the
-# constructors above with the same parts, and a test checks that the two agree), now
-# with the real weights and the run's checkpoint and metrics options, and calls
-# `trainer.train` with the SFT batches and two held-out batches. What it adds around that
-# call is the run directory's lifecycle:
+# `trainer.train(train_batches, eval_batches)` is the whole of Tunix's training loop, and
+# the cell below calls it. The trainer above was built on shapes only, to read;
+# `train.stage_run` builds the same one on the real weights (`train.build_stage` calls the
+# constructors above with the same parts, and a test checks that the two agree), with
+# the run's checkpoint and metrics options, and hands it to the cell with its batches:
+# `r.train_batches`, the SFT batches, and `r.eval_batches`, two held-out batches Tunix
+# evaluates at every checkpoint. What the `with` block adds around the call is the run
+# directory's lifecycle:
 #
 # - **Checkpoints and metrics**: every `checkpoint_every` steps an Orbax checkpoint
 #   (adapters, optimizer state, step) in `runs/<run>/sft/checkpoints`; every metric in
 #   `sft/metrics.jsonl` and TensorBoard.
-# - **Session ending?** Set `REASONKIT_DEADLINE_HOURS` (hours from now) and training
-#   stops cleanly before it, with a checkpoint. Run this notebook again to resume from
-#   the last checkpoint: the same batches follow, as if it had never stopped. In a new
-#   Kaggle / Colab session, put `runs/` back first (`01_hardware_check`, Setup).
+# - **Session ending?** Set `REASONKIT_DEADLINE_HOURS` (hours from now) and the batches
+#   stop before it, so training ends cleanly with a checkpoint. Run this notebook again to
+#   resume from the last checkpoint: the same batches follow, as if it had never stopped.
+#   In a new Kaggle / Colab session, put `runs/` back first (`01_hardware_check`, Setup).
 # - **Changed a setting in between?** The stage records what its adapters depend on
 #   (model, LoRA, this stage's settings, its data split, where it started) in
 #   `sft/settings.json`. A resume under other settings is refused with the list of what
 #   changed, since it would mix two runs; checkpoint and logging intervals may change.
 # - **Stopped the cell yourself?** The checkpoint being written when you stopped it is
 #   finished first, so running the notebook again resumes from it.
-# - **Already trained?** A finished stage is not trained again: this notebook loads its
-#   adapters instead (with a warning if the settings changed since). Set `RETRAIN = True`
-#   to delete them and train from scratch.
+# - **Already trained?** A finished stage is not trained again: `r.trains` is False, the
+#   block loads its adapters instead (with a warning if the settings changed since), and
+#   `r.result` holds them. Set `RETRAIN = True` to delete them and train from scratch.
+#
+# After the block, `r.result` says how many steps ran and whether the stage finished,
+# and holds the trained policy. `train.train_or_load(preset, run, "sft")` is the same
+# block with the call made for you, for scripts.
 #
 # Watching it live: in Jupyter, Colab or Kaggle, a cell with the two lines below, placed
 # before the training cell, shows TensorBoard in the notebook and keeps refreshing while
@@ -286,15 +292,17 @@ display(Markdown(plots.config_table(trainer.config)))
 # ```
 
 # %%
-del trainer, policy  # built on shapes only, to read: train_or_load builds it on the real weights
+del trainer, policy  # built on shapes only, to read: stage_run builds it on the real weights
 models.free()
 
 # %%
 RETRAIN = False  # True: delete this run's SFT checkpoints and metrics, and train again
 
 # %%
-result = train.train_or_load(preset, run, "sft", retrain=RETRAIN,
-                             deadline=run.deadline())
+with train.stage_run(preset, run, "sft", retrain=RETRAIN, deadline=run.deadline()) as r:
+    if r.trains:  # False: SFT already finished, and its adapters were loaded instead
+        r.trainer.train(r.train_batches, r.eval_batches)  # Tunix's PeftTrainer
+result = r.result
 policy, finished = result.policy, result.finished
 
 # %% [markdown]

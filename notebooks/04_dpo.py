@@ -119,7 +119,8 @@ print(f"{preset.model.num_params / 1e6:.1f}M base parameters + LoRA rank {preset
 # one way, recorded as `rejected_kind`:
 
 # %%
-print(dict(collections.Counter(r["rejected_kind"] for r in splits.dpo)))
+kinds = collections.Counter(r["rejected_kind"] for r in splits.dpo)
+display(Markdown(plots.count_table(kinds, "rejected_kind")))
 
 # %% [markdown]
 # The trainer sees fixed-shape arrays: the prompt **left**-padded (so it ends where the
@@ -129,7 +130,7 @@ print(dict(collections.Counter(r["rejected_kind"] for r in splits.dpo)))
 # %%
 batches, _ = train.dpo_batches(train.dpo_examples(splits.dpo, tok), preset, tok)
 batch = next(iter(batches))
-print({k: v.shape for k, v in batch.items()})
+display(Markdown(plots.array_table(batch)))
 for part in ("prompt", "chosen", "rejected"):
     ids, mask = batch[f"{part}_ids"][0], batch[f"{part}_mask"][0].astype(bool)
     print(f"--- {part} ({mask.sum()} tokens, {(~mask).sum()} padding)")
@@ -213,10 +214,13 @@ display(Markdown(plots.config_table(trainer.config)))
 
 # %% [markdown]
 # ## Train
-# `train.train_or_load` builds this same trainer (`train.build_stage` calls the
-# constructors above with the same parts, and a test checks that the two agree), now
-# with the real weights and the run's checkpoint and metrics options, and calls
-# `trainer.train` on the DPO batches.
+# `trainer.train(train_batches)` runs Tunix's DPO loop, and the cell below calls it.
+# `train.stage_run` builds this same trainer on the real weights (`train.build_stage`
+# calls the constructors above with the same parts, and a test checks that the two
+# agree), with the run's checkpoint and metrics options, and hands it to the cell with
+# the DPO batches, `r.train_batches`. Around the call it keeps the run's lifecycle as in
+# `03_sft`: checkpoints, resume, the settings record, the deadline; a finished stage is
+# loaded (`r.trains` is False), not retrained, unless you set `RETRAIN = True`.
 
 # %%
 del trainer, policy, reference  # built on shapes only, to read
@@ -226,8 +230,10 @@ models.free()
 RETRAIN = False  # True: delete this run's DPO checkpoints and metrics, and train again
 
 # %%
-result = train.train_or_load(preset, run, "dpo", retrain=RETRAIN,
-                             deadline=run.deadline())
+with train.stage_run(preset, run, "dpo", retrain=RETRAIN, deadline=run.deadline()) as r:
+    if r.trains:  # False: DPO already finished, and its adapters were loaded instead
+        r.trainer.train(r.train_batches)  # Tunix's DPOTrainer
+result = r.result
 policy, finished = result.policy, result.finished
 
 # %% [markdown]

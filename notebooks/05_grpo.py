@@ -29,8 +29,9 @@
 # **What you need:** the data splits (`02_dataset_rebalance`) and the DPO adapters
 # (`04_dpo`), or the SFT adapters (`03_sft`) if you skipped DPO, in the same run
 # directory. For Gemma a TPU (Kaggle *TPU v5e-8*, Cloud TPU v3-8, Colab *v5e-1*): GRPO spends
-# most of its time generating. On a 2-core CPU the `tiny` preset trains in about 4.5
-# minutes (200 steps; GRPO needs that many to gain more than the spread between seeds).
+# most of its time generating. On this project's 2-core CPU machine the `tiny` preset
+# trains in about 5 minutes (200 steps; GRPO needs that many to gain more than the spread
+# between seeds); the training cell's progress bar gives the time on yours.
 
 # %% [markdown]
 # ## Setup
@@ -316,13 +317,16 @@ for part in (cluster_config, cluster_config.training_config, cluster_config.roll
 
 # %% [markdown]
 # ## Train
-# `learner.train(batches)` is the whole of Tunix's GRPO loop. `train.train_or_load`
-# builds this same cluster and learner (`train.build_stage` calls the constructors above
-# with the same parts, and a test checks that the two agree), now with the real weights
-# and the run's checkpoint and metrics options, and calls `learner.train` on the GRPO
-# batches. Training resumes and refuses exactly as in `03_sft`: a finished stage is
-# loaded, not retrained, unless you set `RETRAIN = True`; it stops cleanly before the
-# session's deadline, and running the notebook again (in a new session) resumes it.
+# `learner.train(train_batches)` is the whole of Tunix's GRPO loop, and the cell below
+# calls it. `train.stage_run` builds this same cluster and learner on the real weights
+# (`train.build_stage` calls the constructors above with the same parts, and a test
+# checks that the two agree), with the run's checkpoint and metrics options, and hands
+# them to the cell with the GRPO batches, `r.train_batches`. Those batches also run the
+# held-out checks every `grpo.eval_every` steps (below). Around the call it keeps the
+# run's lifecycle as in `03_sft`: checkpoints, resume, the settings record, the
+# deadline; a finished stage is loaded (`r.trains` is False), not retrained, unless you
+# set `RETRAIN = True`. `r.trains` is also False when the session's deadline came before
+# the first step: then there is nothing to call, and the next session resumes.
 
 # %%
 del learner, cluster, policy, reference  # built on shapes only, to read
@@ -332,8 +336,10 @@ models.free()
 RETRAIN = False  # True: delete this run's GRPO checkpoints and metrics, and train again
 
 # %%
-result = train.train_or_load(preset, run, "grpo", retrain=RETRAIN,
-                             deadline=run.deadline())
+with train.stage_run(preset, run, "grpo", retrain=RETRAIN, deadline=run.deadline()) as r:
+    if r.trains:  # False: GRPO already finished (its adapters were loaded instead), or no time left
+        r.learner.train(r.train_batches)  # Tunix's GRPOLearner, on its RLCluster
+result = r.result
 finished = result.finished
 
 # %% [markdown]

@@ -185,6 +185,11 @@ results, seconds = evaluate.evaluate_run(preset, run, stages, mesh=eval_mesh)
 # - **accuracy**: the answer in the greedy completion's `<answer>` tags is right (it
 #   counts even when the rest of the format is off, e.g. no reasoning block, so the two
 #   columns measure different things);
+# - **lenient accuracy**: right either way: the tagged answer, or, when there is no
+#   usable `<answer>` tag, the final answer of the free text ("So the answer is 16", the
+#   last `\boxed{}` or number), as lm-evaluation-harness's "flexible-extract" reads GSM8K.
+#   A base model never taught the tags answers in prose, so its accuracy is near 0
+#   whatever it knows; this column is what it knows;
 # - **partial accuracy**: credit for near misses (numbers within 10%, overlapping items);
 # - **pass@k**: at least one of the k samples is right; **maj@k**: the most common
 #   sampled answer is right. A large gap between them means the model *can* find the
@@ -200,6 +205,23 @@ plt.show()
 # Error bars are one binomial standard error. With a few hundred prompts a difference of
 # a couple of points is noise; the summary at the end of this notebook only calls a
 # change when it is larger than two standard errors.
+#
+# **What SFT gains, and what it costs.** Read the base row's lenient accuracy against
+# SFT's (strict) accuracy. SFT gains the format: answers a program can check, in one
+# place, every time. Whether it also gains correctness is the difference between those
+# two numbers, and it can be negative: a base that already solves a task in its own words
+# may solve fewer once it must write them in the tags. The cell below says which it is
+# here.
+
+# %%
+if "base" in results and "sft" in results:
+    base_o, sft_o = results["base"]["summary"]["overall"], results["sft"]["summary"]["overall"]
+    gap = 100 * (sft_o["accuracy"] - base_o["lenient_accuracy"])
+    noise = evaluate.noise_points(base_o["lenient_accuracy"], sft_o["accuracy"], base_o["n"], sft_o["n"])
+    print(f"base, read leniently (in its own prose): {base_o['lenient_accuracy']:.1%} right; "
+          f"SFT, strictly (in the tags): {sft_o['accuracy']:.1%}, format pass {sft_o['format_rate']:.1%}")
+    print(f"SFT - base: {gap:+.1f} points of accuracy "
+          f"({'within' if abs(gap) <= noise else 'beyond'} two standard errors, {noise:.1f} points)")
 
 # %% [markdown]
 # ## Try it: GRPO on format rewards only
@@ -289,7 +311,9 @@ print("completions at or near the length limit (likely cut off):",
 # %% [markdown]
 # ## Side by side
 # The first held-out prompt of three domains, with each stage's greedy completion
-# (✓ right, ✗ wrong), cut to 160 characters. Read a few before trusting any table: a
+# marked right (✓) or wrong (✗) twice: strictly (the answer tag) and leniently (an answer
+# in prose counts too), cut to 160 characters. The base model's prose answers are right
+# or wrong only leniently. Read a few before trusting any table: a
 # metric can improve for reasons you would not want. Raise `n` to see more.
 
 # %%

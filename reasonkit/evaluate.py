@@ -49,9 +49,12 @@ __all__ = ["STAGE_ORDER", "NUMERIC", "METRICS", "LABELS", "make_sampler", "promp
 
 STAGE_ORDER = ("base", "sft", "dpo", "grpo")
 NUMERIC = answers.NUMERIC_DOMAINS
-METRICS = ("format_rate", "accuracy", "partial", "pass_at_k", "maj_at_k")
-LABELS = {"format_rate": "format pass", "accuracy": "accuracy", "partial": "partial accuracy",
-          "pass_at_k": "pass@k", "maj_at_k": "maj@k", "mean_length": "mean length (tokens)"}
+# accuracy is strict (the answer tag, right); lenient accuracy also reads an untagged answer
+# in prose, so a model that answers without the format (the base) is measured as it answers.
+METRICS = ("format_rate", "accuracy", "lenient_accuracy", "partial", "pass_at_k", "maj_at_k")
+LABELS = {"format_rate": "format pass", "accuracy": "accuracy", "lenient_accuracy": "lenient accuracy",
+          "partial": "partial accuracy", "pass_at_k": "pass@k", "maj_at_k": "maj@k",
+          "mean_length": "mean length (tokens)"}
 
 
 # --- scoring --------------------------------------------------------------------------
@@ -113,8 +116,8 @@ def score(record: dict, completion: str, num_tokens: int | None = None) -> dict[
     if not isinstance(completion, str):
         return {"format_ok": False, "reason": "not_text", "answer": None, "correct": False,
                 "lenient": False, "partial": 0.0, "length": num_tokens if num_tokens is not None else 0}
-    ext = extract(completion)
-    correct = rewards_lib.is_correct(completion, gold, domain)  # the verdict the rewards pay for
+    ext = extract(completion)  # once: the answer tag, read as rewards.is_correct reads it
+    correct = ext.ok and answers.check_answer("math" if domain is None else domain, ext.answer, gold)
     # lenient: without a usable answer tag, the free text's final answer (last \boxed{}, "final
     # answer is", last number) counts, as lm-evaluation-harness's flexible-extract reads GSM8K
     loose = None if ext.ok else answers.final_answer(completion)

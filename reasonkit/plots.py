@@ -30,8 +30,8 @@ from reasonkit.config import DOMAINS
 from reasonkit.data import DataReport
 from reasonkit.evaluate import LABELS, METRICS, extract, ordered, standard_error
 
-__all__ = ["GIB", "markdown_table", "bullets", "budget_table", "data_table", "drop_table",
-           "before_after", "reward_table", "stage_table", "gsm8k_table", "eval_tables",
+__all__ = ["GIB", "markdown_table", "array_table", "count_table", "bullets", "budget_table", "data_table",
+           "drop_table", "before_after", "reward_table", "stage_table", "gsm8k_table", "eval_tables",
            "domain_table", "failure_table", "judge_table", "side_by_side", "advantage_table",
            "qualified_name", "parts_table", "config_table", "lora_table", "plot_memory",
            "plot_token_lengths", "plot_mix", "plot_loss_mask", "plot_sft", "plot_dpo", "plot_grpo",
@@ -57,6 +57,34 @@ def markdown_table(head: Sequence[Any], rows: Sequence[Sequence[Any]]) -> str:
     lines = ["| " + " | ".join(map(str, head)) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(map(str, row)) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def array_table(arrays: Mapping[str, Any]) -> str:
+    """Each array of a batch with its shape and dtype, as Markdown.
+
+    >>> batch = {"input_tokens": np.zeros((16, 160), np.int32), "input_mask": np.ones((16, 160), bool)}
+    >>> print(array_table(batch))
+    | array | shape | dtype |
+    |---|---|---|
+    | input_tokens | [16, 160] | int32 |
+    | input_mask | [16, 160] | bool |
+    """
+    return markdown_table(["array", "shape", "dtype"], [
+        [name, f"[{', '.join(map(str, np.shape(a)))}]", np.asarray(a).dtype] for name, a in arrays.items()])
+
+
+def count_table(counts: Mapping[str, int], what: str) -> str:
+    """``{kind: count}`` as a Markdown table, most common first, with the total.
+
+    >>> print(count_table({"missing_tags": 164, "wrong_answer": 305}, "rejected_kind"))
+    | rejected_kind | rows |
+    |---|---|
+    | wrong_answer | 305 |
+    | missing_tags | 164 |
+    | total | 469 |
+    """
+    rows = sorted(counts.items(), key=lambda kv: -kv[1])
+    return markdown_table([what, "rows"], [*rows, ["total", sum(counts.values())]])
 
 
 def bullets(lines: Sequence[str], empty: str) -> str:
@@ -124,12 +152,17 @@ def reward_table(records: Sequence[dict], scored: Mapping[str, Sequence[float]])
 def stage_table(results: dict[str, dict], k: int | None = None) -> str:
     """The per-stage table (rows base / SFT / DPO / GRPO), as Markdown.
 
-    >>> r = {"base": {"summary": {"overall": {"n": 10, "format_rate": 0.0, "accuracy": 0.1,
-    ...       "partial": 0.2, "pass_at_k": 0.3, "maj_at_k": 0.1, "mean_length": 40.0}}}}
-    >>> print(stage_table(r, k=4))
-    | stage | n | format pass | accuracy | partial accuracy | pass@4 | maj@4 | mean length (tokens) |
-    |---|---|---|---|---|---|---|---|
-    | base | 10 | 0.0% | 10.0% | 20.0% | 30.0% | 10.0% | 40.0 |
+    >>> r = {"base": {"summary": {"overall": {"n": 10, "format_rate": 0.0, "accuracy": 0.0,
+    ...       "lenient_accuracy": 0.6, "partial": 0.2, "pass_at_k": 0.3, "maj_at_k": 0.1,
+    ...       "mean_length": 40.0}}}}
+    >>> head, _, row = stage_table(r, k=4).splitlines()
+    >>> head.split(" | ")[1:6]
+    ['n', 'format pass', 'accuracy', 'lenient accuracy', 'partial accuracy']
+    >>> print(row)
+    | base | 10 | 0.0% | 0.0% | 60.0% | 20.0% | 30.0% | 10.0% | 40.0 |
+
+    ``accuracy`` needs the answer tag; ``lenient accuracy`` also reads an answer written in
+    prose (the base model's way), so the two together say what SFT's format costs or gains.
 
     A stage evaluated on no prompts (``n`` 0) shows "-" for its metrics.
     """
@@ -219,16 +252,30 @@ def judge_table(scores: Mapping[str, dict[str, float]]) -> str:
 
 
 def side_by_side(results: dict[str, dict], n: int = 3, width: int = 160) -> str:
-    """A few held-out prompts with each stage's greedy completion, as Markdown."""
+    """A few held-out prompts with each stage's greedy completion, as Markdown, each marked
+    right or wrong strictly (the answer tag) and leniently (an answer in prose counts too).
+
+    >>> row = {"domain": "math", "prompt": "2 + 2?", "gold": "4"}
+    >>> res = {"base": {"rows": [{**row, "completion": "So the answer is 4.", "correct": False,
+    ...                           "lenient": True}]},
+    ...        "sft": {"rows": [{**row, "completion": "<answer>5</answer>", "correct": False,
+    ...                          "lenient": False}]}}
+    >>> print(side_by_side(res))
+    **math** · '2 + 2?' · gold `4`
+    <BLANKLINE>
+    - base (strict ✗, lenient ✓): `So the answer is 4.`
+    - sft (strict ✗, lenient ✗): `<answer>5</answer>`
+    <BLANKLINE>
+    """
     stages = ordered(results)
     lines = []
     for i, row in enumerate(results[stages[0]]["rows"][:n]):
         lines.append(f"**{row['domain']}** · {row['prompt'][:width]!r} · gold `{row['gold']}`\n")
         for stage in stages:
             r = results[stage]["rows"][i]
-            mark = "✓" if r["correct"] else "✗"
+            mark = f"strict {'✓' if r['correct'] else '✗'}, lenient {'✓' if r['lenient'] else '✗'}"
             text = r["completion"].replace("\n", " ")[:width].replace("|", "/")
-            lines.append(f"- {stage} {mark}: `{text}`")
+            lines.append(f"- {stage} ({mark}): `{text}`")
         lines.append("")
     return "\n".join(lines)
 

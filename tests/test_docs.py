@@ -1,4 +1,5 @@
-"""README.md and docs/: the first page stays one, every link lands, the preset docs match the presets."""
+"""README.md and docs/: the first page stays one, every link lands, the preset docs match the presets,
+and every figure they quote is the one in the file behind it (benchmarks/*.json, committed outputs)."""
 
 import importlib
 import importlib.util
@@ -196,3 +197,111 @@ def test_the_presets_page_says_where_each_preset_runs(name):
     row = next(line for line in (ROOT / "docs" / "presets.md").read_text().splitlines()
                if line.startswith(f"| `{name}` |"))
     assert where[preset.hardware] in row, row
+
+
+# --- one source for every number: the figures README and docs quote, from the files behind them ---
+
+RESULTS = ROOT / "docs" / "results.md"
+BENCH = ROOT / "benchmarks"
+
+
+def _table(text: str, head_starts: str) -> tuple[list[str], dict[str, list[str]]]:
+    """The Markdown table of ``text`` whose head row starts with ``head_starts``: its head and
+    its rows by first cell."""
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith(head_starts))
+    cells = lambda line: [c.strip() for c in line.strip().strip("|").split("|")]
+    rows = {}
+    for line in lines[at + 2:]:
+        if not line.startswith("|"):
+            break
+        row = cells(line)
+        rows[row[0]] = row[1:]
+    return cells(lines[at])[1:], rows
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_the_seven_seed_table_and_its_quotes_are_seeds_json():
+    seeds = json.loads((BENCH / "seeds.json").read_text())
+    order = sorted(seeds["results"], key=int)
+    head, rows = _table(RESULTS.read_text(), "| stage | 1036 prompts")
+    assert len(head) == 4, head
+    for stage in ("sft", "dpo", "grpo"):
+        for col, kind in ((0, "leftover"), (2, "fresh")):
+            values = [seeds["results"][s][stage][kind] for s in order]
+            assert rows[stage][col] == " / ".join(f"{v:.2f}" for v in values), (stage, kind)
+            summary = seeds["summary"][kind][stage]
+            assert rows[stage][col + 1] == f"{summary['mean']:.2f} ± {summary['sd']:.2f}", (stage, kind)
+    for col, kind in ((0, "leftover"), (2, "fresh")):
+        diff = seeds["summary"][kind]["grpo_minus_sft"]
+        assert rows["grpo - sft"][col] == " / ".join(f"{v:+.2f}" for v in diff["per_seed"])
+        assert rows["grpo - sft"][col + 1].strip("*") == f"{diff['mean']:+.2f} ± {diff['sd']:.2f}"
+    fresh = seeds["summary"]["fresh"]
+    gain = f"{fresh['grpo_minus_sft']['mean']:+.2f} ± {fresh['grpo_minus_sft']['sd']:.2f}"
+    assert all(d > 0 for d in fresh["grpo_minus_sft"]["per_seed"])  # "above SFT on all seven"
+    for page in (README, RESULTS):
+        text = _flat(page.read_text())
+        assert re.search(rf"above SFT on all seven( seeds\*\*)?, {re.escape(gain)} points", text), page.name
+        assert f"spread between seeds ({fresh['sft']['sd']:.2f})" in text, page.name
+        quoted = set(re.findall(r"[+-]\d\.\d\d ± \d\.\d\d", text))
+        assert quoted <= {gain, f"{seeds['summary']['leftover']['grpo_minus_sft']['mean']:+.2f} ± "
+                                f"{seeds['summary']['leftover']['grpo_minus_sft']['sd']:.2f}"}, quoted
+    by_domain = seeds["grpo_minus_sft_by_domain"]["fresh"]
+    line = ", ".join(f"`{d}` {v:+.2f}" for d, v in sorted(by_domain.items(), key=lambda kv: -kv[1]))
+    assert line in _flat(RESULTS.read_text())
+
+
+def test_the_real_270m_table_and_its_quotes_are_its_json():
+    real = json.loads((BENCH / "real_270m_cpu.json").read_text())
+    head, rows = _table(RESULTS.read_text(), "| stage | n | format pass | accuracy | lenient")
+    keys = {"format pass": "format_rate", "accuracy": "accuracy", "lenient accuracy": "lenient_accuracy"}
+    for label, stage in (("base", "base"), ("SFT", "sft"), ("DPO", "dpo"), ("GRPO", "grpo")):
+        s = real["stages"][stage]
+        assert rows[label][0] == str(s["n"])
+        for col, name in enumerate(head[1:], 1):
+            want = f"{100 * s[keys[name]]:.1f} ± {100 * s[keys[name] + '_se']:.1f}"
+            assert rows[label][col] == want, (label, name)
+    base, sft = real["stages"]["base"], real["stages"]["sft"]
+    assert (f"the real Gemma 3 270M ({100 * base['lenient_accuracy']:.1f}% read leniently before SFT, "
+            f"{100 * sft['accuracy']:.1f}% after)") in _flat(README.read_text())
+
+
+def _stage_table_of_06() -> tuple[list[str], dict[str, list[str]]]:
+    """The first stage table in the committed outputs of 06_evaluation."""
+    nb = json.loads((ROOT / "notebooks" / "06_evaluation.ipynb").read_text())
+    for cell in nb["cells"]:
+        for out in cell.get("outputs", []):
+            md = "".join(out.get("data", {}).get("text/markdown", ""))
+            if md.startswith("| stage | n |"):
+                head, rows = _table(md, "| stage | n |")
+                return head[1:], {k: v[1:] for k, v in rows.items()}  # without n
+    raise AssertionError("06_evaluation.ipynb shows no stage table: refresh its outputs")
+
+
+@pytest.mark.parametrize("page", [README, RESULTS], ids=lambda p: p.name)
+def test_the_tiny_table_is_the_committed_06(page):
+    """Each quoted column of each stage, as 06's committed outputs show it."""
+    shown_head, shown = _stage_table_of_06()
+    head, rows = _table(page.read_text(), "| stage | format pass |")
+    assert set(head) <= set(shown_head), set(head) - set(shown_head)
+    for stage, cells in rows.items():
+        if stage.startswith("grpo, format rewards only"):
+            continue  # 06 shows that row in a table of its own
+        for name, cell in zip(head, cells, strict=True):
+            assert cell == shown[stage][shown_head.index(name)], (page.name, stage, name)
+    assert set(rows) >= set(shown), f"{page.name} leaves out {set(shown) - set(rows)}"
+
+
+def test_the_memory_estimate_claims_are_shapes_json_and_notebook_01():
+    ratios = [r["ratio"] for r in json.loads((BENCH / "shapes.json").read_text())["results"]]
+    text = _flat(README.read_text())
+    assert all(0.8 <= r <= 1.2 for r in ratios), ratios  # "within 20% of each"
+    assert f"within 20% of each (x{min(ratios):.2f} to x{max(ratios):.2f})" in text
+    tiny = re.search(r"not of the tiny model \(01 prints (x\d\.\d\d)\)", text)
+    assert tiny, "README says what 01 prints for the tiny model"
+    outputs = "".join("".join(o.get("text", "")) for c in json.loads(
+        (ROOT / "notebooks" / "01_hardware_check.ipynb").read_text())["cells"] for o in c.get("outputs", []))
+    assert f"({tiny.group(1)})" in outputs, f"01's committed outputs print no {tiny.group(1)}"

@@ -502,3 +502,19 @@ def test_rollout_groups_samples_g_answers_a_prompt_and_scores_them(monkeypatch, 
     assert out["advantages"][0] > 0 > out["advantages"][3]  # the right answer leads its group
     assert len(evaluate.rollout_groups("a model", tok, batch, preset, rewards.MATH_REWARDS,
                                        prompts=5)["completions"]) == 3 * 4  # the batch has 3 rows
+
+
+SCORED = ["<reasoning>6 * 7 = 42.</reasoning>\n<answer>42</answer>", "<answer>41 or 42</answer>",
+          "The answer is 42.", "<reasoning>x</reasoning>\n<answer>42</answer><answer>42</answer>",
+          "<reasoning>6 * 7</reasoning>\n<answer>43</answer>", "<answer> 42.0 </answer>", ""]
+
+
+@pytest.mark.parametrize("completion", SCORED)
+def test_score_reads_the_answer_tag_once_with_the_rewards_verdict(completion, monkeypatch):
+    calls = []
+    real = template.extract_answer
+    monkeypatch.setattr(template, "extract_answer", lambda *a, **k: calls.append(1) or real(*a, **k))
+    row = evaluate.score({"domain": "math", "answer": "42"}, completion)
+    assert len(calls) == 1
+    monkeypatch.undo()
+    assert row["correct"] == rewards.is_correct(completion, "42", "math")

@@ -237,6 +237,20 @@ def test_each_stage_notebook_builds_its_tunix_objects_in_a_cell(name):
     assert all(c in code for c in CONSTRUCTORS[name]), [c for c in CONSTRUCTORS[name] if c not in code]
 
 
+# Each stage notebook makes the stage's Tunix call itself, in train.stage_run's block.
+TUNIX_CALLS = {"03_sft": "r.trainer.train(r.train_batches, r.eval_batches)",
+               "04_dpo": "r.trainer.train(r.train_batches)", "05_grpo": "r.learner.train(r.train_batches)"}
+
+
+@pytest.mark.parametrize("name", sorted(TUNIX_CALLS))
+def test_each_stage_notebook_calls_tunix_train_in_a_cell(name):
+    stage = {v: k for k, v in STAGE_NOTEBOOKS.items()}[name]
+    cells = [c for c in _code_cells(name) if TUNIX_CALLS[name] in c]
+    assert len(cells) == 1, f"{name}: no cell calls {TUNIX_CALLS[name]}"
+    assert f'train.stage_run(preset, run, "{stage}", retrain=RETRAIN' in cells[0], cells[0]
+    assert f'train.train_or_load(preset, run, "{stage}"' not in "\n".join(_code_cells(name))
+
+
 @pytest.mark.parametrize("py", PYS, ids=lambda p: p.stem)
 def test_no_notebook_cell_reads_a_private_attribute(py):
     found = [m.group(0) for cell in _code_cells(py.stem) for m in PRIVATE.finditer(cell)]

@@ -25,7 +25,7 @@ def test_stage_table_in_pipeline_order_and_an_empty_stage():
     assert [line.split("|")[1].strip() for line in lines[2:]] == ["base", "sft", "dpo", "grpo"]
     assert lines[3].startswith("| sft | 100 | 90.0% | 40.0% |")
     empty = {"base": {"summary": evaluate.summarize([]), "rows": []}, **fake_results(sft=(0.5, 0.5))}
-    assert "| base | 0 | - | - | - | - | - | - |" in plots.stage_table(empty, k=1).splitlines()
+    assert "| base | 0 | - | - | - | - | - | - | - |" in plots.stage_table(empty, k=1).splitlines()
     assert list(plots.eval_tables(empty)) == ["stage_table.md"]  # no GSM8K: no GSM8K table
 
 
@@ -38,7 +38,8 @@ def test_evaluation_tables():
     scores = {"base": {"judged": 2, "skipped": 1, "answer": 6.0}}
     assert plots.judge_table(scores).splitlines()[2] == "| base | 2 | 1 | - | 6.00 |"
     side = plots.side_by_side(res, n=2)
-    assert side.startswith("**math** · 'q0' · gold `12`") and "- sft ✓: `<reasoning>r" in side
+    assert side.startswith("**math** · 'q0' · gold `12`")
+    assert "- sft (strict ✓, lenient ✓): `<reasoning>r" in side
     assert plots.bullets([], "- nothing") == "- nothing"
 
 
@@ -166,3 +167,20 @@ def test_reward_and_held_out_accuracy_share_one_figure(tmp_path):
     assert [line.get_label() for line in grpo.axes[3].get_lines()] == ["summed reward",
                                                                      "right or wrong alone"]
     plt.close("all")
+
+
+def test_a_base_that_answers_in_prose_is_measured_as_it_answers():
+    recs = [{"domain": "math", "answer": "12", "prompt": f"q{i}", "id": i} for i in range(4)]
+    prose = ["So the answer is 12.", "So the answer is 12.", "It is 13.", "I do not know."]
+    tagged = [f"<reasoning>r</reasoning>\n<answer>{a}</answer>" for a in (12, 13, 13, 13)]
+    res = {}
+    for stage, texts in (("base", prose), ("sft", tagged)):
+        rows = evaluate.score_stage(recs, texts, [[t] for t in texts])
+        res[stage] = {"summary": evaluate.summarize(rows), "rows": rows}
+    lines = plots.stage_table(res).splitlines()
+    assert "| accuracy | lenient accuracy |" in lines[0]
+    assert lines[2].startswith("| base | 4 | 0.0% | 0.0% | 50.0% |")  # strict 0, lenient 2 of 4
+    assert lines[3].startswith("| sft | 4 | 100.0% | 25.0% | 25.0% |")
+    assert "- base (strict ✗, lenient ✓): `So the answer is 12.`" in plots.side_by_side(res, n=1)
+    fig = plots.plot_stages(res)
+    assert "lenient accuracy" in [t.get_text() for t in fig.axes[0].get_xticklabels()]

@@ -286,3 +286,33 @@ def make_run_tree(root, name, *, finished=(), files=()):
     for f in files:
         (root / name / f).parent.mkdir(parents=True, exist_ok=True)
         (root / name / f).write_text(f)
+
+
+def test_the_stacks_noise_is_silenced_and_nothing_else(caplog):
+    import logging
+    import warnings
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        session.quiet_infrastructure(env={})
+        for category, message in [(UserWarning, "IProgress not found. Please update jupyter"),
+                                  (DeprecationWarning, "`with mesh:` context manager has been deprecated"),
+                                  (DeprecationWarning, "`with mesh:` something else"),
+                                  (DeprecationWarning, "another deprecation")]:
+            warnings.warn(message, category, stacklevel=1)
+    assert [str(w.message) for w in seen] == ["`with mesh:` something else", "another deprecation"]
+    absl = logging.getLogger("absl")
+    with caplog.at_level(logging.WARNING, logger="absl"):
+        absl.warning("Skipping non-TPU device: cpu. You might be missing jax[tpu] dependency.")
+        absl.warning("Reference model and actor model are colocated but do not share the same backbone.")
+    assert [r.getMessage()[:9] for r in caplog.records] == ["Reference"]
+    env = {"TF_CPP_MIN_LOG_LEVEL": "0"}
+    session.quiet_infrastructure(env=env)  # what the user set stays
+    assert env == {"TF_CPP_MIN_LOG_LEVEL": "0", "GRPC_VERBOSITY": "ERROR"}
+    assert sum(isinstance(f, logging.Filter) for f in absl.filters) == 1  # once, however often called
+
+
+def test_importing_the_session_prints_no_warning_of_the_stack():
+    out = subprocess.run([sys.executable, "-W", "default", "-c", "import reasonkit.runtime.session"],
+                         capture_output=True, text=True, cwd=ROOT, check=True)
+    assert "IProgress" not in out.stderr and "absl" not in out.stderr, out.stderr

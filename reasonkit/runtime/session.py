@@ -18,24 +18,65 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import logging
 import math
 import os
 import pathlib
+import re
 import shutil
 import sys
 import time
+import warnings
 from typing import Any, Callable, Mapping, TypeVar
 
 import numpy as np
 
 import reasonkit_bootstrap  # the one list of where Kaggle mounts inputs (standard library only)
-from reasonkit.tunix_patches import cpu_memory
+
+# The stack's messages that are noise in a notebook and say nothing true about this setup:
+# (warning category, start of its message). tqdm asks for ipywidgets (its bars print as text);
+# JAX deprecates `with mesh:`, which Tunix 0.1.7's examples and ours still use.
+QUIET_WARNINGS = ((Warning, "IProgress not found"),
+                  (DeprecationWarning, "`with mesh:` context manager has been deprecated"))
+# absl lines (Tunix logs through absl): the TPU rollout's device scan, on any other device.
+QUIET_ABSL = ("Skipping non-TPU device",)
+# C++ logs of XLA and gRPC below warnings (the TCP and platform notes of its start-up).
+QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "GRPC_VERBOSITY": "ERROR"}
+
+
+def quiet_infrastructure(env: dict[str, str] | None = None) -> None:
+    """Silence the messages above, and only those; a variable already set is left as it is.
+
+    Runs when this module is imported, before anything imports Tunix (runs.py imports this
+    module first), so that the first cell prints what it set up and not these.
+    """
+    env = os.environ if env is None else env
+    for category, start in QUIET_WARNINGS:
+        warnings.filterwarnings("ignore", message=re.escape(start), category=category)
+    absl = logging.getLogger("absl")
+    if not any(isinstance(f, _Quiet) for f in absl.filters):
+        absl.addFilter(_Quiet())
+    for name, value in QUIET_ENV.items():
+        env.setdefault(name, value)
+
+
+class _Quiet(logging.Filter):
+    """Drops the absl lines of :data:`QUIET_ABSL`."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(QUIET_ABSL)
+
+
+quiet_infrastructure()
+
+from reasonkit.tunix_patches import cpu_memory  # noqa: E402 - after the filters: it imports Tunix
 
 __all__ = ["STAGES", "KAGGLE_WORKING", "KAGGLE_INPUT", "COLAB_DRIVE", "SESSION_FILE", "CACHE_DIR",
            "KAGGLE_HOURS", "MAX_HOURS", "default_root", "process_index", "is_writer", "sync",
            "from_writer", "session_id", "parse_hours", "on_kaggle", "session_deadline",
            "MIN_COMPILE_ENV", "use_compilation_cache", "restore_runs", "run_holds", "on_colab",
-           "COLAB_RUNS", "mount_drive", "Session", "holds_no_file", "start_session"]
+           "COLAB_RUNS", "mount_drive", "Session", "holds_no_file", "start_session", "QUIET_WARNINGS",
+           "QUIET_ABSL", "QUIET_ENV", "quiet_infrastructure"]
 
 STAGES = ("data", "sft", "dpo", "grpo", "eval")  # what a run directory holds, in order
 T = TypeVar("T")

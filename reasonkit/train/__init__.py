@@ -10,7 +10,8 @@ weights), :mod:`~reasonkit.train.build` (the parts Tunix's constructors take, on
 each, and a stage built from them and not run: the Tunix trainer or GRPO learner) and
 :mod:`~reasonkit.train.generation` (Tunix's sampler, batched greedy or sampled),
 :mod:`~reasonkit.train.held_out` (GRPO's held-out checks as it trains, and its best
-adapters) and :mod:`~reasonkit.train.stages` (train, resume, load or export a stage).
+adapters) and :mod:`~reasonkit.train.stages` (train, resume, load or export a stage;
+:func:`~reasonkit.train.stages.stage_run` leaves Tunix's call to the notebook cell).
 Loading a trained stage's model for use outside training is :func:`reasonkit.models.load_policy`.
 """
 
@@ -53,9 +54,11 @@ from reasonkit.train.optim import make_optimizer, schedule
 from reasonkit.train.policies import build_models
 from reasonkit.train.stages import (
     StageResult,
+    StageRun,
     export,
     export_once,
     exported,
+    stage_run,
     train_dpo,
     train_grpo,
     train_or_load,
@@ -69,5 +72,5 @@ __all__ = ["generation", "held_out", "schedule", "make_optimizer", "read_metrics
            "grpo_training_config", "rollout_config", "cluster_config", "grpo_algorithm", "grpo_reward_fns",
            "grpo_metric_fns", "patch_sft_trainer", "patch_dpo_trainer", "patch_rl_cluster",
            "patch_grpo_learner", "sft_trainer", "dpo_trainer", "grpo_learner", "stage_has_reference",
-           "Stage", "build_stage", "StageResult",
+           "Stage", "build_stage", "StageResult", "StageRun", "stage_run",
            "train_sft", "train_dpo", "train_grpo", "export", "exported", "export_once", "train_or_load"]
