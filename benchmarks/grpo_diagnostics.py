@@ -19,8 +19,13 @@ stage, difficulty and domain it reports
 - ``dropped``: fresh prompts left out for their length.
 
 pass@k minus greedy is what GRPO could turn into greedy accuracy; a large zero_std says
-most prompts are too easy or too hard for it. The "verified" variants (the answer agrees
-with the reasoning's conclusion, and its checkable steps hold) are not measured here.
+most prompts are too easy or too hard for it. Each has a *verified* twin
+(``greedy_verified``, ``pass_at_k_verified``, ``maj_at_k_verified``, ``zero_std_verified``):
+the answer is right and its reasoning supports it (:func:`reasonkit.rewards.is_verified`:
+the conclusion names it, the checkable steps hold); maj@k verified votes among the
+samples whose reasoning supports their own answer, which needs no gold. Prompts and
+answers get ``--prompt-length`` and ``--gen-length`` tokens (difficulty 2 needs more than
+the tiny preset's evaluation gives).
 Writes ``--out`` (default ``benchmarks/grpo_diagnostics.json``) and prints a table.
 ``--quick`` takes 4 prompts per domain and k = 2, for a smoke run.
 """
@@ -28,6 +33,7 @@ Writes ``--out`` (default ``benchmarks/grpo_diagnostics.json``) and prints a tab
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import json
 import pathlib
@@ -40,7 +46,7 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from reasonkit import data, evaluate, models, rewards, tasks, template  # noqa: E402
+from reasonkit import answers, data, evaluate, models, rewards, tasks, template  # noqa: E402
 from reasonkit.models import tiny  # noqa: E402
 from reasonkit.presets import get_preset  # noqa: E402
 from reasonkit.runtime import runs  # noqa: E402
@@ -79,18 +85,33 @@ def fresh_prompts(preset, run: runs.RunDir, count, per_domain: int, difficulty: 
     return out, dropped
 
 
-def zero_std(records: list[dict], samples: list[list[str]]) -> np.ndarray:
-    """Per prompt: are its samples all right or all wrong (no right/wrong contrast)?"""
-    right = np.array([[rewards.is_correct(t, r["answer"], r["domain"]) for t in group]
-                      for r, group in zip(records, samples, strict=True)])  # [prompts, k]
-    return np.all(right == right[:, :1], axis=1)
+def verdicts(records: list[dict], texts: list[list[str]], verdict) -> np.ndarray:
+    """``verdict(text, gold, domain)`` per prompt and answer: [prompts, answers]."""
+    return np.array([[verdict(t, r["answer"], r["domain"]) for t in group]
+                     for r, group in zip(records, texts, strict=True)], dtype=bool)
+
+
+def self_consistent_vote(records: list[dict], samples: list[list[str]]) -> np.ndarray:
+    """Per prompt: the most common answer among the samples whose reasoning supports their
+    own answer (no gold needed) is right."""
+    out = []
+    for r, group in zip(records, samples, strict=True):
+        votes = collections.Counter()
+        for text in group:
+            found = template.extract_answer(text)
+            if found.ok and answers.supports(template.reasoning_of(text), found.answer):
+                votes[answers.normalize_text(found.answer)] += 1
+        out.append(bool(votes) and answers.check_answer(r["domain"], votes.most_common(1)[0][0],
+                                                        r["answer"]))
+    return np.array(out, dtype=bool)
 
 
 def diagnose(preset, run: runs.RunDir, stage: str, sets: dict[int, list[dict]], k: int) -> dict:
-    """Greedy, pass@k, maj@k and the zero-std fraction of ``stage`` per difficulty and domain."""
+    """Greedy, pass@k, maj@k and the zero-std fraction of ``stage`` per difficulty and
+    domain, plain and verified."""
     g = preset.grpo
     cfg = dataclasses.replace(preset.eval, num_samples=k, temperature=g.temperature, top_p=g.top_p,
-                              top_k=g.top_k)
+                              top_k=g.top_k)  # lengths: main() sets them on preset.eval
     _, policy, tok, _ = models.load_policy(preset, run, stage, None)
     sampler = evaluate.make_sampler(policy, tok, preset.model, cfg)
     stops = models.stop_token_ids(tok)
@@ -102,15 +123,24 @@ def diagnose(preset, run: runs.RunDir, stage: str, sets: dict[int, list[dict]], 
                                     desc=f"{stage} d{difficulty}: sample {i + 1}/{k}") for i in range(k)]
         samples = [list(group) for group in zip(*rounds, strict=True)]
         rows = evaluate.score_stage(records, greedy, samples)
-        flat = zero_std(records, samples)
+        right = verdicts(records, samples, rewards.is_correct)
+        verified = verdicts(records, samples, rewards.is_verified)
+        greedy_verified = verdicts(records, [[t] for t in greedy], rewards.is_verified)[:, 0]
+        columns = {"greedy": np.array([row["correct"] for row in rows]),
+                   "pass_at_k": right.any(axis=1),
+                   "maj_at_k": np.array([row["maj_at_k"] for row in rows]),
+                   "greedy_verified": greedy_verified,
+                   "pass_at_k_verified": verified.any(axis=1),
+                   "maj_at_k_verified": self_consistent_vote(records, samples)}
+        flat = {"zero_std": np.all(right == right[:, :1], axis=1),
+                "zero_std_verified": np.all(verified == verified[:, :1], axis=1)}
         by_domain: dict[str, Any] = {}
         for domain in sorted({r["domain"] for r in records}):
             pick = [i for i, r in enumerate(records) if r["domain"] == domain]
             by_domain[domain] = {"n": len(pick),
-                                 **{key: 100 * float(np.mean([rows[i][col] for i in pick]))
-                                    for key, col in (("greedy", "correct"), ("pass_at_k", "pass_at_k"),
-                                                     ("maj_at_k", "maj_at_k"))},
-                                 "zero_std": float(np.mean(flat[pick]))}
+                                 **{key: round(100 * float(np.mean(col[pick])), 2)
+                                    for key, col in columns.items()},
+                                 **{key: round(float(np.mean(col[pick])), 3) for key, col in flat.items()}}
         out[str(difficulty)] = by_domain
     del policy, sampler
     models.free()
@@ -118,13 +148,16 @@ def diagnose(preset, run: runs.RunDir, stage: str, sets: dict[int, list[dict]], 
 
 
 def table(results: dict[str, dict], k: int) -> str:
+    """Markdown: plain / verified in each cell."""
     lines = [f"| stage | difficulty | domain | n | greedy | pass@{k} | maj@{k} | zero-std |",
              "|---|---|---|---|---|---|---|---|"]
     for stage, by_difficulty in results.items():
         for difficulty, by_domain in by_difficulty.items():
             for domain, r in by_domain.items():
-                lines.append(f"| {stage} | {difficulty} | {domain} | {r['n']} | {r['greedy']:.1f} | "
-                             f"{r['pass_at_k']:.1f} | {r['maj_at_k']:.1f} | {r['zero_std']:.2f} |")
+                cells = [f"{r[c]:.1f} / {r[c + '_verified']:.1f}"
+                         for c in ("greedy", "pass_at_k", "maj_at_k")]
+                lines.append(f"| {stage} | {difficulty} | {domain} | {r['n']} | {' | '.join(cells)} | "
+                             f"{r['zero_std']:.2f} / {r['zero_std_verified']:.2f} |")
     return "\n".join(lines)
 
 
@@ -136,14 +169,17 @@ def main(argv=None) -> dict[str, Any]:
     ap.add_argument("--stages", nargs="+", default=["sft", "grpo"])
     ap.add_argument("--per-domain", type=int, default=50)
     ap.add_argument("--k", type=int, default=8)
+    ap.add_argument("--prompt-length", type=int, default=128, help="prompt tokens, BOS included")
+    ap.add_argument("--gen-length", type=int, default=112, help="tokens sampled per answer")
     ap.add_argument("--quick", action="store_true", help="4 prompts per domain, k = 2")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "grpo_diagnostics.json"))
     args = ap.parse_args(argv)
     per_domain, k = (4, 2) if args.quick else (args.per_domain, args.k)
     if per_domain < 1 or k < 2:
         ap.error(f"--per-domain={per_domain} must be >= 1 and --k={k} >= 2")
-    preset = get_preset(args.preset)
-    run = runs.RunDir.create(args.run, root=args.root)
+    preset = get_preset(args.preset, **{"eval.max_prompt_length": args.prompt_length,
+                                        "eval.max_generation_length": args.gen_length})
+    run = runs.RunDir.create(args.run, root=args.root and pathlib.Path(args.root).resolve())
     tok = models.load_tokenizer(models.resolve_source(preset.model) / "tokenizer.model",
                                 vocab_size=preset.model.vocab_size)
     count = lambda text: len(tok.EncodeAsIds(text))  # noqa: E731
@@ -158,6 +194,7 @@ def main(argv=None) -> dict[str, Any]:
     results = {stage: diagnose(preset, run, stage, sets, k) for stage in stages}
     print(table(results, k))
     report = {"run": run.name, "preset": preset.name, "k": k, "per_domain": per_domain,
+              "prompt_length": args.prompt_length, "gen_length": args.gen_length,
               "temperature": preset.grpo.temperature, "dropped_too_long": dropped,
               "seconds": round(time.time() - t0, 1), "results": results}
     pathlib.Path(args.out).write_text(json.dumps(report, indent=1) + "\n")

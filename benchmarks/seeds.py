@@ -11,6 +11,8 @@ document holds:
             fits the eval prompt budget (1036 prompts)
   fresh     ``--fresh`` new prompts per domain (fewer where a domain runs out) from the
             task generators at seeds no split and no pretraining document uses
+  hard      with ``--hard N``: N new prompts per domain at difficulty 2, likewise apart
+            from every split (GRPO's harder prompts and eval_hard block included)
 
 Stages are trained with ``train.train_or_load``: a finished stage is loaded, an
 interrupted one resumes, and each stage's scores are kept in the run's ``eval/seeds.json``
@@ -44,6 +46,8 @@ from reasonkit.runtime import runs, session  # noqa: E402
 
 STAGES = ("sft", "dpo", "grpo")  # the base scores 0%: it never writes the tags
 FRESH_SEED = 50_000  # task seeds from here on: apart from the pool's and pretraining's
+HARD_SEED = 60_000  # the hard set's; data.HARD_SEED (20_000) draws GRPO's harder prompts
+HARD_DIFFICULTY = 2
 
 
 def seed_preset(seed: int, quick: bool = False):
@@ -62,26 +66,22 @@ def token_counter(preset):
 
 def build_data(preset, run: runs.RunDir, count) -> data.Splits:
     """The run's splits, built as notebook 02 builds them (once; read back after)."""
-    if not run.is_finished("data"):
-        records, reports = data.load_sources(preset.data)
-        splits, report = data.build_splits(records, preset.data, count_tokens=count,
-                                           limits=data.stage_limits(preset),
-                                           source_reports=reports)
-        data.write_splits(splits, report, run.stage("data"), overwrite=True)
-        run.mark_finished("data", preset=preset.name, **splits.sizes())
-    return data.read_splits(run.stage("data"))[0]
+    return runs.build_data(run, preset, count)[0]
 
 
 def _fits(record: dict, count, limits: data.Limits) -> bool:
     return data.gold_problem(record) is None and data.too_long(record, count, limits) is None
 
 
-def heldout_sets(preset, splits: data.Splits, count, n_fresh: int) -> dict[str, list[dict]]:
-    """``leftover`` and ``fresh`` (see the module docstring); no prompt in both."""
+def heldout_sets(preset, splits: data.Splits, count, n_fresh: int, n_hard: int = 0
+                 ) -> dict[str, list[dict]]:
+    """``leftover``, ``fresh`` and (``n_hard`` > 0) ``hard`` (see the module docstring); no
+    prompt in two of them."""
     limits = data.stage_limits(preset)["eval"]
     cfg = preset.data
     seen = {template.normalize_prompt(r["prompt"])
-            for split in (splits.eval, splits.sft, splits.dpo, splits.grpo) for r in split}
+            for split in (splits.eval, splits.sft, splits.dpo, splits.grpo, splits.eval_hard)
+            for r in split}
     leftover = list(splits.eval)
     pool = tasks.generate_all(cfg.num_records, seed=cfg.seed, difficulty=cfg.difficulty)
     for r in pool:
@@ -91,20 +91,14 @@ def heldout_sets(preset, splits: data.Splits, count, n_fresh: int) -> dict[str, 
             leftover.append(r)
     seen |= {template.normalize_prompt(r["prompt"]) for r in pool}
     seen |= {template.normalize_prompt(r["prompt"]) for r in tiny.pretraining_records()[0]}
-    fresh = []
-    for domain in tasks.DOMAINS:
-        got = 0
-        for seed in range(FRESH_SEED, FRESH_SEED + 40):  # small prompt spaces run out
-            for r in tasks.generate(domain, max(n_fresh, 1) * 2, seed=seed,
-                                    difficulty=cfg.difficulty):
-                key = template.normalize_prompt(r["prompt"])
-                if got < n_fresh and key not in seen and _fits(r, count, limits):
-                    seen.add(key)
-                    fresh.append(r)
-                    got += 1
-            if got == n_fresh:
-                break
-    return {"leftover": leftover, "fresh": fresh}
+    fits = lambda r: _fits(r, count, limits)  # noqa: E731
+    sets = {"leftover": leftover,
+            "fresh": tasks.fresh_records(n_fresh, first_seed=FRESH_SEED, difficulty=cfg.difficulty,
+                                         seen=seen, keep=fits)}
+    if n_hard:
+        sets["hard"] = tasks.fresh_records(n_hard, first_seed=HARD_SEED, difficulty=HARD_DIFFICULTY,
+                                           seen=seen, keep=fits)
+    return sets
 
 
 def greedy_accuracy(preset, run: runs.RunDir, stage: str, records: list[dict]) -> np.ndarray:
@@ -186,6 +180,10 @@ def main(argv=None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=list(range(7)))
     ap.add_argument("--fresh", type=int, default=1000, help="fresh prompts per domain")
+    ap.add_argument("--hard", type=int, default=0,
+                    help="fresh difficulty-2 prompts per domain (0: no hard set)")
+    ap.add_argument("--sets", nargs="+", default=None,
+                    help="score only these sets (default: all: leftover, fresh, hard)")
     ap.add_argument("--root", default=None, help="runs root (default: reasonkit's runs root)/seeds")
     ap.add_argument("--out", default=None,
                     help="default: benchmarks/seeds.json; <root>/seeds-quick.json with --quick")
@@ -204,9 +202,11 @@ def main(argv=None) -> dict[str, Any]:
         preset = seed_preset(seed, args.quick)
         run = runs.RunDir.create(f"seed{seed}" + ("-quick" if args.quick else ""), root=root)
         count = token_counter(preset)
-        sets = heldout_sets(preset, build_data(preset, run, count), count, args.fresh)
+        sets = heldout_sets(preset, build_data(preset, run, count), count, args.fresh,
+                            4 if args.quick and args.hard else args.hard)
         if args.quick:
             sets["leftover"] = sets["leftover"][:24]
+        sets = {k: v for k, v in sets.items() if args.sets is None or k in args.sets}
         sizes = {k: len(v) for k, v in sets.items()}
         results[seed], by_domain[seed] = {}, {}
         for stage in STAGES:

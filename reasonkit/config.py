@@ -416,6 +416,15 @@ class GRPOConfig(TrainConfig):
     # numbers on fewer positions. On in the tiny preset; off at Gemma's shapes, where it did
     # not pay (docs/performance.md, "Each prompt once per group")
     share_prompts: bool = False
+    # --- the prompts: where GRPO trains
+    # the synthetic tasks' difficulty of GRPO's prompts: above data.difficulty, the data stage
+    # draws them afresh (answers only; SFT and DPO keep their gold traces) and holds out an
+    # eval_hard block beside them (data.harder_grpo)
+    difficulty: int = 1
+    # keep only the prompts the starting policy gets right 1 to G-1 times out of G, in one
+    # sampling pass before training (kept in grpo/prompts.jsonl, which a resume reads): a
+    # group all right or all wrong has no advantage to learn from
+    keep_contrast: bool = False
     # --- bookkeeping: free to change between a checkpoint and its resume
     show_every: int = 50  # steps between printouts of one sampled answer and its rewards; 0: never
     # --- truth during RL: greedy accuracy on a block of the held-out eval split (never a
@@ -428,6 +437,8 @@ class GRPOConfig(TrainConfig):
         object.__setattr__(self, "rewards", _reward_pairs(self.rewards))
         object.__setattr__(self, "length_buckets", _length_buckets(self.length_buckets))
         _flag(self, "share_prompts")
+        _flag(self, "keep_contrast")
+        _count(self, "difficulty")
         _require(self, ("show_every", "eval_every"), lambda v: _is_int(v) and v >= 0,
                  "must be an int >= 0 (0: never)")
         _require(self, ("eval_prompts",), lambda v: _is_int(v) and v >= 1,
@@ -550,6 +561,12 @@ class Preset:
     dpo: DPOConfig
     grpo: GRPOConfig
     eval: EvalConfig
+
+    def __post_init__(self):
+        if self.grpo.difficulty > self.data.difficulty and "tasks" not in self.data.sources:
+            _fail("Preset", "grpo.difficulty", self.grpo.difficulty,
+                  f"above data.difficulty={self.data.difficulty} draws GRPO's prompts from the "
+                  f"synthetic tasks, but data.sources={list(self.data.sources)} has no 'tasks'")
 
     def replace(self, **changes: Any) -> "Preset":
         """A copy with some fields (or nested ``"sft.max_steps"``-style keys) changed.

@@ -27,7 +27,7 @@ from reasonkit.template import format_completion, format_prompt, normalize_promp
 __all__ = ["NAMES", "ITEMS", "BOXES", "WORDS", "FRUITS", "ANIMALS", "VEHICLES", "THINGS", "UNITS",
            "ORDERS", "math_task", "coding_task", "science_task", "instruction_task",
            "summarization_task", "general_task", "GENERATORS", "MAX_DIFFICULTY", "generate",
-           "generate_all", "corpus_texts"]
+           "generate_all", "fresh_records", "corpus_texts"]
 
 NAMES = ("Ann", "Ben", "Cal", "Dan", "Eva", "Fay", "Gus", "Ivy", "Jon", "Kim", "Leo", "Mia",
          "Ned", "Pam", "Sam", "Tom")
@@ -442,6 +442,41 @@ def generate_all(n_per_domain: int, *, seed: int, difficulty: int = 1,
         _check_args(d, n_per_domain, difficulty)
     return [r for d in domains for r in generate(d, n_per_domain, seed=seed,
                                                   difficulty=difficulty)]
+
+
+def fresh_records(per_domain: int, *, first_seed: int, difficulty: int = 1,
+                  seen: set[str] | None = None, keep: Callable[[dict], bool] = lambda r: True,
+                  domains: Iterable[str] = DOMAINS, seeds: int = 40) -> list[dict]:
+    """Up to ``per_domain`` records per domain whose prompts are not in ``seen`` and that
+    ``keep`` accepts, from task seeds ``first_seed`` onwards (``seeds`` of them: a small
+    prompt space runs out, and a domain then gets fewer).
+
+    ``seen`` holds :func:`~reasonkit.template.normalize_prompt` keys; each record taken
+    adds its own, so the sets of two calls sharing it never overlap. Identical for the same
+    arguments.
+
+    >>> seen = set()
+    >>> a = fresh_records(3, first_seed=9_000, seen=seen, domains=["math"])
+    >>> b = fresh_records(3, first_seed=9_000, seen=seen, domains=["math"])
+    >>> len(a), len(b), {r["prompt"] for r in a} & {r["prompt"] for r in b}
+    (3, 3, set())
+    """
+    seen = set() if seen is None else seen
+    out = []
+    for domain in domains:
+        if difficulty > MAX_DIFFICULTY.get(domain, difficulty):
+            continue
+        got = 0
+        for seed in range(first_seed, first_seed + seeds):
+            for r in generate(domain, 2 * max(per_domain, 1), seed=seed, difficulty=difficulty):
+                key = normalize_prompt(r["prompt"])
+                if got < per_domain and key not in seen and keep(r):
+                    seen.add(key)
+                    out.append(r)
+                    got += 1
+            if got == per_domain:
+                break
+    return out
 
 
 def corpus_texts(records: Iterable[dict]) -> list[str]:

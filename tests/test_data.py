@@ -22,7 +22,7 @@ from reasonkit.data import splits as data_splits
 from reasonkit.data.records import Drops
 from reasonkit.data.sources import _gsm8k_parser  # TFDS's bytes rows: no public way without TFDS
 from reasonkit.presets import get_preset
-from reasonkit.template import END_OF_TURN, format_completion, normalize_prompt, split_tagged
+from reasonkit.template import END_OF_TURN, format_completion, format_prompt, normalize_prompt, split_tagged
 
 
 def write_jsonl(path, rows):
@@ -874,3 +874,43 @@ def test_the_package_layers_one_way():
         assert ours <= allowed | {f"reasonkit.data.{m}" for m in order[:i]}, (name, ours)
     assert all(hasattr(data, n) for n in data.__all__)
     assert plots.qualified_name(data.DataReport()) == "reasonkit.data.DataReport"
+
+
+# --- GRPO on harder prompts ------------------------------------------------------------
+
+
+def test_harder_grpo_draws_grpo_and_an_eval_block_apart_from_every_split(task_records, tmp_path):
+    cfg = DataConfig(eval_per_domain=5, train_size=120, num_records=60, seed=3)
+    splits, report = data.build_splits(task_records, cfg)
+    assert data.harder_grpo(splits, report, cfg, 1) is splits  # the data's own difficulty
+    hard = data.harder_grpo(splits, report, cfg, 2)
+    assert (hard.eval, hard.sft, hard.dpo) == (splits.eval, splits.sft, splits.dpo)
+    assert {r["id"].split("-")[-2] for r in hard.grpo + hard.eval_hard} == {"d2"}
+    assert len(hard.grpo) == 120 and Counter(r["domain"] for r in hard.eval_hard) == {
+        d: 5 for d in DOMAINS}
+    keys = lambda rs: {normalize_prompt(r["prompt"]) for r in rs}  # noqa: E731
+    others = keys(splits.eval + splits.sft + splits.dpo + splits.grpo)
+    assert not keys(hard.eval_hard) & (others | keys(hard.grpo))
+    assert not keys(hard.grpo) & others
+    assert report.settings["grpo_difficulty"] == 2 and any("difficulty 2" in n for n in report.notes)
+    assert data.harder_grpo(splits, report, cfg, 2) == hard  # the same draw every time
+    # on disk: eval_hard.jsonl beside the others, gone when splits without one replace them
+    out = data.write_splits(hard, report, tmp_path / "data")
+    assert (out / "eval_hard.jsonl").is_file() and data.read_splits(out)[0] == hard
+    assert hard.sizes()["eval_hard"] == 30 and "eval_hard" not in splits.sizes()
+    data.write_splits(splits, report, out, overwrite=True)
+    assert not (out / "eval_hard.jsonl").exists() and data.read_splits(out)[0].eval_hard == []
+
+
+def test_harder_grpo_needs_the_tasks_and_fits_the_limits(task_records):
+    cfg = DataConfig(eval_per_domain=5, train_size=60, num_records=40)
+    splits, report = data.build_splits(task_records, cfg)
+    other = DataConfig(sources=("jsonl:/nowhere.jsonl",), eval_per_domain=5, train_size=60)
+    with pytest.raises(ValueError, match=r"grpo.difficulty=2 .* has no 'tasks'"):
+        data.harder_grpo(splits, report, other, 2)
+    count = lambda text: len(text.split())  # noqa: E731
+    limits = {"eval": data.Limits(prompt=12), "grpo": data.Limits(prompt=12)}
+    hard = data.harder_grpo(splits, report, cfg, 2, count_tokens=count, limits=limits)
+    assert all(count(format_prompt(r["prompt"])) + 1 <= 12 for r in hard.grpo + hard.eval_hard)
+    with pytest.raises(ValueError, match="count_tokens"):
+        data.harder_grpo(splits, report, cfg, 2, limits=limits)

@@ -404,8 +404,8 @@ def test_from_config_names_weights_and_refuses_an_unknown_name():
     assert [fn(None, completions, answer=["42"])[0] for fn in fns] == [3.0, 6.0, 0.0, -1.0]
     assert set(R.BY_NAME) == {fn.__name__ for fn in REWARDS}
     with pytest.raises(ValueError, match=r"grpo\.rewards\[1\]: unknown reward 'answer'; known: "
-                                         r"answer_close, answer_correct, answer_verified, format_approx, format_exact, "
-                                         r"multi_domain, numeric_backup$"):
+                                         r"answer_close, answer_correct, answer_verified, format_approx, "
+                                         r"format_exact, multi_domain, numeric_backup$"):
         R.from_config([("format_exact", 1.0), ("answer", 1.0)])
 
 

@@ -98,8 +98,8 @@ from reasonkit.answers.check import (
     strict,
 )
 from reasonkit.answers.numeric import FLOAT_ARTEFACT, terminates
-from reasonkit.answers.symbolic import symbolic_budget
 from reasonkit.answers.steps import conclusion_agrees, steps_hold, supports
+from reasonkit.answers.symbolic import symbolic_budget
 from reasonkit.answers.text import MAX_PARSE_CHARS, normalize_text
 
 __all__ = ["NUMERIC_DOMAINS", "MAX_PARSE_CHARS", "Answer", "read_answer", "canonical", "check_answer",

@@ -117,7 +117,7 @@ def steps_hold(reasoning: Any) -> bool:
     """
     for sentence in _sentences(as_text(reasoning)[:MAX_REASONING_CHARS]):
         sides = sentence.split("=")
-        for left, right in zip(sides, sides[1:]):
+        for left, right in zip(sides, sides[1:], strict=False):
             a, b = _expression(left), _expression(right, unit_ok=True)
             if a is not None and b is not None and (_BAD in (a, b) or a != b):
                 return False

@@ -36,6 +36,7 @@ from reasonkit.data.splits import (
     Limits,
     Splits,
     build_splits,
+    harder_grpo,
     read_splits,
     stage_limits,
     too_long,
@@ -43,7 +44,8 @@ from reasonkit.data.splits import (
 )
 
 __all__ = ["gold_problem", "SourceReport", "DataReport", "load_gsm8k", "load_sources", "Limits",
-           "stage_limits", "too_long", "Splits", "build_splits", "write_splits", "read_splits"]
+           "stage_limits", "too_long", "Splits", "build_splits", "harder_grpo", "write_splits",
+           "read_splits"]
 
 # The public classes are named as this package's (reasonkit.data.DataReport, ...): that is
 # where callers import them from, what pickle records and what plots.qualified_name shows.

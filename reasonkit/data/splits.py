@@ -17,6 +17,7 @@ import random
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
+from reasonkit import tasks
 from reasonkit.config import DOMAINS, DataConfig, check_weights
 from reasonkit.data.pairs import preference_pair
 from reasonkit.data.records import (
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 __all__ = ["Limits", "STAGES", "stage_limits", "too_long", "drop_malformed", "drop_duplicates",
            "drop_too_long", "drop_bad_gold", "drop_pairs", "domain_targets", "rebalance",
            "hold_out_eval", "drop_eval_prompts", "make_pairs", "Splits", "build_splits",
+           "harder_grpo", "HARD_SEED",
            "REPORT_FILE", "write_splits", "read_splits"]
 
 
@@ -352,16 +354,70 @@ def make_pairs(records: Sequence[dict], *, seed: int | str, drops: Drops,
 
 @dataclasses.dataclass
 class Splits:
-    """The held-out evaluation set and each stage's rebalanced training set."""
+    """The held-out evaluation set and each stage's rebalanced training set; with GRPO on
+    harder prompts (:func:`harder_grpo`), ``eval_hard``, a held-out block at their
+    difficulty."""
 
     eval: list[dict]
     sft: list[dict]
     dpo: list[dict]
     grpo: list[dict]
+    eval_hard: list[dict] = dataclasses.field(default_factory=list)
 
     def sizes(self) -> dict[str, int]:
-        """Records per split."""
-        return {name: len(getattr(self, name)) for name in STAGES}
+        """Records per split (``eval_hard`` only when there is one)."""
+        names = STAGES + (("eval_hard",) if self.eval_hard else ())
+        return {name: len(getattr(self, name)) for name in names}
+
+
+# Task seeds of harder GRPO prompts and their evaluation block: HARD_SEED + 100 * data seed
+# onwards, apart from the data pool's (the data seed) and the benchmarks' (50_000, 70_000).
+HARD_SEED = 20_000
+
+
+def harder_grpo(splits: Splits, report: DataReport, config: DataConfig, difficulty: int, *,
+                count_tokens: Callable[[str], int] | None = None,
+                limits: Mapping[str, Limits] | None = None) -> Splits:
+    """GRPO's set drawn afresh from the synthetic tasks at ``difficulty``, and a held-out
+    ``eval_hard`` block beside it; ``splits`` unchanged when ``difficulty`` is not above
+    ``config.difficulty``.
+
+    SFT and DPO keep their gold traces at the data's difficulty; GRPO needs only prompts
+    and answers, so it can train where SFT left the policy short. No prompt of the new sets
+    is in any other split or in the other new set. ``eval_hard`` takes
+    ``config.eval_per_domain`` records per domain that fit ``limits["eval"]``; GRPO's set
+    is rebalanced as :func:`build_splits` rebalances it, from ``config.num_records``
+    candidates per domain that fit ``limits["grpo"]``. ``report`` records both.
+    """
+    if difficulty <= config.difficulty:
+        return splits
+    if "tasks" not in config.sources:
+        raise ValueError(f"grpo.difficulty={difficulty} draws GRPO's prompts from the synthetic "
+                         f"tasks, but data.sources={list(config.sources)} has no 'tasks'")
+    limits = _check_limits(limits)
+    if limits and count_tokens is None:
+        raise ValueError("limits need count_tokens (a function: text -> number of tokens)")
+    weights = check_weights(config.domain_weights)
+    domains = [d for d in DOMAINS if weights.get(d, 0) > 0]
+    seen = {normalize_prompt(r["prompt"]) for name in STAGES for r in getattr(splits, name)}
+
+    def fits(stage: str) -> Callable[[dict], bool]:
+        return lambda r: gold_problem(r) is None and (
+            stage not in limits or too_long(r, count_tokens, limits[stage]) is None)
+
+    first = HARD_SEED + 100 * config.seed
+    held = tasks.fresh_records(config.eval_per_domain, first_seed=first, difficulty=difficulty,
+                               seen=seen, keep=fits("eval"), domains=domains)
+    pool = tasks.fresh_records(config.num_records, first_seed=first + 50, difficulty=difficulty,
+                               seen=seen, keep=fits("grpo"), domains=domains)
+    grpo, info = rebalance(pool, weights, config.train_size, max_repeats=config.max_repeats,
+                           seed=f"{config.seed}:grpo:d{difficulty}")
+    report.stages["grpo"] = info
+    report.settings["grpo_difficulty"] = difficulty
+    report.notes.append(f"grpo: {len(grpo)} prompts at difficulty {difficulty}, drawn afresh; "
+                        f"eval_hard: {len(held)} held out beside them")
+    report.notes += [f"grpo {d}: {why}" for d, why in info["shortfalls"].items()]
+    return dataclasses.replace(splits, grpo=grpo, eval_hard=held)
 
 
 def build_splits(records: Iterable[Any], config: DataConfig, *,
@@ -433,7 +489,7 @@ REPORT_FILE = "data_report.json"
 
 def write_splits(splits: Splits, report: DataReport, out_dir: str | pathlib.Path, *,
                  overwrite: bool = False) -> pathlib.Path:
-    """eval.jsonl, sft.jsonl, dpo.jsonl, grpo.jsonl and data_report.json in ``out_dir``.
+    """eval.jsonl, sft.jsonl, dpo.jsonl, grpo.jsonl (eval_hard.jsonl) and data_report.json in ``out_dir``.
 
     Refuses to replace earlier splits unless ``overwrite=True``. Every file is written
     in full beside its place first and moved there only when all are written, so a
@@ -444,15 +500,18 @@ def write_splits(splits: Splits, report: DataReport, out_dir: str | pathlib.Path
         raise FileExistsError(f"{out} already holds splits ({REPORT_FILE}); pass "
                               "overwrite=True to replace them")
     out.mkdir(parents=True, exist_ok=True)
-    names = [f"{name}.jsonl" for name in STAGES] + [REPORT_FILE]
+    blocks = STAGES + (("eval_hard",) if splits.eval_hard else ())
+    names = [f"{name}.jsonl" for name in blocks] + [REPORT_FILE]
     temps = {name: out / f".{name}.partial" for name in names}
     try:
-        for stage, name in zip(STAGES, names, strict=False):
+        for stage, name in zip(blocks, names, strict=False):
             write_jsonl(getattr(splits, stage), temps[name])
         # backslashreplace: a file name that is not UTF-8 (or any lone surrogate in a note)
         # is written as the JSON escape it reads back as, never a crash at the last file
         temps[REPORT_FILE].write_text(json.dumps(report.to_dict(), indent=2, ensure_ascii=False),
                                       encoding="utf-8", errors="backslashreplace")
+        if not splits.eval_hard:  # none now: an earlier one would be read back as this one's
+            (out / "eval_hard.jsonl").unlink(missing_ok=True)
         for name in names:  # the report last: it marks the splits as complete
             os.replace(temps[name], out / name)
     finally:
@@ -465,6 +524,8 @@ def read_splits(out_dir: str | pathlib.Path) -> tuple[Splits, DataReport]:
     """What :func:`write_splits` wrote."""
     out = _existing(out_dir)
     splits = Splits(**{name: read_jsonl(out / f"{name}.jsonl") for name in STAGES})
+    if (out / "eval_hard.jsonl").is_file():
+        splits.eval_hard = read_jsonl(out / "eval_hard.jsonl")
     report = DataReport.from_dict(json.loads(
         _existing(out / REPORT_FILE).read_text(encoding="utf-8")))
     return splits, report

@@ -451,8 +451,11 @@ def build_data(run: RunDir, preset: Preset, count_tokens: Callable[[str], int], 
     """
     def build():
         records, reports = data.load_sources(preset.data)
+        limits = data.stage_limits(preset)
         splits, report = data.build_splits(records, preset.data, count_tokens=count_tokens,
-                                           limits=data.stage_limits(preset), source_reports=reports)
+                                           limits=limits, source_reports=reports)
+        splits = data.harder_grpo(splits, report, preset.data, preset.grpo.difficulty,
+                                  count_tokens=count_tokens, limits=limits)
         save_data(run, preset, splits, report)
         return splits, report
 

@@ -230,14 +230,16 @@ class HeldOutCheck:
 def for_run(preset: Preset, run: RunDir, policy, tokenizer, *, start: int = 0,
             splits: data.Splits | None = None) -> HeldOutCheck | None:
     """GRPO's :class:`HeldOutCheck` for ``run``: ``grpo.eval_prompts`` prompts of its eval split
-    (``splits``, default: read from the run), on ``policy``, the model the learner trains;
-    ``start``: the step it starts or resumes from (``cluster.global_steps``). None when
-    ``grpo.eval_every`` is 0 or the split is empty."""
+    (``splits``, default: read from the run), or of its ``eval_hard`` block when GRPO trains
+    on harder prompts, on ``policy``, the model the learner trains; ``start``: the step it
+    starts or resumes from (``cluster.global_steps``). None when ``grpo.eval_every`` is 0
+    or the split is empty."""
     cfg = preset.grpo
     if not cfg.eval_every:
         return None
     splits = splits if splits is not None else data.read_splits(run.require("data"))[0]
-    block = held_out_block(splits.eval, cfg.eval_prompts)
+    hard = cfg.difficulty > preset.data.difficulty and splits.eval_hard
+    block = held_out_block(splits.eval_hard if hard else splits.eval, cfg.eval_prompts)
     if not block:
         print("GRPO: no held-out check (the eval split is empty)")
         return None

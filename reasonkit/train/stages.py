@@ -31,7 +31,7 @@ from reasonkit.runtime import compiles, runs
 from reasonkit.runtime import mesh as mesh_lib
 from reasonkit.runtime.runs import RunDir
 from reasonkit.runtime.session import is_writer, sync
-from reasonkit.train import clock, held_out
+from reasonkit.train import clock, contrast, held_out
 from reasonkit.train.batches import (
     dpo_batches,
     dpo_examples,
@@ -41,12 +41,12 @@ from reasonkit.train.batches import (
     sft_examples,
     take,
 )
-from reasonkit.train.build import Stage, build_stage, grpo_reward_fns
+from reasonkit.train.build import TRAIN_STAGES, Stage, build_stage, grpo_reward_fns
 from reasonkit.train.metrics import Recorded, log_compiles, show_progress
 from reasonkit.tunix_patches import trainers
 
-__all__ = ["StageResult", "saves_land_on_interrupt", "train_sft", "train_dpo", "train_grpo",
-           "export", "exported", "export_once", "train_or_load"]
+__all__ = ["StageResult", "StageRun", "saves_land_on_interrupt", "stage_run", "train_sft", "train_dpo",
+           "train_grpo", "export", "exported", "export_once", "train_or_load"]
 
 
 @contextlib.contextmanager
@@ -85,6 +85,19 @@ class StageResult:
     def summary(self) -> dict[str, Any]:
         return {"stage": self.stage, "steps": self.steps, "finished": self.finished,
                 "started_from": self.started_from, "seconds": round(self.seconds, 1), **self.stats}
+
+    def line(self) -> str:
+        """The run in one line, as a notebook prints it after training.
+
+        >>> StageResult("sft", 240, True, None, 93.9, {"compiles": {"total": 14, "after_warmup": 0}}).line()
+        'sft: 240 steps in 93.9 s from the base model, finished; 14 compilations, 0 after warm-up'
+        """
+        where = f"from {self.started_from}" if self.started_from else "from the base model"
+        compiled = self.stats.get("compiles", {})
+        tail = (f"; {compiled['total']} compilations, {compiled['after_warmup']} after warm-up"
+                if compiled else "")
+        return (f"{self.stage}: {self.steps} steps in {self.seconds:.1f} s {where}, "
+                f"{'finished' if self.finished else 'not finished'}{tail}")
 
 
 @dataclasses.dataclass
@@ -173,31 +186,170 @@ def _running(preset: Preset, run: RunDir, name: str, *, deadline: float | None, 
         r.steps, r.policy = trainer.train_steps, trainer.model
 
 
+@dataclasses.dataclass
+class StageRun:
+    """A stage ready for its one Tunix call, as :func:`stage_run` yields it; ``result`` after the block.
+
+    ``trains`` is False when there is nothing to call: the stage had already finished (its
+    adapters are loaded: ``result`` is set before the block), or its deadline came before the
+    first batch. Otherwise ``trainer`` is Tunix's ``PeftTrainer`` (SFT) or ``DPOTrainer``
+    (DPO) and ``trainer.train(train_batches, eval_batches)`` trains it; for GRPO
+    ``learner.train(train_batches)`` trains the ``learner`` (its RL cluster is ``cluster``,
+    whose actor trainer is ``trainer``). :meth:`train` is that call.
+    """
+
+    stage: str
+    trains: bool
+    trainer: Any = None
+    learner: Any = None
+    cluster: Any = None
+    train_batches: Iterator[Any] | None = None
+    eval_batches: list[Any] | None = None
+    result: StageResult | None = None
+
+    def train(self) -> None:
+        """The stage's Tunix call, as the notebooks write it (nothing when ``trains`` is False)."""
+        if not self.trains:
+            return
+        if self.learner is not None:
+            self.learner.train(self.train_batches)
+        else:
+            self.trainer.train(self.train_batches, self.eval_batches)
+
+
+def _sft_inputs(r: _Run) -> tuple[Any, list[Any], collate.SFTCollator]:
+    """SFT's training stream, two held-out batches (Tunix evaluates them at each checkpoint), its collator."""
+    cfg, tok, mesh = r.config, r.stage.tokenizer, r.stage.mesh
+    stream, collator = sft_batches(sft_examples(r.splits.sft, tok), r.preset, tok)
+    held = collate.batches(sft_examples(r.splits.eval, tok), cfg.batch_size, collate.SFTCollator(
+        layout=collate.StaticLayout(max_length=cfg.max_target_length), pad_id=tok.pad_id(),
+        bos_id=tok.bos_id()))
+    # global_batches: on several processes, each batch one global array
+    return (r.batches(mesh_lib.global_batches(stream, mesh), "SFT"),
+            list(mesh_lib.global_batches(take(held, 2), mesh)), collator)
+
+
+def _dpo_inputs(r: _Run) -> tuple[Any, None, Any]:
+    """DPO's (or ORPO's) training stream and its collator; DPO evaluates nothing as it trains."""
+    tok = r.stage.tokenizer
+    stream, collator = dpo_batches(dpo_examples(r.splits.dpo, tok), r.preset, tok)
+    return r.batches(mesh_lib.global_batches(stream, r.stage.mesh), r.preset.dpo.algorithm), None, collator
+
+
+@contextlib.contextmanager
+def _stage(preset: Preset, run: RunDir, name: str, *, deadline: float | None, overwrite: bool,
+           reward_fns: Sequence[Callable] | None = None) -> Iterator[StageRun]:
+    """:func:`_running` with the stage's batches; the block makes the Tunix call, ``result`` follows.
+
+    GRPO: its rewards are resolved before anything starts (an unknown name is refused with
+    the stage untouched) and each wrapped in :class:`~reasonkit.train.metrics.Recorded` (its
+    values per answer, for its zero-std fraction); its stream runs the held-out checks every
+    ``grpo.eval_every`` steps, and after the block the last adapters are checked beside the
+    best. A stream empty from the start (out of time) closes the cluster as Tunix's learner
+    would (it saves the step) instead of calling it: Tunix would raise StopIteration.
+    """
+    if name == "grpo":
+        fns = grpo_reward_fns(preset) if reward_fns is None else list(reward_fns)
+        reward_fns = [Recorded(fn) for fn in fns]
+    with _running(preset, run, name, deadline=deadline, overwrite=overwrite, reward_fns=reward_fns) as r:
+        s = StageRun(name, True, trainer=r.stage.trainer, learner=r.stage.learner, cluster=r.stage.cluster)
+        check = None
+        if name == "grpo":
+            s.train_batches, collator, check = _grpo_inputs(r)
+            first = next(s.train_batches, None)
+            if first is None:  # out of time before the first batch
+                s.trains = False
+                s.cluster.close()
+            else:
+                s.train_batches = itertools.chain([first], s.train_batches)
+        else:
+            s.train_batches, s.eval_batches, collator = (_sft_inputs if name == "sft" else _dpo_inputs)(r)
+        yield s
+        if s.trains and check is not None and s.cluster.global_steps >= preset.grpo.max_steps:
+            check(s.cluster.global_steps)  # the last adapters, beside the best
+    extra = {} if check is None else {"held_out": {
+        "checks": len(check.readings), "seconds": round(check.seconds, 1), "best": {
+            k: v for k, v in (check.best or {}).items() if k != "ids"}}}
+    s.result = r.finish(collator, **extra)
+
+
+def _grpo_inputs(r: _Run) -> tuple[Iterator[Any], Any, held_out.HeldOutCheck | None]:
+    """GRPO's training stream (its held-out checks run in it), its collator, and the check."""
+    cluster, tok, cfg = r.stage.cluster, r.stage.tokenizer, r.config
+    # the split's prompts, or (grpo.keep_contrast) those the starting policy has contrast on
+    records = contrast.grpo_prompts(r.preset, r.run, r.stage.trainer.model, tok, r.splits)
+    stream, collator = grpo_batches(grpo_records(records), r.preset, tok)
+    start = cluster.global_steps  # restored on resume
+    check = held_out.for_run(r.preset, r.run, r.stage.trainer.model, tok, start=start, splits=r.splits)
+    return r.batches(held_out.checked(stream, check, cfg.eval_every, start=start), "GRPO"), collator, check
+
+
+@contextlib.contextmanager
+def stage_run(preset: Preset, run: RunDir, stage: str, *, retrain: bool = False,
+              deadline: float | None = None, reward_fns: Sequence[Callable] | None = None
+              ) -> Iterator[StageRun]:
+    """A training stage ready for its Tunix call in a notebook cell, or loaded if it already finished.
+
+    The block makes the call; everything around it is the run directory's: a finished
+    stage is loaded, not trained again (``retrain=True`` clears it and trains from
+    scratch), an interrupted one resumes from its last checkpoint, its settings are
+    recorded (a resume under other ones is refused), checkpoints land even on an
+    interrupt, the batches stop before ``deadline``, Tunix's metrics listeners are
+    detached however the block ends, and after it ``result`` (a :class:`StageResult`)
+    says what ran, printed in one line. ``reward_fns``: GRPO's, instead of the preset's.
+    What a notebook writes (for GRPO, ``r.learner.train(r.train_batches)``)::
+
+        with train.stage_run(preset, run, "sft", retrain=RETRAIN, deadline=run.deadline()) as r:
+            if r.trains:
+                r.trainer.train(r.train_batches, r.eval_batches)
+        result = r.result
+    """
+    if stage not in TRAIN_STAGES:
+        raise ValueError(f"unknown training stage {stage!r}; stages: {list(TRAIN_STAGES)}")
+    loaded = runs.load_or_build(run, stage, lambda: _load(preset, run, stage), lambda: None,
+                                rebuild=retrain)
+    if loaded is not None:
+        yield StageRun(stage, False, result=loaded)
+        return
+    with _stage(preset, run, stage, deadline=deadline, overwrite=retrain, reward_fns=reward_fns) as s:
+        yield s
+    print(s.result.line())
+
+
+def _load(preset: Preset, run: RunDir, stage: str) -> StageResult:
+    """A finished stage's adapters, saying so (and warning when its settings differ from the preset's)."""
+    info = run.finished_info(stage)
+    print(f"{stage} of run {run.name!r} already finished ({info.get('steps')} steps, "
+          f"{info.get('finished_at')}): loading its adapters instead of training "
+          "(retrain=True trains again)")
+    changes = runs.settings_changes(run, stage, runs.stage_settings(preset, run, stage,
+                                                                    info.get("started_from")))
+    if changes:
+        warnings.warn(f"{stage} of run {run.name!r} was trained with other settings than "
+                      f"now ({'; '.join(changes)}): the adapters loaded are the old "
+                      "run's. retrain=True, or another run name, trains with these.", stacklevel=5)
+    _, policy, tok, model_dir = models.load_policy(preset, run, stage, None)
+    return StageResult(stage, info.get("steps", 0), True, info.get("started_from"), 0.0, {},
+                       policy, tok, model_dir)
+
+
 def train_sft(preset: Preset, run: RunDir, *, deadline: float | None = None,
               overwrite: bool = False) -> StageResult:
-    """Supervised fine-tuning with completion-only loss, resuming from the last checkpoint."""
-    cfg = preset.sft
-    with _running(preset, run, "sft", deadline=deadline, overwrite=overwrite) as r:
-        trainer, tok, mesh = r.stage.trainer, r.stage.tokenizer, r.stage.mesh
-        train, collator = sft_batches(sft_examples(r.splits.sft, tok), preset, tok)
-        held_out = collate.batches(sft_examples(r.splits.eval, tok), cfg.batch_size, collate.SFTCollator(
-            layout=collate.StaticLayout(max_length=cfg.max_target_length), pad_id=tok.pad_id(),
-            bos_id=tok.bos_id()))
-        # global_batches: on several processes, each batch one global array
-        trainer.train(r.batches(mesh_lib.global_batches(train, mesh), "SFT"),
-                      list(mesh_lib.global_batches(take(held_out, 2), mesh)))
-    return r.finish(collator)
+    """Supervised fine-tuning with completion-only loss, resuming from the last checkpoint.
+
+    A finished stage is refused unless ``overwrite`` (:func:`stage_run` loads it instead).
+    """
+    with _stage(preset, run, "sft", deadline=deadline, overwrite=overwrite) as s:
+        s.trainer.train(s.train_batches, s.eval_batches)
+    return s.result
 
 
 def train_dpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
               overwrite: bool = False) -> StageResult:
     """DPO (or ORPO) from the SFT adapters; the reference is the SFT policy, frozen (no ORPO)."""
-    with _running(preset, run, "dpo", deadline=deadline, overwrite=overwrite) as r:
-        tok = r.stage.tokenizer
-        train, collator = dpo_batches(dpo_examples(r.splits.dpo, tok), preset, tok)
-        r.stage.trainer.train(r.batches(mesh_lib.global_batches(train, r.stage.mesh),
-                                        preset.dpo.algorithm))
-    return r.finish(collator)
+    with _stage(preset, run, "dpo", deadline=deadline, overwrite=overwrite) as s:
+        s.trainer.train(s.train_batches)
+    return s.result
 
 
 def train_grpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
@@ -207,28 +359,9 @@ def train_grpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
     The reward is ``preset.grpo.rewards``; ``reward_fns`` (a list of reward functions)
     replaces it, e.g. for a reward of your own (the settings still record the preset's).
     """
-    # Resolved before anything starts: an unknown reward name is refused with the stage untouched.
-    fns = grpo_reward_fns(preset) if reward_fns is None else list(reward_fns)
-    fns = [Recorded(fn) for fn in fns]  # each reward's values per answer, for its zero-std fraction
-    cfg = preset.grpo
-    with _running(preset, run, "grpo", deadline=deadline, overwrite=overwrite, reward_fns=fns) as r:
-        cluster, learner, tok = r.stage.cluster, r.stage.learner, r.stage.tokenizer
-        train, collator = grpo_batches(grpo_records(r.splits.grpo), preset, tok)
-        start = cluster.global_steps  # restored on resume
-        check = held_out.for_run(preset, run, r.stage.trainer.model, tok,
-                                 start=start, splits=r.splits)
-        stream = r.batches(held_out.checked(train, check, cfg.eval_every, start=start), "GRPO")
-        first = next(stream, None)
-        if first is None:  # out of time before the first batch: Tunix's learner would
-            cluster.close()  # raise StopIteration; close as it does (saves the step)
-        else:
-            learner.train(itertools.chain([first], stream))
-            if check is not None and cluster.global_steps >= cfg.max_steps:
-                check(cluster.global_steps)  # the last adapters, beside the best
-    extra = {} if check is None else {"held_out": {
-        "checks": len(check.readings), "seconds": round(check.seconds, 1), "best": {
-            k: v for k, v in (check.best or {}).items() if k != "ids"}}}
-    return r.finish(collator, **extra)
+    with _stage(preset, run, "grpo", deadline=deadline, overwrite=overwrite, reward_fns=reward_fns) as s:
+        s.train()  # learner.train(s.train_batches), unless out of time before the first batch
+    return s.result
 
 
 def export(result: StageResult, preset: Preset, run: RunDir, *,
@@ -290,32 +423,8 @@ def train_or_load(preset: Preset, run: RunDir, stage: str, *, retrain: bool = Fa
                   deadline: float | None = None) -> StageResult:
     """Train ``stage`` (resuming if it was interrupted), or load it if it already finished.
 
-    What a notebook cell wants: re-running a finished notebook loads its adapters instead
-    of training again or failing; ``retrain=True`` trains from scratch.
+    :func:`stage_run` with its Tunix call made for you; ``retrain=True`` trains from scratch.
     """
-    trainers = {"sft": train_sft, "dpo": train_dpo, "grpo": train_grpo}
-    if stage not in trainers:
-        raise ValueError(f"unknown training stage {stage!r}; stages: {list(trainers)}")
-
-    def load() -> StageResult:
-        info = run.finished_info(stage)
-        print(f"{stage} of run {run.name!r} already finished ({info.get('steps')} steps, "
-              f"{info.get('finished_at')}): loading its adapters instead of training "
-              "(retrain=True trains again)")
-        changes = runs.settings_changes(run, stage, runs.stage_settings(preset, run, stage,
-                                                                        info.get("started_from")))
-        if changes:
-            warnings.warn(f"{stage} of run {run.name!r} was trained with other settings than "
-                          f"now ({'; '.join(changes)}): the adapters loaded are the old "
-                          "run's. retrain=True, or another run name, trains with these.",
-                          stacklevel=4)
-        _, policy, tok, model_dir = models.load_policy(preset, run, stage, None)
-        return StageResult(stage, info.get("steps", 0), True, info.get("started_from"), 0.0, {},
-                           policy, tok, model_dir)
-
-    def build() -> StageResult:
-        result = trainers[stage](preset, run, deadline=deadline, overwrite=retrain)
-        print(result.summary())
-        return result
-
-    return runs.load_or_build(run, stage, load, build, rebuild=retrain)
+    with stage_run(preset, run, stage, retrain=retrain, deadline=deadline) as r:
+        r.train()
+    return r.result
