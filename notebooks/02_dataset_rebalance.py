@@ -191,6 +191,25 @@ print("records per split:", splits.sizes())
 display(Markdown(plots.data_table(report)))
 
 # %% [markdown]
+# ### GRPO's prompts, one step harder
+# SFT and DPO learn from gold traces. GRPO needs only a prompt and its answer, and it can
+# only teach what the policy already does *sometimes*: a prompt it always gets right,
+# or never, gives every answer of a group the same reward, so no answer is better than
+# its group. With `grpo.difficulty` above `data.difficulty`, `data.harder_grpo` draws
+# GRPO's set afresh from the synthetic tasks at that difficulty (one more step or item),
+# apart from every other split, and holds out an `eval_hard` block beside it: GRPO's
+# held-out checks and `06_evaluation` measure there. At the data's own difficulty it
+# returns the splits as they are.
+
+# %%
+splits = data.harder_grpo(splits, report, preset.data, preset.grpo.difficulty,
+                          count_tokens=count_tokens, limits=limits)
+print(f"GRPO's prompts at difficulty {preset.grpo.difficulty}; records per split:", splits.sizes())
+if splits.eval_hard:
+    one = splits.grpo[0]
+    print(f"--- grpo ({one['domain']}): {one['prompt']!r} -> {one['answer']!r}")
+
+# %% [markdown]
 # ### The drop report
 # Every row that did not make it into a set is counted under the step and the reason,
 # with the first few ids (or `file:line`) to look at. Notes name the domains that missed
@@ -211,10 +230,11 @@ plt.show()
 
 # %% [markdown]
 # ## Write the splits
-# `runs/<run>/data/` gets `eval.jsonl`, `sft.jsonl`, `dpo.jsonl`, `grpo.jsonl`,
-# `data_report.json` and the two plots; `finished.json` marks the stage done, and the
-# next notebooks read from here. A finished data stage is never replaced silently:
-# this cell reads it back instead, and says so. Set `REBUILD = True` to replace it.
+# `runs/<run>/data/` gets `eval.jsonl`, `sft.jsonl`, `dpo.jsonl`, `grpo.jsonl` (and
+# `eval_hard.jsonl`), `data_report.json` and the two plots; `finished.json` marks the
+# stage done, and the next notebooks read from here. A finished data stage is never
+# replaced silently: this cell reads it back instead, and says so. Set `REBUILD = True`
+# to replace it.
 
 # %%
 REBUILD = False  # True: replace splits an earlier run of this notebook wrote

@@ -224,6 +224,33 @@ if "base" in results and "sft" in results:
           f"({'within' if abs(gap) <= noise else 'beyond'} two standard errors, {noise:.1f} points)")
 
 # %% [markdown]
+# ## pass@k, and the answers GRPO changed
+# **pass@k**, from the samples: the chance that k sampled answers hold a right one. Where
+# a stage's curve rises above its pass@1, it can find answers it does not give reliably:
+# the room GRPO works in. GRPO's pass@1 moving up towards the earlier stages' pass@k is
+# GRPO turning *sometimes* into *reliably*. Then the greedy answers that changed from the
+# stage GRPO started from to GRPO.
+#
+# With `grpo.difficulty` above the data's, GRPO trained on prompts one step harder than
+# SFT's gold traces (one more step or item), and only on those the policy got right
+# *sometimes* (`grpo.keep_contrast`): a group all right or all wrong teaches nothing
+# about correctness. `02_dataset_rebalance` then held out a block at that difficulty, and
+# this section measures there, where GRPO trained; otherwise on the held-out set above.
+
+# %%
+hard = {s: results[s]["hard"] for s in results if "hard" in results[s]}
+block, where = (hard, "the hard block") if hard else (results, "the held-out set")
+if hard:
+    display(Markdown(plots.stage_table(hard, k=k)))
+curves = {s: evaluate.pass_at_k_curve(block[s]["rows"]) for s in block if s != "base"}
+n_block = len(next(iter(block.values()))["rows"])
+fig_pass = plots.plot_pass_at_k(curves, f"pass@k on {where} ({n_block} prompts)")
+plt.show()
+before = "dpo" if "dpo" in block else "sft"
+if "grpo" in block and before in block:
+    display(Markdown(plots.changed_answers(block[before]["rows"], block["grpo"]["rows"], (before, "grpo"))))
+
+# %% [markdown]
 # ## Try it: GRPO on format rewards only
 # The last section of `05_grpo` trains GRPO once more in a branch of this run,
 # `<run>-format-only`, from the same adapters but rewarded for the format alone. If it

@@ -29,7 +29,8 @@ SFT_LOSS_DROP = 0.10  # the held-out loss at the end is at least this fraction b
 DPO_MIN_MARGIN = 0.05  # the last quarter's mean reward margin is at least this
 DPO_MIN_ACCURACY = 0.6  # and its preference accuracy (0.5 is a coin flip)
 GRPO_MIN_KL = 1e-4  # the last quarter's mean KL to the reference is at least this
-CORRECTNESS = "rewards/train/answer_correct"  # GRPO's correctness reward, as its metrics log it
+# GRPO's correctness rewards, as its metrics log them (a weight other than 1 adds "_x<w>")
+CORRECTNESS = ("rewards/train/answer_correct", "rewards/train/answer_verified")
 HELD_OUT = "held_out/accuracy"  # GRPO's greedy accuracy on held-out prompts, when it checks them
 MIN_FORMAT_GAIN = 0.2  # SFT's held-out format pass is at least 20 points above the base's
 
@@ -97,14 +98,15 @@ def check_dpo(metrics: Metrics) -> str:
     return f"checked: reward margin {early:.3f} -> {late:.3f}; preference accuracy {ranked:.2f} at the end"
 
 
-def check_grpo(metrics: Metrics, *, correctness: str = CORRECTNESS,
+def check_grpo(metrics: Metrics, *, correctness: str | None = None,
                held_out_prompts: int | None = None) -> str:
     """GRPO moved the policy, was paid for correct answers, and did not get worse at them.
 
     - **Moved**: the last quarter's mean KL to the reference is at least
       :data:`GRPO_MIN_KL` and above the first quarter's (0 at the first step).
-    - **Paid for correctness**: ``correctness`` (the answer reward, as logged) is among the
-      rewards; a run on format rewards only fails here.
+    - **Paid for correctness**: ``correctness`` (the answer reward, as logged; default:
+      the first of :data:`CORRECTNESS` logged) is among the rewards; a run on format
+      rewards only fails here.
     - **Correctness did not fall**: its last-quarter mean is no more than three standard
       errors (of the difference of the two quarter means) below the first quarter's.
     - **Held-out accuracy did not fall**: when GRPO logged its greedy accuracy on
@@ -117,6 +119,8 @@ def check_grpo(metrics: Metrics, *, correctness: str = CORRECTNESS,
     if not (kl_late >= GRPO_MIN_KL and kl_late > kl_early):
         raise StageDidNotLearn(f"GRPO: KL to the reference {kl_early:.2e} -> {kl_late:.2e}: the policy "
                                f"did not move (at least {GRPO_MIN_KL:g} at the end)")
+    if correctness is None:
+        correctness = next((k for k in sorted(metrics) if k.startswith(CORRECTNESS)), CORRECTNESS[0])
     if correctness not in metrics:
         raise StageDidNotLearn(f"GRPO: no {correctness!r} in its metrics: no reward paid for right answers "
                                f"(logged: {sorted(k for k in metrics if k.startswith('rewards/'))}); "

@@ -235,10 +235,10 @@ def score_stage(records: Sequence[dict], greedy: Sequence[str], samples: Sequenc
         found = [e.answer if e.ok else None for e in map(extract, group)]
         domain = rec.get("domain", "general")
         maj = majority(found, domain)
+        right = [a is not None and answers.check_answer(domain, a, rec["answer"]) for a in found]
         row.update(id=rec.get("id"), domain=domain, gold=rec["answer"], prompt=rec["prompt"],
-                   completion=text,
-                   pass_at_k=any(a is not None and answers.check_answer(domain, a, rec["answer"])
-                                 for a in found) if group else row["correct"],
+                   completion=text, samples_right=sum(right), samples=len(right),
+                   pass_at_k=any(right) if group else row["correct"],
                    maj_at_k=bool(maj is not None and answers.check_answer(domain, maj, rec["answer"]))
                    if group else row["correct"])
         rows.append(row)
@@ -260,6 +260,22 @@ def summarize(rows: Sequence[dict]) -> dict[str, Any]:
     domains = sorted({r["domain"] for r in rows})
     return {"overall": block(rows), "per_domain": {d: block([r for r in rows if r["domain"] == d])
                                                    for d in domains}}
+
+
+def pass_at_k_curve(rows: Sequence[dict]) -> list[float]:
+    """pass@k for k = 1 .. n samples, the unbiased estimate (Chen et al. 2021) from each
+    row's ``samples_right`` of ``samples``: the chance that k of its samples drawn without
+    replacement hold a right one, averaged over the rows.
+
+    >>> rows = [{"samples_right": 1, "samples": 4}, {"samples_right": 0, "samples": 4}]
+    >>> [round(p, 3) for p in pass_at_k_curve(rows)]
+    [0.125, 0.25, 0.375, 0.5]
+    """
+    n = min((r["samples"] for r in rows), default=0)
+    if not n:
+        return []
+    return [float(np.mean([1.0 - math.comb(n - r["samples_right"], k) / math.comb(n, k) for r in rows]))
+            for k in range(1, n + 1)]
 
 
 def evaluate_model(model, tokenizer, records: Sequence[dict], model_cfg: ModelConfig,
@@ -427,9 +443,11 @@ def evaluate_run(preset: Preset, run: RunDir, stages: Sequence[str] | None = Non
     held-out split, one at a time, freed before the next loads; on GRPO's mesh.
 
     With ``preset.eval.gsm8k_test`` set, each stage is also scored on GSM8K's test split
-    (:func:`evaluate_gsm8k`, loaded once): ``results[stage]["gsm8k"]``.
+    (:func:`evaluate_gsm8k`, loaded once): ``results[stage]["gsm8k"]``; when GRPO trains on
+    harder prompts, on their ``eval_hard`` block too: ``results[stage]["hard"]``.
     """
-    records = data.read_splits(run.require("data"))[0].eval
+    splits = data.read_splits(run.require("data"))[0]
+    records, hard = splits.eval, splits.eval_hard
     gsm8k = load_gsm8k_test(preset.eval)
     if gsm8k is not None:
         report = gsm8k[1]
@@ -444,6 +462,9 @@ def evaluate_run(preset: Preset, run: RunDir, stages: Sequence[str] | None = Non
         sampler = make_sampler(model, tok, preset.model, preset.eval)  # one for both: compiles once
         results[name] = evaluate_model(model, tok, records, preset.model, preset.eval, stage=name,
                                        sampler=sampler)
+        if hard:  # GRPO's harder prompts' own held-out block (data.harder_grpo)
+            results[name]["hard"] = evaluate_model(model, tok, hard, preset.model, preset.eval,
+                                                   stage=f"{name}, hard", sampler=sampler)
         if gsm8k is not None:
             results[name]["gsm8k"] = evaluate_gsm8k(model, tok, gsm8k[0], preset.model, preset.eval,
                                                     stage=name, sampler=sampler)
@@ -623,21 +644,25 @@ def describe_changes(results: dict[str, dict], metrics: Sequence[str] = ("format
 
 def write_results(results: dict[str, dict], out_dir: str | pathlib.Path, settings: dict) -> None:
     """results.json (summaries + settings) and completions_<stage>.jsonl; with GSM8K results
-    also gsm8k_completions_<stage>.jsonl. Files of stages (or a GSM8K test) evaluated before
-    but not now are removed, tables included (:func:`reasonkit.plots.eval_tables` writes them)."""
+    also gsm8k_completions_<stage>.jsonl, with a hard block hard_completions_<stage>.jsonl.
+    Files of stages (or a GSM8K test) evaluated before but not now are removed, tables
+    included (:func:`reasonkit.plots.eval_tables` writes them)."""
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     summary = {"settings": settings, "stages": {s: results[s]["summary"] for s in ordered(results)}}
-    gsm8k = [s for s in ordered(results) if "gsm8k" in results[s]]
-    if gsm8k:
-        summary["gsm8k"] = {s: results[s]["gsm8k"]["summary"] for s in gsm8k}
+    for block in ("gsm8k", "hard"):
+        have = [s for s in ordered(results) if block in results[s]]
+        if have:
+            summary[block] = {s: results[s][block]["summary"] for s in have}
     (out / "results.json").write_text(json.dumps(summary, indent=2, default=str))
-    for pattern in ("completions_*.jsonl", "gsm8k_completions_*.jsonl", "gsm8k_table.md"):
+    for pattern in ("completions_*.jsonl", "gsm8k_completions_*.jsonl", "hard_completions_*.jsonl",
+                    "gsm8k_table.md"):
         for stale in out.glob(pattern):  # stages (or a GSM8K test) evaluated before, not now
             stale.unlink()
     for stage, res in results.items():
         for name, rows in ((f"completions_{stage}", res["rows"]),
-                           (f"gsm8k_completions_{stage}", res.get("gsm8k", {}).get("rows"))):
+                           (f"gsm8k_completions_{stage}", res.get("gsm8k", {}).get("rows")),
+                           (f"hard_completions_{stage}", res.get("hard", {}).get("rows"))):
             if rows is not None:
                 with open(out / f"{name}.jsonl", "w") as f:
                     for row in rows:

@@ -280,6 +280,37 @@ def side_by_side(results: dict[str, dict], n: int = 3, width: int = 160) -> str:
     return "\n".join(lines)
 
 
+def changed_answers(before: Sequence[dict], after: Sequence[dict], names: tuple[str, str],
+                    n: int = 2, width: int = 140) -> str:
+    """Markdown: how many greedy answers went wrong -> right and right -> wrong between two
+    stages' rows of the same prompts, and up to ``n`` of each, side by side.
+
+    >>> a = [{"prompt": "1+1?", "domain": "math", "gold": "2", "completion": "<answer>3</answer>",
+    ...       "correct": False}]
+    >>> b = [dict(a[0], completion="<answer>2</answer>", correct=True)]
+    >>> print(changed_answers(a, b, ("sft", "grpo")))
+    **1 answers wrong -> right, 0 right -> wrong** (sft -> grpo, of 1 prompts)
+    <BLANKLINE>
+    wrong -> right · **math** · '1+1?' · gold `2`
+    - sft: `<answer>3</answer>`
+    - grpo: `<answer>2</answer>`
+    <BLANKLINE>
+    """
+    pairs = list(zip(before, after, strict=True))
+    fixed = [(x, y) for x, y in pairs if y["correct"] and not x["correct"]]
+    broken = [(x, y) for x, y in pairs if x["correct"] and not y["correct"]]
+    lines = [f"**{len(fixed)} answers wrong -> right, {len(broken)} right -> wrong** "
+             f"({names[0]} -> {names[1]}, of {len(pairs)} prompts)\n"]
+    for label, group in (("wrong -> right", fixed), ("right -> wrong", broken)):
+        for x, y in group[:n]:
+            lines.append(f"{label} · **{x['domain']}** · {x['prompt'][:width]!r} · gold `{x['gold']}`")
+            for name, row in zip(names, (x, y), strict=True):
+                text = row["completion"].replace("\n", " ")[:width].replace("|", "/")
+                lines.append(f"- {name}: `{text}`")
+            lines.append("")
+    return "\n".join(lines)
+
+
 def advantage_table(completions: Sequence[str], rewards: Mapping[str, Sequence[float]],
                     advantages: Sequence[float], width: int = 40) -> str:
     """One GRPO group: each answer's start (``width`` characters), the answer read from its tag
@@ -673,6 +704,21 @@ def plot_stages(results: dict[str, dict], k: int | None = None, path: str | path
     ax.set_ylabel("% of held-out prompts")
     ax.set_title("Every stage on the same held-out set")
     _readable_bars(ax, len(stages), k)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_pass_at_k(curves: Mapping[str, Sequence[float]], title: str,
+                   path: str | pathlib.Path | None = None):
+    """pass@k against k, one line per stage (``evaluate.pass_at_k_curve``): where a stage's
+    curve rises above its pass@1 it can find answers it does not give reliably, the room
+    GRPO works in; GRPO's own curve shows whether it turned that room into pass@1."""
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for stage, curve in curves.items():
+        ax.plot(range(1, len(curve) + 1), [100 * p for p in curve], "o-", label=stage)
+    ax.set(xlabel="k (sampled answers)", ylabel="pass@k (%)", title=title)
+    ax.set_xticks(range(1, max((len(c) for c in curves.values()), default=1) + 1))
+    ax.legend(fontsize=8)
     fig.tight_layout()
     return _save(fig, path)
 

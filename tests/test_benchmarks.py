@@ -27,6 +27,8 @@ def _benchmark(name: str):
 
 
 seeds = _benchmark("seeds")
+grpo_hard = _benchmark("grpo_hard")
+grpo_diagnostics = _benchmark("grpo_diagnostics")
 
 
 def test_heldout_sets_hold_no_training_or_pretraining_prompt(tmp_path):
@@ -47,6 +49,41 @@ def test_heldout_sets_hold_no_training_or_pretraining_prompt(tmp_path):
     limits = data.stage_limits(preset)["eval"]
     assert all(seeds._fits(r, count, limits) for r in left + fresh)
     assert {r["domain"] for r in fresh} == set(seeds.tasks.DOMAINS)
+
+
+def test_a_hard_run_adds_a_hard_set_apart_from_every_split(tmp_path):
+    preset = grpo_hard.hard_preset(0)
+    count = seeds.token_counter(preset)
+    splits = seeds.build_data(preset, runs.RunDir.create("h", root=tmp_path), count)
+    sets = seeds.heldout_sets(preset, splits, count, 5, 20)
+    key = lambda recs: {template.normalize_prompt(r["prompt"]) for r in recs}  # noqa: E731
+    hard = sets["hard"]
+    assert len(hard) == 6 * 20 and {r["id"].split("-")[-2] for r in hard} == {"d2"}
+    everything = [r for name in ("eval", "sft", "dpo", "grpo", "eval_hard") for r in getattr(splits, name)]
+    assert splits.eval_hard and not key(hard) & (key(everything) | key(sets["fresh"]) | key(sets["leftover"]))
+
+
+def test_the_shuffled_control_permutes_each_steps_rewards_alike_for_every_function():
+    fns = grpo_hard.shuffled([lambda p, c, **k: [float(t) for t in c],
+                              lambda p, c, **k: [10.0 * float(t) for t in c]], seed=3)
+    step = [str(i) for i in range(16)]
+    a, b = fns[0](None, step), fns[1](None, step)
+    assert sorted(a) == [float(i) for i in range(16)] and a != sorted(a)  # permuted
+    assert b == [10 * x for x in a]  # one permutation per step, shared: the sum is permuted whole
+    assert fns[0](None, step) == a and fns[0](None, step[::-1]) != a  # drawn from the step's answers
+    assert [f.__name__ for f in fns] == ["<lambda>_shuffled"] * 2
+
+
+def test_diagnostics_vote_among_self_consistent_samples():
+    records = [{"domain": "math", "answer": "5"}, {"domain": "math", "answer": "5"}]
+    right = "<reasoning>2 + 3 = 5.</reasoning>\n<answer>5</answer>"
+    wrong = "<reasoning>2 + 3 = 6.</reasoning>\n<answer>6</answer>"  # its own step is false
+    inconsistent = "<reasoning>2 + 4 = 6.</reasoning>\n<answer>7</answer>"  # concludes 6, says 7
+    votes = grpo_diagnostics.self_consistent_vote(records, [[right, wrong, wrong], [inconsistent] * 3])
+    assert votes.tolist() == [True, False]  # the two wrong answers do not count; nothing left to vote
+    got = grpo_diagnostics.verdicts(records, [[right, wrong], [right, inconsistent]],
+                                    grpo_diagnostics.rewards.is_verified)
+    assert got.tolist() == [[True, False], [True, False]]
 
 
 def test_summary_and_table():

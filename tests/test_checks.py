@@ -54,6 +54,8 @@ def test_grpo_check_wants_the_policy_moved_paid_for_correctness_and_not_worse():
         checks.check_grpo(good | _metrics(actor__train__kl=[1e-12] * 8))
     with pytest.raises(StageDidNotLearn, match="no 'rewards/train/answer_correct'"):  # format only
         checks.check_grpo(_metrics(actor__train__kl=kl))
+    verified = _metrics(actor__train__kl=kl, rewards__train__answer_verified_x2=[1.0, 0.9, 1.1, 1.0] * 2)
+    assert "answer_verified_x2 0.950 -> 1.050" in checks.check_grpo(verified)  # the verified reward counts
     jitter = [0.1 * (i % 3 - 1) for i in range(21)]
     fell = [1.5 + j for j in jitter] + [0.5 + j for j in jitter]  # 42 steps: a fall of 1, a spread of 0.1
     with pytest.raises(StageDidNotLearn, match=r"answer_correct fell from 1\.\d+ to 0\.\d+"):

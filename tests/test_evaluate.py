@@ -266,6 +266,38 @@ def test_evaluate_run_every_finished_stage_then_save(tmp_path, monkeypatch, caps
     assert json.loads((out / "results.json").read_text())["settings"]["num_samples"] == 4
 
 
+def test_evaluate_run_scores_the_hard_block_beside_the_held_out_set(tmp_path, monkeypatch):
+    from reasonkit.runtime import runs
+
+    preset = get_preset("tiny")
+    run = runs.RunDir.create("h", root=tmp_path)
+    recs = [{"id": str(i), "domain": "math", "source": "t", "prompt": f"{i} + 1?",
+             "reasoning": "r", "answer": str(i + 1)} for i in range(3)]
+    hard = [dict(r, id=f"hard{i}", prompt=f"{i} + 2 + 3?") for i, r in enumerate(recs[:2])]
+    data.write_splits(data.Splits(eval=recs, sft=recs, dpo=[], grpo=recs, eval_hard=hard),
+                      data.DataReport(), run.stage("data"))
+    run.mark_finished("data")
+    run.mark_finished("sft", steps=2)
+    seen = []
+    monkeypatch.setattr(evaluate, "load_stage", lambda p, r, name, mesh: (None, None))
+    monkeypatch.setattr(evaluate.models, "free", lambda: None)
+    monkeypatch.setattr(evaluate, "make_sampler", lambda *args: "a sampler")
+
+    def fake_evaluate(model, tok, records, model_cfg, cfg, *, stage, sampler):
+        seen.append((stage, [r["id"] for r in records]))
+        rows = evaluate.score_stage(records, [GOOD] * len(records), [[GOOD, "x"] for _ in records])
+        return {"stage": stage, "summary": evaluate.summarize(rows), "rows": rows}
+
+    monkeypatch.setattr(evaluate, "evaluate_model", fake_evaluate)
+    results, _ = evaluate.evaluate_run(preset, run, ["sft"], mesh="a mesh")
+    assert seen == [("sft", ["0", "1", "2"]), ("sft, hard", ["hard0", "hard1"])]
+    assert results["sft"]["hard"]["summary"]["overall"]["n"] == 2
+    assert [r["samples_right"] for r in results["sft"]["hard"]["rows"]] == [0, 0]  # GOOD answers 12
+    evaluate.write_results(results, tmp_path / "eval", {})
+    assert (tmp_path / "eval" / "hard_completions_sft.jsonl").is_file()
+    assert json.loads((tmp_path / "eval" / "results.json").read_text())["hard"]["sft"]["overall"]["n"] == 2
+
+
 # --- GSM8K's test split: strict / lenient, from files in the real formats ---------------------
 
 # Three problems of GSM8K's test split in its own layout ("#### answer" closes the solution).

@@ -968,3 +968,70 @@ def test_grpo_held_out_checks_keep_the_best_and_change_no_step_of_training(tmp_p
     assert re.search(r"GRPO step 3/3: loss -?[\d.e-]+, lr [\d.e-]+, kl [\d.e-]+, reward [\d.e-]+, "
                      r"correct [\d.e-]+", out), out
     assert checked.stats["compiles"]["after_warmup"] <= 1, checked.stats["compiles"]  # jit(equal) once
+
+
+# --- GRPO on harder prompts: the data stage's draw, the contrast pass (train/contrast.py) ---
+
+HARD = {"grpo.difficulty": 2, "grpo.keep_contrast": True, "grpo.num_generations": 2,
+        "grpo.max_prompt_length": 128, "eval.max_prompt_length": 128}
+
+
+def test_a_hard_run_checks_on_eval_hard_and_refuses_splits_of_another_difficulty(tmp_path, preset):
+    from reasonkit.train import contrast, held_out
+
+    hard = small_preset(**HARD)
+    run = make_run(tmp_path, "hard", hard)
+    splits, _ = data.read_splits(run.require("data"))
+    assert splits.eval_hard and {r["id"].split("-")[-2] for r in splits.grpo} == {"d2"}
+    block = held_out.held_out_block(splits.eval_hard, hard.grpo.eval_prompts)
+    check = held_out.for_run(hard, run, None, None, splits=splits)
+    assert [r["id"] for r in check.records] == [r["id"] for r in block]
+    with pytest.raises(ValueError, match=r"grpo.difficulty=1, but the data stage drew GRPO's "
+                                         r"prompts at difficulty d2: run the data stage \(02\) again"):
+        contrast.check_difficulty(preset, splits)
+    plain, _ = data.read_splits(make_run(tmp_path, "plain", preset).require("data"))
+    with pytest.raises(ValueError, match="grpo.difficulty=2, but the data stage drew GRPO's prompts "
+                                         "at difficulty the data's"):
+        contrast.check_difficulty(hard, plain)
+    contrast.check_difficulty(hard, splits)  # the draw it asks for
+
+
+def test_the_contrast_pass_keeps_prompts_with_contrast_once_and_for_every_resume(tmp_path, monkeypatch):
+    from reasonkit.train import contrast
+
+    hard = small_preset(**HARD)
+    run = make_run(tmp_path, "contrast", hard)
+    splits, _ = data.read_splits(run.require("data"))
+    calls = []
+
+    def rights(policy, tok, records, preset):
+        calls.append(len(records))
+        return [i % 3 for i in range(len(records))]  # 0, 1, 2 right of G = 2: keep the 1s
+
+    monkeypatch.setattr(contrast, "rights", rights)
+    run.stage("grpo").mkdir(parents=True, exist_ok=True)
+    kept = contrast.grpo_prompts(hard, run, None, None, splits)
+    assert [r["id"] for r in kept] == [r["id"] for i, r in enumerate(splits.grpo) if i % 3 == 1]
+    info = json.loads((run.stage("grpo") / contrast.SUMMARY_FILE).read_text())
+    assert (info["screened"], info["kept"]) == (len(splits.grpo), len(kept))
+    assert contrast.grpo_prompts(hard, run, None, None, splits) == kept and calls == [len(splits.grpo)]
+    off = hard.replace(**{"grpo.keep_contrast": False})
+    assert contrast.grpo_prompts(off, run, None, None, splits) == splits.grpo
+    (run.stage("grpo") / contrast.PROMPTS_FILE).unlink()
+    monkeypatch.setattr(contrast, "rights", lambda policy, tok, records, preset: [0] * len(records))
+    with pytest.raises(ValueError, match=r"gets none of GRPO's \d+ prompts right 1 to 1 times of 2 "
+                                         r"\(\d+ all wrong, 0 all right\): nothing to train on"):
+        contrast.grpo_prompts(hard, run, None, None, splits)
+    assert not (run.stage("grpo") / contrast.PROMPTS_FILE).exists()
+
+
+@pytest.mark.slow
+def test_the_contrast_pass_samples_as_the_rollouts_do(tmp_path):
+    from reasonkit.train import contrast
+
+    hard = small_preset(**HARD, **{"grpo.max_generation_length": 8})
+    records = data.read_splits(make_run(tmp_path, "r", hard).require("data"))[0].grpo[:3]
+    _, policy, tok, _ = models.load_policy(hard, None, None, None)
+    first = contrast.rights(policy, tok, records, hard)
+    assert first == contrast.rights(policy, tok, records, hard)  # seeded: the same pass
+    assert all(0 <= c <= hard.grpo.num_generations for c in first)

@@ -306,7 +306,10 @@ def begin_stage(run: RunDir, stage: str, overwrite: bool) -> None:
             warnings.warn(f"retraining {stage} of run {run.name!r}: {' and '.join(stale)} started from "
                           "its old adapters, so they will not follow from the new ones until "
                           "they are trained again too (retrain=True)", stacklevel=3)
-        for name in ("checkpoints", "metrics.jsonl", "tensorboard", "finished.json", SETTINGS_FILE):
+        # prompts.jsonl, contrast.json: GRPO's contrast pass (train.contrast), made on the
+        # adapters it started from, which a retrain may no longer start from
+        for name in ("checkpoints", "metrics.jsonl", "tensorboard", "finished.json", SETTINGS_FILE,
+                     "prompts.jsonl", "contrast.json"):
             path = run.stage(stage) / name
             if is_writer():  # several processes: process 0 clears, the others wait for it
                 shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)

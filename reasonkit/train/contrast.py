@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 __all__ = ["PROMPTS_FILE", "SUMMARY_FILE", "rights", "keep_contrast", "check_difficulty",
            "grpo_prompts"]
 
-PROMPTS_FILE = "prompts.jsonl"
+PROMPTS_FILE = "prompts.jsonl"  # runs.begin_stage clears both on a retrain
 SUMMARY_FILE = "contrast.json"
 
 
