@@ -128,6 +128,29 @@ def run_control(preset, run: runs.RunDir, name: str) -> runs.RunDir:
     return ctl
 
 
+def verdict(report: dict[str, Any], diagnostics: dict[str, Any] | None) -> dict[str, Any]:
+    """The pre-registered stop rules and targets, read against the results.
+
+    >>> rows = {"0": {"grpo_minus_sft": {"hard": 0.97, "fresh": 0.5}}}
+    >>> diag = {"results": {"sft": {"2": {"math": {"greedy": 3.0, "pass_at_k_verified": 2.0},
+    ...                                    "summarization": {"greedy": 20.0, "pass_at_k_verified": 51.0}}}}}
+    >>> v = verdict({"results": rows}, diag)
+    >>> v["headroom_points"], v["headroom_stops"], v["pilot_stops"], v["targets_met"]
+    ({'math': -1.0, 'summarization': 31.0}, False, True, False)
+    """
+    gains = {s: r["grpo_minus_sft"] for s, r in report["results"].items() if not s.endswith("-quick")}
+    out: dict[str, Any] = {}
+    if diagnostics is not None:
+        sft = diagnostics["results"]["sft"]["2"]
+        out["headroom_points"] = {d: round(v["pass_at_k_verified"] - v["greedy"], 2) for d, v in sft.items()}
+        out["headroom_stops"] = all(h < 15 for h in out["headroom_points"].values())
+    hard = [g["hard"] for g in gains.values()]
+    out["pilot_stops"] = len(hard) == 1 and hard[0] < 4
+    out["targets_met"] = bool(len(hard) >= 5 and np.mean(hard) >= 10 and min(hard) >= 5
+                              and min(g["fresh"] for g in gains.values()) >= -0.5)
+    return out
+
+
 def main(argv=None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
@@ -177,6 +200,9 @@ def main(argv=None) -> dict[str, Any]:
         results[str(seed) + ("-quick" if args.quick else "")] = row
     report["settings"] = {"preset": "tiny", "overrides": HARD, "hard_per_domain": args.hard,
                           "fresh_per_domain": args.fresh, "hard_difficulty": seeds.HARD_DIFFICULTY}
+    diagnostics = ROOT / "benchmarks" / "grpo_diagnostics.json"
+    report["verdict"] = verdict(report, json.loads(diagnostics.read_text())
+                                if diagnostics.is_file() else None)
     out.write_text(json.dumps(report, indent=1) + "\n")
     print(json.dumps({s: r["grpo_minus_sft"] for s, r in results.items()}, indent=1))
     return report

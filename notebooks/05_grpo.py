@@ -504,3 +504,13 @@ else:
 #   `06_evaluation` cannot tell either from noise (`docs/results.md`).
 #   To compare, run 02-06 again in a new run (`REASONKIT_RUN=...`) with
 #   `REASONKIT_OVERRIDES='{"grpo.max_steps": 60}'` (4 minutes of GRPO).
+# - What GRPO does here, and what it does not: the errors SFT leaves on `tiny` are mostly
+#   facts (`13 - 2 = 7`), different in every prompt, and one right-or-wrong bit per answer
+#   teaches those slowly. Where an error is a habit it gains: summarization, by no longer
+#   counting an item twice. GRPO on prompts one step harder, kept only where the policy is
+#   right 1 to 7 times of 8, and paid only for answers its reasoning supports, was tried as
+#   the way to more (`grpo.difficulty`, `grpo.keep_contrast`, the `answer_verified`
+#   reward): its training reward rose by half, its fresh hard prompts by one point, as
+#   much as on the plain prompts, in twice the time (`docs/results.md`, "GRPO on harder
+#   prompts"). To try it, a new run with `REASONKIT_OVERRIDES` set to `HARD` in
+#   `benchmarks/grpo_hard.py`; `06_evaluation` then measures on its hard block.

@@ -74,6 +74,19 @@ def test_the_shuffled_control_permutes_each_steps_rewards_alike_for_every_functi
     assert [f.__name__ for f in fns] == ["<lambda>_shuffled"] * 2
 
 
+def test_the_verdict_reads_the_preregistered_stop_rules():
+    diag = {"results": {"sft": {"2": {"math": {"greedy": 3.0, "pass_at_k_verified": 2.0},
+                                      "coding": {"greedy": 8.0, "pass_at_k_verified": 15.0}}}}}
+    one = {"0": {"grpo_minus_sft": {"hard": 3.9, "fresh": 0.0}}}
+    assert grpo_hard.verdict({"results": one}, diag) == {
+        "headroom_points": {"math": -1.0, "coding": 7.0}, "headroom_stops": True,
+        "pilot_stops": True, "targets_met": False}
+    five = {str(s): {"grpo_minus_sft": {"hard": 10.0 + s, "fresh": -0.4}} for s in range(5)}
+    assert grpo_hard.verdict({"results": five}, None) == {"pilot_stops": False, "targets_met": True}
+    five["4"]["grpo_minus_sft"]["hard"] = 4.9  # one seed under +5
+    assert not grpo_hard.verdict({"results": five}, None)["targets_met"]
+
+
 def test_diagnostics_vote_among_self_consistent_samples():
     records = [{"domain": "math", "answer": "5"}, {"domain": "math", "answer": "5"}]
     right = "<reasoning>2 + 3 = 5.</reasoning>\n<answer>5</answer>"

@@ -305,3 +305,28 @@ def test_the_memory_estimate_claims_are_shapes_json_and_notebook_01():
     outputs = "".join("".join(o.get("text", "")) for c in json.loads(
         (ROOT / "notebooks" / "01_hardware_check.ipynb").read_text())["cells"] for o in c.get("outputs", []))
     assert f"({tiny.group(1)})" in outputs, f"01's committed outputs print no {tiny.group(1)}"
+
+
+def _section(text: str, title: str) -> str:
+    return text.split(f"## {title}", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_harder_grpo_section_quotes_its_json():
+    text = _section((ROOT / "docs" / "results.md").read_text(), "GRPO on harder prompts")
+    diag = json.loads((ROOT / "benchmarks" / "grpo_diagnostics.json").read_text())["results"]["sft"]["2"]
+    for domain, r in diag.items():
+        cells = [f"{r[c]:.0f}" for c in ("greedy", "greedy_verified", "pass_at_k", "pass_at_k_verified")]
+        assert f"| {domain} | {' | '.join(cells)} | {100 * r['zero_std']:.0f}% |" in text, domain
+    hard = json.loads((ROOT / "benchmarks" / "grpo_hard.json").read_text())
+    row = hard["results"]["0"]
+    for name, label in (("hard", "fresh, difficulty 2"), ("fresh", "fresh, difficulty 1")):
+        cells = [f"{row[st][name]['accuracy']:.2f}" for st in ("sft", "dpo", "grpo")]
+        assert (f"| {label} | {row['n'][name]} | {' | '.join(cells)} | "
+                f"{row['grpo_minus_sft'][name]:+.2f} |") in text, name
+    ctl = row["control_shuffled"]
+    assert f"ends at {ctl['hard']['accuracy']:.2f} on the" in text
+    assert f"{ctl['fresh']['accuracy']:.2f} on the difficulty-1 set" in text
+    kept = row["contrast"]
+    assert f"kept {kept['kept']} of {kept['screened']} prompts ({kept['all_wrong']} all wrong" in text
+    assert hard["verdict"]["pilot_stops"] and "**Stopped.** The pilot gained" in text
+    assert f"{row['sft_pass_at_k_hard']['pass_at'][-1]:.1f}%" in text
