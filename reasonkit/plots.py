@@ -638,8 +638,10 @@ def plot_held_out(m: Metrics, best: Mapping[str, Any] | None = None):
     Left axis: the total reward of each step and its running mean; right axis: the greedy
     accuracy of each held-out check (``held_out/accuracy``,
     :mod:`reasonkit.train.held_out`), the checks that raised the alarm (reward up,
-    accuracy down) crossed, and ``best`` (``held_out.best_info(run)``) starred. A reward
-    that climbs while the accuracy does not is GRPO learning what the reward pays for.
+    accuracy down) crossed, ``best`` (``held_out.best_info(run)``) starred, and the accuracy
+    on a block of its own training prompts, dashed, when it was checked. A reward that
+    climbs while the held-out accuracy does not is GRPO learning what the reward pays for,
+    or learning its training prompts (the dashed line rises alone).
     """
     fig, ax = plt.subplots(figsize=(9, 3.8))
     steps, values = m.get("rewards/train/sum", ([], []))
@@ -653,6 +655,10 @@ def plot_held_out(m: Metrics, best: Mapping[str, Any] | None = None):
     checks, accuracy = m.get("held_out/accuracy", ([], []))
     pct = dict(zip(checks, (100 * a for a in accuracy), strict=True))
     right.plot(checks, list(pct.values()), "o-", color="C3", label="held-out accuracy (greedy)")
+    seen_steps, seen = m.get("held_out/trained_accuracy", ([], []))
+    if seen_steps:
+        right.plot(seen_steps, [100 * a for a in seen], "s--", color="C1",
+                   label="accuracy on its training prompts (greedy)")
     alarms = [s for s, v in zip(*m.get("held_out/alarm", ([], [])), strict=True) if v and s in pct]
     if alarms:
         right.plot(alarms, [pct[s] for s in alarms], "x", color="k", ms=12, mew=2,

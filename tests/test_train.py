@@ -923,6 +923,35 @@ def test_held_out_check_logs_keeps_the_best_and_warns_when_reward_and_accuracy_p
     assert held_out.best_info(run) is None
 
 
+def test_held_out_check_measures_its_training_prompts_beside_the_held_out_ones(tmp_path, monkeypatch,
+                                                                               capsys):
+    from reasonkit.train import held_out
+
+    run = RunDir.create("seen", root=tmp_path)
+    unseen = [{"id": f"u{i}", "domain": "math", "prompt": f"{i} + 1?", "answer": str(i + 1)}
+              for i in range(4)]
+    seen = [{"id": f"s{i}", "domain": "math", "prompt": f"{i} + 9?", "answer": str(i + 9)}
+            for i in range(8)]
+
+    def texts(self, prompts, desc):  # every training prompt right, one held-out prompt of four
+        answers = ([str(i + 9) for i in range(len(prompts))] if desc.startswith("training")
+                   else ["1", "0", "0", "0"])
+        return [f"<reasoning>r</reasoning>\n<answer>{a}</answer>" for a in answers]
+
+    monkeypatch.setattr(held_out.HeldOutCheck, "_texts", texts)
+    monkeypatch.setattr(held_out, "_flat_lora", lambda policy: {"lora_a": np.zeros(2)})
+    check = held_out.HeldOutCheck(0, None, unseen, small_preset(), run, fresh=True,
+                                  trained=held_out.held_out_block(seen, 6))
+    reading = check(0)
+    assert (reading.accuracy, reading.trained) == (0.25, 1.0)
+    assert train.read_metrics(run, "grpo")["held_out/trained_accuracy"] == ([0], [1.0])
+    out = capsys.readouterr().out
+    assert "accuracy 25.0% (1 of 4), format 100.0%; on 6 of its training prompts 100.0%" in out
+    plain = held_out.HeldOutCheck(0, None, unseen, small_preset(), run, fresh=True)
+    assert plain(5).trained is None  # no training block: nothing logged for it
+    assert train.read_metrics(run, "grpo")["held_out/trained_accuracy"] == ([0], [1.0])
+
+
 def test_held_out_block_takes_each_domain_in_turn_and_no_training_prompt(tmp_path, preset):
     from reasonkit.train import held_out
 

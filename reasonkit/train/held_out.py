@@ -61,6 +61,7 @@ class Reading:
     reward: float | None = None  # mean summed reward of the steps since the check before
     alarm: bool = False
     seconds: float = 0.0
+    trained: float | None = None  # accuracy on a block of the stage's own training prompts
 
 
 def held_out_block(records: Sequence[dict], n: int) -> list[dict]:
@@ -116,12 +117,16 @@ class HeldOutCheck:
 
     ``records``: the block (:func:`held_out_block`). ``fresh``: the stage starts from step 0,
     so a best from an earlier, cleared run of it is removed. Calling it with a step runs
-    one check (:meth:`__call__`); ``readings`` holds this session's.
+    one check (:meth:`__call__`); ``readings`` holds this session's. ``trained``: a block of
+    the stage's own training prompts, checked the same way beside it and logged as
+    ``held_out/trained_accuracy``: the gap between the two is how much of what GRPO learns
+    carries to prompts it never saw.
     """
 
     def __init__(self, policy, tokenizer, records: Sequence[dict], preset: Preset, run: RunDir,
-                 *, stage: str = "grpo", fresh: bool = False):
+                 *, stage: str = "grpo", fresh: bool = False, trained: Sequence[dict] = ()):
         self.policy, self.tokenizer, self.records = policy, tokenizer, list(records)
+        self.trained = list(trained)
         self.preset, self.run, self.stage = preset, run, stage
         self.prompts = [template.format_prompt(r["prompt"]) for r in self.records]
         self.readings: list[Reading] = []
@@ -169,17 +174,21 @@ class HeldOutCheck:
         """Check the policy as it is after ``step`` steps: log, keep it if best, warn on divergence."""
         t0 = time.perf_counter()
         texts = self._texts(self.prompts, f"held-out, step {step}")
-        right = [rewards.is_correct(t, r["answer"], r.get("domain", "general"))
-                 for t, r in zip(texts, self.records, strict=True)]
+        right = self._right(texts, self.records)
         n = len(self.records)
         accuracy = float(np.mean(right)) if n else 0.0
+        trained = None
+        if self.trained:
+            seen = self._texts([template.format_prompt(r["prompt"]) for r in self.trained],
+                               f"training prompts, step {step}")
+            trained = float(np.mean(self._right(seen, self.trained)))
         fmt = float(np.mean([template.has_exact_format(t) for t in texts])) if n else 0.0
         before, m = self._previous(step)
         steps, sums = m.get("rewards/train/sum", ([], []))
         since = before.step if before is not None else 0
         window = [v for s, v in zip(steps, sums, strict=True) if since <= s < step]
         reading = Reading(step=step, accuracy=accuracy, format_rate=fmt, n=n,
-                          reward=float(np.mean(window)) if window else None)
+                          reward=float(np.mean(window)) if window else None, trained=trained)
         reading = dataclasses.replace(reading, alarm=diverging(before, reading))
         # process 0's word (it alone may read an earlier session's best): the adapters are
         # gathered from every process, so all of them must agree to save
@@ -189,6 +198,11 @@ class HeldOutCheck:
         self.readings.append(reading)
         self._log(reading, before, since)
         return reading
+
+    @staticmethod
+    def _right(texts: Sequence[str], records: Sequence[dict]) -> list[bool]:
+        return [rewards.is_correct(t, r["answer"], r.get("domain", "general"))
+                for t, r in zip(texts, records, strict=True)]
 
     def _save_best(self, reading: Reading) -> None:
         from safetensors.numpy import save_file
@@ -206,7 +220,8 @@ class HeldOutCheck:
 
     def _log(self, reading: Reading, before: Reading | None, since: int) -> None:
         for name, value in (("accuracy", reading.accuracy), ("format_rate", reading.format_rate),
-                            ("reward", reading.reward), ("alarm", float(reading.alarm))):
+                            ("reward", reading.reward), ("alarm", float(reading.alarm)),
+                            ("trained_accuracy", reading.trained)):
             if value is not None:
                 self.run.append_metrics(self.stage, {"event": f"held_out/{name}", "step": reading.step,
                                                      "value": float(value)})
@@ -215,9 +230,11 @@ class HeldOutCheck:
         right = round(reading.accuracy * reading.n)
         reward = ("" if reading.reward is None else
                   f"; mean reward {reading.reward:.3f} over steps {since}-{reading.step - 1}")
+        trained = ("" if reading.trained is None else
+                   f"; on {len(self.trained)} of its training prompts {reading.trained:.1%}")
         print(f"GRPO held-out check, step {reading.step}: accuracy {reading.accuracy:.1%} ({right} of "
-              f"{reading.n}), format {reading.format_rate:.1%}{reward}; best {self.best['accuracy']:.1%} "
-              f"at step {self.best['step']} ({reading.seconds:.1f} s)")
+              f"{reading.n}), format {reading.format_rate:.1%}{trained}{reward}; best "
+              f"{self.best['accuracy']:.1%} at step {self.best['step']} ({reading.seconds:.1f} s)")
         if reading.alarm:
             print(f"WARNING: GRPO step {reading.step}: the reward rose ({before.reward:.3f} -> "
                   f"{reading.reward:.3f}) while held-out accuracy fell ({before.accuracy:.1%} -> "
@@ -228,12 +245,13 @@ class HeldOutCheck:
 
 
 def for_run(preset: Preset, run: RunDir, policy, tokenizer, *, start: int = 0,
-            splits: data.Splits | None = None) -> HeldOutCheck | None:
+            splits: data.Splits | None = None, trained: Sequence[dict] = ()) -> HeldOutCheck | None:
     """GRPO's :class:`HeldOutCheck` for ``run``: ``grpo.eval_prompts`` prompts of its eval split
     (``splits``, default: read from the run), or of its ``eval_hard`` block when GRPO trains
     on harder prompts, on ``policy``, the model the learner trains; ``start``: the step it
-    starts or resumes from (``cluster.global_steps``). None when ``grpo.eval_every`` is 0
-    or the split is empty."""
+    starts or resumes from (``cluster.global_steps``); ``trained``: GRPO's training records,
+    whose first ``grpo.eval_prompts`` (in turn by domain) are checked beside it. None when
+    ``grpo.eval_every`` is 0 or the split is empty."""
     cfg = preset.grpo
     if not cfg.eval_every:
         return None
@@ -243,7 +261,8 @@ def for_run(preset: Preset, run: RunDir, policy, tokenizer, *, start: int = 0,
     if not block:
         print("GRPO: no held-out check (the eval split is empty)")
         return None
-    return HeldOutCheck(policy, tokenizer, block, preset, run, fresh=start == 0)
+    return HeldOutCheck(policy, tokenizer, block, preset, run, fresh=start == 0,
+                        trained=held_out_block(trained, cfg.eval_prompts))
 
 
 def checked(stream: Iterable[Any], check: HeldOutCheck | None, every: int, *,

@@ -280,7 +280,8 @@ def _grpo_inputs(r: _Run) -> tuple[Iterator[Any], Any, held_out.HeldOutCheck | N
     records = contrast.grpo_prompts(r.preset, r.run, r.stage.trainer.model, tok, r.splits)
     stream, collator = grpo_batches(grpo_records(records), r.preset, tok)
     start = cluster.global_steps  # restored on resume
-    check = held_out.for_run(r.preset, r.run, r.stage.trainer.model, tok, start=start, splits=r.splits)
+    check = held_out.for_run(r.preset, r.run, r.stage.trainer.model, tok, start=start, splits=r.splits,
+                             trained=records)
     return r.batches(held_out.checked(stream, check, cfg.eval_every, start=start), "GRPO"), collator, check
 
 
