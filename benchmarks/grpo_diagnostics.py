@@ -64,24 +64,18 @@ def fresh_prompts(preset, run: runs.RunDir, count, per_domain: int, difficulty: 
             for split in (splits.eval, splits.sft, splits.dpo, splits.grpo) for r in split}
     seen |= {template.normalize_prompt(r["prompt"]) for r in tiny.pretraining_records()[0]}
     budget = preset.eval.max_prompt_length
-    out, dropped = [], {}
-    for domain in tasks.DOMAINS:
-        if difficulty > tasks.MAX_DIFFICULTY.get(domain, difficulty):
-            continue
-        got, dropped[domain] = 0, 0
-        for seed in range(FRESH_SEED, FRESH_SEED + 40):  # small prompt spaces run out
-            for r in tasks.generate(domain, 2 * per_domain, seed=seed, difficulty=difficulty):
-                key = template.normalize_prompt(r["prompt"])
-                if got == per_domain or key in seen:
-                    continue
-                seen.add(key)
-                if count(template.format_prompt(r["prompt"])) + 1 > budget:  # BOS included
-                    dropped[domain] += 1
-                    continue
-                out.append(r)
-                got += 1
-            if got == per_domain:
-                break
+    too_long: dict[str, set[str]] = {d: set() for d in tasks.DOMAINS}
+
+    def fits(r: dict) -> bool:
+        if count(template.format_prompt(r["prompt"])) + 1 <= budget:  # BOS included
+            return True
+        too_long[r["domain"]].add(template.normalize_prompt(r["prompt"]))
+        return False
+
+    out = tasks.fresh_records(per_domain, first_seed=FRESH_SEED, difficulty=difficulty, seen=seen,
+                              keep=fits)
+    dropped = {d: len(too_long[d]) for d in tasks.DOMAINS
+               if difficulty <= tasks.MAX_DIFFICULTY.get(d, difficulty)}
     return out, dropped
 
 
@@ -123,16 +117,15 @@ def diagnose(preset, run: runs.RunDir, stage: str, sets: dict[int, list[dict]], 
                                     desc=f"{stage} d{difficulty}: sample {i + 1}/{k}") for i in range(k)]
         samples = [list(group) for group in zip(*rounds, strict=True)]
         rows = evaluate.score_stage(records, greedy, samples)
-        right = verdicts(records, samples, rewards.is_correct)
         verified = verdicts(records, samples, rewards.is_verified)
         greedy_verified = verdicts(records, [[t] for t in greedy], rewards.is_verified)[:, 0]
         columns = {"greedy": np.array([row["correct"] for row in rows]),
-                   "pass_at_k": right.any(axis=1),
+                   "pass_at_k": np.array([row["pass_at_k"] for row in rows]),
                    "maj_at_k": np.array([row["maj_at_k"] for row in rows]),
                    "greedy_verified": greedy_verified,
                    "pass_at_k_verified": verified.any(axis=1),
                    "maj_at_k_verified": self_consistent_vote(records, samples)}
-        flat = {"zero_std": np.all(right == right[:, :1], axis=1),
+        flat = {"zero_std": np.array([row["samples_right"] in (0, row["samples"]) for row in rows]),
                 "zero_std_verified": np.all(verified == verified[:, :1], axis=1)}
         by_domain: dict[str, Any] = {}
         for domain in sorted({r["domain"] for r in records}):

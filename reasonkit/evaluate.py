@@ -117,7 +117,7 @@ def score(record: dict, completion: str, num_tokens: int | None = None) -> dict[
         return {"format_ok": False, "reason": "not_text", "answer": None, "correct": False,
                 "lenient": False, "partial": 0.0, "length": num_tokens if num_tokens is not None else 0}
     ext = extract(completion)  # once: the answer tag, read as rewards.is_correct reads it
-    correct = ext.ok and answers.check_answer("math" if domain is None else domain, ext.answer, gold)
+    correct = rewards_lib.verdict(ext, gold, domain)  # the verdict the rewards pay for
     # lenient: without a usable answer tag, the free text's final answer (last \boxed{}, "final
     # answer is", last number) counts, as lm-evaluation-harness's flexible-extract reads GSM8K
     loose = None if ext.ok else answers.final_answer(completion)

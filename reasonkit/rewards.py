@@ -60,7 +60,7 @@ from reasonkit.template import TAGS, Extraction, as_text, extract_answer, has_ex
 __all__ = [
     "reasoning_quality", "format_exact", "format_approx", "answer_correct", "answer_verified",
     "answer_close", "is_verified",
-    "numeric_backup", "multi_domain", "weighted", "from_config", "is_correct", "frac_zero_std",
+    "numeric_backup", "multi_domain", "weighted", "from_config", "is_correct", "verdict", "frac_zero_std",
     "reward_groups",
     "MATH_REWARDS",
     "BY_NAME",
@@ -112,7 +112,12 @@ def is_correct(completion: Any, gold: Any, domain: Any = "math") -> bool:
     >>> is_correct("<answer>41 or 42</answer>", "42"), is_correct("The answer is 42.", "42")
     (False, False)
     """
-    found = _extract(as_text(completion))
+    return verdict(_extract(as_text(completion)), gold, domain)
+
+
+def verdict(found: Extraction, gold: Any, domain: Any = "math") -> bool:
+    """:func:`is_correct` on an answer tag already read (``found``), for a caller that reads
+    it for more than the verdict (evaluation's score): the tag read once, judged one way."""
     return bool(found.ok and check_answer("math" if domain is None else domain, found.answer, gold))
 
 
