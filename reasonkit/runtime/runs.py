@@ -55,7 +55,7 @@ from reasonkit.runtime.session import (
 )
 
 __all__ = ["STAGES", "NOTEBOOK_OF", "open_jsonl", "RunDir", "PREVIOUS", "load_or_build", "write_files",
-           "checkpoint_dir", "latest_step", "start_from", "SETTINGS_FILE", "LAYOUT_ONLY",
+           "checkpoint_dir", "latest_step", "start_from", "SETTINGS_FILE", "CONTRAST_FILES", "LAYOUT_ONLY",
            "ADDED_SETTINGS", "recorded_settings", "trained_from", "begin_stage", "stage_settings",
            "settings_changes", "settings_diff", "record_settings", "check_hand_off", "branch",
            "save_data", "build_data", "finish_data"]
@@ -291,6 +291,10 @@ def trained_from(run: RunDir, stage: str) -> list[str]:
     return found[1:]
 
 
+# GRPO's contrast pass in its stage directory: the kept prompts, and the pass's summary
+CONTRAST_FILES = ("prompts.jsonl", "contrast.json")
+
+
 def begin_stage(run: RunDir, stage: str, overwrite: bool) -> None:
     """Refuse to train a finished stage again unless ``overwrite``; with it, clear the stage
     (checkpoints, metrics, settings, marker), warning when later stages started from it."""
@@ -306,10 +310,10 @@ def begin_stage(run: RunDir, stage: str, overwrite: bool) -> None:
             warnings.warn(f"retraining {stage} of run {run.name!r}: {' and '.join(stale)} started from "
                           "its old adapters, so they will not follow from the new ones until "
                           "they are trained again too (retrain=True)", stacklevel=3)
-        # prompts.jsonl, contrast.json: GRPO's contrast pass (train.contrast), made on the
-        # adapters it started from, which a retrain may no longer start from
+        # GRPO's contrast pass (train.contrast) was made on the adapters it started from, which
+        # a retrain may no longer start from
         for name in ("checkpoints", "metrics.jsonl", "tensorboard", "finished.json", SETTINGS_FILE,
-                     "prompts.jsonl", "contrast.json"):
+                     *CONTRAST_FILES):
             path = run.stage(stage) / name
             if is_writer():  # several processes: process 0 clears, the others wait for it
                 shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from reasonkit import models, rewards, template
 from reasonkit.data.records import read_jsonl, write_jsonl
+from reasonkit.runtime import runs
 from reasonkit.runtime.session import is_writer
 from reasonkit.train import generation
 
@@ -30,8 +31,7 @@ if TYPE_CHECKING:
 __all__ = ["PROMPTS_FILE", "SUMMARY_FILE", "rights", "keep_contrast", "check_difficulty",
            "grpo_prompts"]
 
-PROMPTS_FILE = "prompts.jsonl"  # runs.begin_stage clears both on a retrain
-SUMMARY_FILE = "contrast.json"
+PROMPTS_FILE, SUMMARY_FILE = runs.CONTRAST_FILES  # runs.begin_stage clears both on a retrain
 
 
 def rights(policy, tokenizer, records: Sequence[dict], preset: Preset) -> list[int]:
