@@ -60,7 +60,8 @@ from reasonkit.template import TAGS, Extraction, as_text, extract_answer, has_ex
 __all__ = [
     "reasoning_quality", "format_exact", "format_approx", "answer_correct", "answer_verified",
     "answer_close", "is_verified",
-    "numeric_backup", "multi_domain", "weighted", "from_config", "is_correct", "verdict", "frac_zero_std",
+    "numeric_backup", "multi_domain", "weighted", "fading", "format_exact_fading", "format_approx_fading",
+    "from_config", "extract", "is_correct", "verdict", "frac_zero_std",
     "reward_groups",
     "MATH_REWARDS",
     "BY_NAME",
@@ -95,8 +96,8 @@ _STRICT = False  # tests set True so that a bug raises instead of scoring 0.0
 _WARNED: set[str] = set()
 
 
-def _extract(text: str) -> Extraction:
-    """The answer tag's text; a hedge ("41 or 42") is no answer."""
+def extract(text: Any) -> Extraction:
+    """The answer tag's text, as every reward and evaluation reads it: a hedge ("41 or 42") is no answer."""
     return extract_answer(text, hedged=is_hedged)
 
 
@@ -112,7 +113,7 @@ def is_correct(completion: Any, gold: Any, domain: Any = "math") -> bool:
     >>> is_correct("<answer>41 or 42</answer>", "42"), is_correct("The answer is 42.", "42")
     (False, False)
     """
-    return verdict(_extract(as_text(completion)), gold, domain)
+    return verdict(extract(as_text(completion)), gold, domain)
 
 
 def verdict(found: Extraction, gold: Any, domain: Any = "math") -> bool:
@@ -132,7 +133,7 @@ def is_verified(completion: Any, gold: Any, domain: Any = "math") -> bool:
     (True, False, True)
     """
     text = as_text(completion)
-    return is_correct(text, gold, domain) and supports(reasoning_of(text), _extract(text).answer)
+    return is_correct(text, gold, domain) and supports(reasoning_of(text), extract(text).answer)
 
 
 # --- reasoning quality -----------------------------------------------------------------
@@ -278,7 +279,7 @@ def answer_close(prompts: Any, completions: Sequence[Any], *, tolerance: float =
     golds = _column(kwargs, "answer", completions, "answer_close")
 
     def score(text: str, gold: Any) -> float:
-        found = _extract(text)
+        found = extract(text)
         if not found.ok:
             return 0.0
         return round(CLOSE_MAX_SCORE * closeness(found.answer, gold, tolerance), 6)
@@ -309,7 +310,7 @@ def numeric_backup(prompts: Any, completions: Sequence[Any], **kwargs: Any) -> l
     domains = _column(kwargs, "domain", completions, None)
 
     def score(text: str, gold: Any, domain: Any) -> float:
-        if _extract(text).reason not in ("no_answer_tag", "unclosed_tag"):
+        if extract(text).reason not in ("no_answer_tag", "unclosed_tag"):
             return 0.0
         final = final_answer(text)
         rule = "math" if domain is None else domain
@@ -340,7 +341,7 @@ def multi_domain(prompts: Any, completions: Sequence[Any], **kwargs: Any) -> lis
 
     def score(text: str, gold: Any, domain: Any) -> float:
         well_formed = has_exact_format(text)
-        found = _extract(text)
+        found = extract(text)
         correct = found.ok and check_answer(domain, found.answer, gold)
         quality = reasoning_quality(reasoning_of(text), found.answer)
         bonus = well_formed and correct and quality >= 1.0
@@ -377,9 +378,42 @@ def weighted(fn: Callable[..., list[float]], weight: float,
     return scaled
 
 
+def fading(fn: Callable[..., list[float]]) -> Callable[..., list[float]]:
+    r"""A format reward that steps back as the format is learned: ``fn`` times ``1 - p``,
+    ``p`` the share of the step's answers that already have the exact format.
+
+    While few answers have the format, it pays nearly in full; once nearly all have it, it
+    pays next to nothing, and the step's other rewards (the answer's) decide the
+    advantages. Each call is one GRPO step's answers and nothing carries over between
+    steps, so a resumed run scores a step as the first run did.
+
+    >>> good = "<reasoning>2 + 2 = 4.</reasoning>\n<answer>4</answer>"
+    >>> format_exact_fading(None, [good, good, good, "4"])  # 3 of 4 formatted: 3.0 x 0.25
+    [0.75, 0.75, 0.75, 0.0]
+    >>> format_exact_fading(None, [good, "4", "4", "4"])    # 1 of 4: 3.0 x 0.75
+    [2.25, 0.0, 0.0, 0.0]
+    >>> format_exact_fading(None, [good] * 4)               # learned: nothing left to pay
+    [0.0, 0.0, 0.0, 0.0]
+    """
+    def stepping_back(prompts: Any, completions: Sequence[Any], **kwargs: Any) -> list[float]:
+        completions = _as_list(completions)
+        if not completions:
+            return []
+        missing = 1.0 - sum(has_exact_format(as_text(c)) for c in completions) / len(completions)
+        return [float(missing * r) for r in fn(prompts, completions, **kwargs)]
+
+    name = f"{getattr(fn, '__name__', 'reward')}_fading"
+    stepping_back.__name__ = stepping_back.__qualname__ = name
+    stepping_back.__wrapped__ = fn  # type: ignore[attr-defined]
+    return stepping_back
+
+
+format_exact_fading = fading(format_exact)
+format_approx_fading = fading(format_approx)
 MATH_REWARDS = [format_exact, format_approx, answer_correct, answer_close, numeric_backup]
 # The reward functions GRPOConfig.rewards can name (a lookup of this module's functions).
-BY_NAME = {fn.__name__: fn for fn in (*MATH_REWARDS, answer_verified, multi_domain)}
+BY_NAME = {fn.__name__: fn for fn in (*MATH_REWARDS, answer_verified, multi_domain,
+                                      format_exact_fading, format_approx_fading)}
 
 
 def from_config(pairs: Sequence[tuple[str, float]]) -> list[Callable[..., list[float]]]:

@@ -23,7 +23,8 @@ from reasonkit.config import DOMAINS
 from reasonkit.presets import get_preset
 from reasonkit.template import FAILURE_REASONS, TAGS, format_completion
 
-REWARDS = R.MATH_REWARDS + [R.answer_verified, R.multi_domain]
+REWARDS = R.MATH_REWARDS + [R.answer_verified, R.multi_domain, R.format_exact_fading,
+                            R.format_approx_fading]
 ANSWER_REWARDS = [R.answer_correct, R.answer_verified, R.answer_close, R.numeric_backup, R.multi_domain]
 RS = "<reasoning>6 * 7 = 42.</reasoning>\n"  # a well-formed reasoning block
 A = "<answer>{}</answer>".format
@@ -52,6 +53,11 @@ CASES = [
     ("format_exact", RS + "So:" + A(42), "42", 0.0),
     ("format_exact", RS + RS + A(42), "42", 0.0),
     ("format_exact", "<reasoning>" + A(42) + "</reasoning>", "42", 0.0),
+    # --- the fading format rewards, on a step of one answer
+    ("format_exact_fading", RS + A(42), "42", 0.0),         # the whole step formatted: learned
+    ("format_exact_fading", "42", "42", 0.0),
+    ("format_approx_fading", "<reasoning>6*7 " + A(42), "42", 1.5),  # none formatted: in full
+    ("format_approx_fading", RS + A(42), "42", 0.0),
     # --- format_approx
     ("format_approx", RS + A(42), "42", 2.0),
     ("format_approx", "<reasoning>6*7 " + A(42), "42", 1.5),
@@ -183,8 +189,8 @@ def test_table_covers_every_reward():
 
 def test_a_hedge_is_no_answer():
     assert R.answer_correct(None, [RS + A("41 or 42")], answer=["42"]) == [0.0]
-    assert R._extract(RS + A("41 or 42")).reason == "hedged"
-    assert R._extract(RS + A("Paris or London")).reason == "ok"  # text choices are not checked
+    assert R.extract(RS + A("41 or 42")).reason == "hedged"
+    assert R.extract(RS + A("Paris or London")).reason == "ok"  # text choices are not checked
 
 
 # --- properties ------------------------------------------------------------------------
@@ -207,7 +213,7 @@ def _check_scores(completions, golds, domains):
     assert all(0.0 <= s < 3.0 for s in R.answer_close(None, completions, **kwargs))
     assert all(0.0 <= s <= 1.0 for s in R.multi_domain(None, completions, **kwargs))
     for completion in completions:
-        found = R._extract(completion)
+        found = R.extract(completion)
         assert found.reason in FAILURE_REASONS + ("ok",)
         assert found.ok == (found.answer is not None)
 
@@ -405,7 +411,8 @@ def test_from_config_names_weights_and_refuses_an_unknown_name():
     assert set(R.BY_NAME) == {fn.__name__ for fn in REWARDS}
     with pytest.raises(ValueError, match=r"grpo\.rewards\[1\]: unknown reward 'answer'; known: "
                                          r"answer_close, answer_correct, answer_verified, format_approx, "
-                                         r"format_exact, multi_domain, numeric_backup$"):
+                                         r"format_approx_fading, format_exact, format_exact_fading, "
+                                         r"multi_domain, numeric_backup$"):
         R.from_config([("format_exact", 1.0), ("answer", 1.0)])
 
 
@@ -438,3 +445,24 @@ def test_answer_verified_pays_only_for_reasoned_right_answers():
     assert got == [3.0, 0.0, 0.0, 3.0]
     assert R.answer_correct(None, [lucky], answer=["1"]) == [3.0]  # what it adds
     assert [f.__name__ for f in R.from_config([("answer_verified", 2.0)])] == ["answer_verified_x2"]
+
+
+def test_format_fading_steps_back_as_the_step_learns_the_format():
+    """A format reward that pays in full while no answer has the format and nothing once
+    every answer has it; stateless, so a resumed step scores as the first run did."""
+    good, bad = RS + A(42), "42"
+    paid = []
+    for n_good in range(9):
+        step = [good] * n_good + [bad] * (8 - n_good)
+        got = R.format_exact_fading(None, step, answer=["42"] * 8)
+        assert got == R.format_exact_fading(None, step[::-1], answer=["42"] * 8)[::-1]  # order-free
+        assert got[n_good:] == [0.0] * (8 - n_good)  # the unformatted never earn
+        paid.append(got[0] if n_good else None)
+    assert paid[1] == 3.0 * 7 / 8 and paid[8] == 0.0
+    assert all(a > b for a, b in zip(paid[1:-1], paid[2:], strict=True))  # falls as the format spreads
+    # from the config, weighted, with Tunix's log name
+    fn, = R.from_config([("format_exact_fading", 0.1)])
+    assert fn.__name__ == "format_exact_fading_x0.1"
+    assert fn(None, [good, bad], answer=["42", "42"]) == pytest.approx([0.15, 0.0])
+    assert R.format_approx_fading(None, [good, bad]) == [1.0, 0.0]  # 2.0 x (1 - 1/2)
+    assert R.format_exact_fading(None, []) == []
