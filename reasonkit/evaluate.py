@@ -34,6 +34,7 @@ import numpy as np
 from reasonkit import answers, data, models, template
 from reasonkit import rewards as rewards_lib
 from reasonkit.config import EvalConfig, ModelConfig, Preset
+from reasonkit.rewards import extract
 from reasonkit.runtime import mesh as mesh_lib
 from reasonkit.runtime.runs import RunDir, write_files
 from reasonkit.runtime.session import is_writer
@@ -218,11 +219,6 @@ def majority(found: Sequence[Any], domain: str = "general") -> str | None:
     if not groups:
         return None
     return max(groups, key=lambda g: len(g[1]))[0]  # max keeps the first of equal counts
-
-
-def extract(completion: Any) -> template.Extraction:
-    """The answer tag's text, as the rewards read it: a hedge ("41 or 42") is no answer."""
-    return template.extract_answer(completion, hedged=answers.is_hedged)
 
 
 def score_stage(records: Sequence[dict], greedy: Sequence[str], samples: Sequence[Sequence[str]],

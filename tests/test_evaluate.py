@@ -545,7 +545,8 @@ SCORED = ["<reasoning>6 * 7 = 42.</reasoning>\n<answer>42</answer>", "<answer>41
 def test_score_reads_the_answer_tag_once_with_the_rewards_verdict(completion, monkeypatch):
     calls = []
     real = template.extract_answer
-    monkeypatch.setattr(template, "extract_answer", lambda *a, **k: calls.append(1) or real(*a, **k))
+    # the one reader both use (rewards.extract) calls it under this name
+    monkeypatch.setattr(rewards, "extract_answer", lambda *a, **k: calls.append(1) or real(*a, **k))
     row = evaluate.score({"domain": "math", "answer": "42"}, completion)
     assert len(calls) == 1
     monkeypatch.undo()

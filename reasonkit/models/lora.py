@@ -70,9 +70,16 @@ def apply_lora(model: nnx.Module, lora: LoraConfig, mesh: jax.sharding.Mesh | No
 
 
 def lora_params(model: nnx.Module) -> dict[str, np.ndarray]:
-    """The LoRA adapters alone, as ``{path: array}``."""
-    return {".".join(map(str, p)): np.asarray(v.value)
-            for p, v in nnx.to_flat_state(nnx.state(model, nnx.LoRAParam))}
+    """The LoRA adapters alone, whole on the host, as ``{path: array}``.
+
+    On several processes each holds only its shards: every process must call it (the
+    adapters alone are gathered, :func:`~reasonkit.runtime.mesh.host_copy`).
+    """
+    state = nnx.state(model, nnx.LoRAParam)
+    if jax.process_count() > 1:
+        state = mesh_lib.host_copy(state)
+    return {".".join(map(str, p)): np.asarray(v.value if hasattr(v, "value") else v)
+            for p, v in nnx.to_flat_state(state)}
 
 
 def base_params(model: nnx.Module) -> dict[str, np.ndarray]:

@@ -36,7 +36,6 @@ import numpy as np
 
 from reasonkit import data, models, rewards, template
 from reasonkit.config import Preset
-from reasonkit.runtime import mesh as mesh_lib
 from reasonkit.runtime.runs import RunDir
 from reasonkit.runtime.session import from_writer, is_writer
 from reasonkit.train import generation
@@ -100,16 +99,11 @@ def diverging(before: Reading | None, now: Reading) -> bool:
 
 
 def _flat_lora(policy) -> dict[str, np.ndarray]:
-    """The policy's LoRA adapters, whole on the host: ``{path: array}`` (all processes call it)."""
-    from flax import nnx
-
-    state = nnx.state(policy, nnx.LoRAParam)
-    if jax.process_count() > 1:  # each process holds shards: gather the adapters alone
-        state = mesh_lib.host_copy(state)
-    out = {".".join(map(str, p)): np.asarray(v.value if hasattr(v, "value") else v)
-           for p, v in nnx.to_flat_state(state)}
-    # safetensors' numpy writer knows no bfloat16: float32 holds it exactly (load_best casts back)
-    return {k: v.astype(np.float32) if v.dtype.name == "bfloat16" else v for k, v in out.items()}
+    """The policy's LoRA adapters, whole on the host (all processes call it), as safetensors
+    writes them: its numpy writer knows no bfloat16, and float32 holds it exactly
+    (:func:`load_best` casts back)."""
+    return {k: v.astype(np.float32) if v.dtype.name == "bfloat16" else v
+            for k, v in models.lora_params(policy).items()}
 
 
 class HeldOutCheck:
