@@ -16,6 +16,17 @@ prompts:
 
   shuffled  GRPO whose rewards are permuted across each step's answers: what GRPO does
             with rewards that carry no information about the answers
+  dr-grpo   GRPO with Dr. GRPO's loss (no length or standard-deviation normalisation)
+  fading    GRPO whose format reward steps back as the format is learned
+            (``format_exact_fading`` at weight 1, for ``format_exact`` at 0.1)
+  rs-sft    rejection-sampling SFT: as many answers sampled from the DPO policy as GRPO
+            samples (steps x prompts x G, at GRPO's temperature), the verified-correct
+            ones kept (each distinct answer once), then SFT on them: the information GRPO
+            gets, taught by imitation
+  gold-sft  SFT on the kept prompts' gold traces, the same steps: the upper bound a
+            teacher gives
+
+Both SFT controls take :data:`CONTROL_SFT` steps (as many examples as GRPO's prompts).
 
 Stages and scores are kept in the runs (``seeds.py`` keeps scores in ``eval/seeds.json``),
 so the script can be stopped and run again. It writes ``results`` into ``--out`` and never
@@ -25,6 +36,7 @@ touches the file's ``preregistered`` section, written before the first full run.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import pathlib
@@ -41,10 +53,11 @@ sys.path.insert(0, str(ROOT))
 
 import seeds  # noqa: E402
 
-from reasonkit import evaluate, models, rewards, template, train  # noqa: E402
+from reasonkit import data, evaluate, models, rewards, template, train  # noqa: E402
 from reasonkit.presets import get_preset  # noqa: E402
+from reasonkit.runtime import mesh as mesh_lib  # noqa: E402
 from reasonkit.runtime import runs, session  # noqa: E402
-from reasonkit.train import contrast  # noqa: E402
+from reasonkit.train import batches, build, contrast  # noqa: E402
 
 # The tiny preset's GRPO, moved to the edge of its competence (issue 54).
 HARD = {"grpo.difficulty": 2, "grpo.keep_contrast": True,
@@ -52,6 +65,12 @@ HARD = {"grpo.difficulty": 2, "grpo.keep_contrast": True,
         "eval.max_prompt_length": 128, "eval.max_generation_length": 112,
         "grpo.rewards": [["answer_verified", 1.0], ["format_exact", 0.1]]}
 STAGES = seeds.STAGES
+CONTROLS = ("shuffled", "dr-grpo", "fading", "rs-sft", "gold-sft")
+FADING = (("answer_verified", 1.0), ("format_exact_fading", 1.0))
+# The SFT controls continue from trained adapters: docs/experiments.md's expert-iteration
+# rate, over as many examples as GRPO's prompts (steps x grpo.batch_size), at lengths that
+# hold a difficulty-2 prompt and its answer.
+CONTROL_SFT = {"sft.learning_rate": 1e-3, "sft.max_prompt_length": 128, "sft.max_target_length": 240}
 
 
 def shuffled(fns: Sequence[Callable], seed: int) -> list[Callable]:
@@ -79,20 +98,45 @@ def shuffled(fns: Sequence[Callable], seed: int) -> list[Callable]:
     return [wrap(fn) for fn in fns]
 
 
-def hard_preset(seed: int, quick: bool = False):
+def hard_preset(seed: int, quick: bool = False, **extra: Any):
     overrides = HARD | {f"{st}.seed": seed for st in STAGES}
-    if quick:
-        overrides |= {"sft.max_steps": 4, "dpo.max_steps": 2, "grpo.max_steps": 2}
-    return get_preset("tiny", **overrides)
+    if quick:  # too few steps for any contrast: GRPO takes its split as drawn
+        overrides |= {"sft.max_steps": 4, "dpo.max_steps": 2, "grpo.max_steps": 2,
+                      "grpo.keep_contrast": False}
+    return get_preset("tiny", **overrides | extra)
+
+
+def grpo_prompts(run: runs.RunDir) -> list[dict]:
+    """The prompts ``run``'s GRPO trained on: those the contrast pass kept, or its split."""
+    kept = run.stage("grpo") / contrast.PROMPTS_FILE
+    if kept.is_file():
+        return [json.loads(line) for line in kept.open()]
+    return data.read_splits(run.require("data"))[0].grpo
+
+
+def control_preset(preset, name: str):
+    """The preset a control trains with: Dr. GRPO's loss, the fading format reward
+    (:data:`FADING`), or SFT (:data:`CONTROL_SFT`) for as many examples as GRPO's prompts."""
+    if name in ("dr-grpo", "fading"):
+        change = {"loss": "dr-grpo"} if name == "dr-grpo" else {"rewards": FADING}
+        return dataclasses.replace(preset, grpo=dataclasses.replace(preset.grpo, **change))
+    if name in ("rs-sft", "gold-sft"):
+        g = preset.grpo
+        steps = -(-g.max_steps * g.batch_size // preset.sft.batch_size)
+        fields = {k.split(".")[1]: v for k, v in CONTROL_SFT.items()}
+        return dataclasses.replace(preset, sft=dataclasses.replace(preset.sft, max_steps=steps, **fields))
+    return preset
 
 
 def pass_at_k(preset, run: runs.RunDir, stage: str, records: list[dict], k: int) -> dict[str, Any]:
-    """The fraction of ``records`` one of ``k`` sampled answers of ``stage`` gets right,
-    sampled as evaluation samples (``eval.temperature``)."""
+    """pass@1 .. pass@``k`` of ``stage`` on ``records`` (%), sampled as evaluation samples
+    (``eval.temperature``): the unbiased estimate from each prompt's right answers of ``k``
+    (:func:`evaluate.pass_at_k_curve`)."""
     kept_path = run.stage("eval") / "pass_at_k.json"
     kept = json.loads(kept_path.read_text()) if kept_path.is_file() else {}
     trained = (run.stage(stage) / "finished.json").read_text()
-    key = hashlib.sha1(json.dumps([trained, k, [r["prompt"] for r in records]]).encode()).hexdigest()
+    key = hashlib.sha1(json.dumps([trained, k, [r["prompt"] for r in records], "unbiased"]).encode()
+                       ).hexdigest()
     if kept.get(stage, {}).get("key") != key:
         _, policy, tok, _ = models.load_policy(preset, run, stage, None)
         sampler = evaluate.make_sampler(policy, tok, preset.model, preset.eval)
@@ -105,27 +149,114 @@ def pass_at_k(preset, run: runs.RunDir, stage: str, records: list[dict], k: int)
                            for r, t in zip(records, texts, strict=True)]
         del policy, sampler
         models.free()
+        rows = [{"samples_right": int(c), "samples": k} for c in right.sum(axis=1)]
         kept[stage] = {"key": key, "n": len(records), "k": k,
-                       "pass_at": [100 * float(right[:, :j].any(axis=1).mean()) for j in range(1, k + 1)]}
+                       "pass_at": [100 * p for p in evaluate.pass_at_k_curve(rows)]}
         kept_path.parent.mkdir(parents=True, exist_ok=True)
         kept_path.write_text(json.dumps(kept, indent=1) + "\n")
     return {name: kept[stage][name] for name in ("n", "k", "pass_at")}
 
 
-def run_control(preset, run: runs.RunDir, name: str) -> runs.RunDir:
-    """The control ``name`` beside ``run``: its DPO adapters and GRPO's kept prompts, GRPO
-    trained again with the control's change."""
+def own_verified(preset, run: runs.RunDir, records: list[dict]) -> tuple[list[dict], dict[str, Any]]:
+    """Rejection sampling: as many answers from ``run``'s DPO policy as GRPO samples on
+    ``records`` (``grpo.max_steps x grpo.batch_size x G``, spread evenly over the prompts, at
+    GRPO's temperature), kept when verified correct (:func:`rewards.is_verified`), each
+    distinct answer to a prompt once; as SFT records, with what was kept."""
+    g = preset.grpo
+    per_prompt = max(1, round(g.max_steps * g.batch_size * g.num_generations / len(records)))
+    cfg = dataclasses.replace(preset.eval, temperature=g.temperature, top_p=g.top_p, top_k=g.top_k,
+                              max_prompt_length=g.max_prompt_length,
+                              max_generation_length=g.max_generation_length)
+    _, policy, tok, _ = models.load_policy(preset, run, "dpo", None)
+    sampler = evaluate.make_sampler(policy, tok, preset.model, cfg)
+    prompts = [template.format_prompt(r["prompt"]) for r in records for _ in range(per_prompt)]
+    texts = evaluate.generate(sampler, prompts, cfg, models.stop_token_ids(tok), sample=True,
+                              seed=g.seed, desc="dpo: rejection sampling")
+    del policy, sampler
+    models.free()
+    kept, info = keep_verified(records, texts, per_prompt)
+    return kept, {"per_prompt": per_prompt} | info
+
+
+def keep_verified(records: list[dict], texts: list[str], per_prompt: int
+                  ) -> tuple[list[dict], dict[str, Any]]:
+    r"""The verified-correct ``texts`` (``per_prompt`` in a row for each of ``records``) as SFT
+    records, each distinct (reasoning, answer) of a prompt once; and the counts.
+
+    >>> recs = [{"prompt": "2 + 3?", "answer": "5", "domain": "math", "reasoning": "gold"}]
+    >>> ok = "<reasoning>2 + 3 = 5.</reasoning>\n<answer>5</answer>"
+    >>> lucky = "<reasoning>2 + 3 = 6.</reasoning>\n<answer>5</answer>"
+    >>> kept, info = keep_verified(recs, [ok, lucky, ok], per_prompt=3)
+    >>> [r["reasoning"] for r in kept], info
+    (['2 + 3 = 5.'], {'sampled': 3, 'verified': 2, 'distinct_kept': 1, 'prompts_with_one': 1})
+    """
+    if len(texts) != per_prompt * len(records):
+        raise ValueError(f"keep_verified: {len(texts)} texts for {len(records)} prompts x {per_prompt}")
+    kept, seen, right = [], set(), 0
+    for i, text in enumerate(texts):
+        r = records[i // per_prompt]
+        if not rewards.is_verified(text, r["answer"], r["domain"]):
+            continue
+        right += 1
+        reasoning, answer = template.split_tagged(text)
+        if (r["prompt"], reasoning, answer) not in seen:
+            seen.add((r["prompt"], reasoning, answer))
+            kept.append(r | {"reasoning": reasoning, "answer": answer})
+    return kept, {"sampled": len(texts), "verified": right, "distinct_kept": len(kept),
+                  "prompts_with_one": len({r["prompt"] for r in kept})}
+
+
+def sft_control(preset, run: runs.RunDir, name: str) -> tuple[runs.RunDir, dict[str, Any]]:
+    """``name`` ("rs-sft" or "gold-sft"): SFT that starts from ``run``'s DPO adapters, on
+    GRPO's kept prompts, as run ``<run>-<name>``'s "sft" stage (what is scored)."""
+    ctl = runs.branch(run, f"{run.name}-{name}", ("data", "dpo"))
+    records = grpo_prompts(run)
+    info_path = ctl.stage("sft") / "control.json"
+    if not ctl.is_finished("sft"):
+        info: dict[str, Any] = {"prompts": len(records)}
+        if name == "rs-sft":
+            records, info["sampling"] = own_verified(preset, run, records)
+            if not records:
+                raise ValueError(f"rs-sft: none of the {info['sampling']['sampled']} answers sampled "
+                                 f"from run {run.name!r}'s DPO policy is verified correct: nothing "
+                                 "to imitate")
+        p = control_preset(preset, name)
+        stage = build.build_stage(p, "sft", ctl, started="dpo")
+        tok = stage.tokenizer
+        stream, collator = batches.sft_batches(batches.sft_examples(records, tok), p, tok)
+        t = time.time()
+        with stage.mesh:
+            stage.trainer.train(mesh_lib.global_batches(stream, stage.mesh), None)
+        info |= {"examples": len(records), "steps": stage.trainer.train_steps,
+                 "learning_rate": p.sft.learning_rate, "seconds": round(time.time() - t, 1),
+                 "collate": collator.stats.to_dict()}
+        info_path.write_text(json.dumps(info, indent=1) + "\n")
+        ctl.mark_finished("sft", steps=stage.trainer.train_steps, started_from="dpo", control=name)
+        del stage
+        models.free()
+    return ctl, json.loads(info_path.read_text())
+
+
+def run_control(preset, run: runs.RunDir, name: str) -> tuple[runs.RunDir, str, dict[str, Any]]:
+    """The control ``name`` beside ``run``, from its DPO adapters and GRPO's kept prompts:
+    its run, the stage that holds what it trained, and what it did."""
+    if name in ("rs-sft", "gold-sft"):
+        ctl, info = sft_control(preset, run, name)
+        return ctl, "sft", info
     ctl = runs.branch(run, f"{run.name}-{name}", ("data", "sft", "dpo"))
     if not ctl.is_finished("grpo"):
         ctl.stage("grpo").mkdir(parents=True, exist_ok=True)
-        for file in (contrast.PROMPTS_FILE, contrast.SUMMARY_FILE):  # the same prompts
-            shutil.copy(run.stage("grpo") / file, ctl.stage("grpo") / file)
-        fns = train.grpo_reward_fns(preset)
+        for file in runs.CONTRAST_FILES:  # the same prompts
+            if (run.stage("grpo") / file).is_file():
+                shutil.copy(run.stage("grpo") / file, ctl.stage("grpo") / file)
+        p = control_preset(preset, name)
+        fns = train.grpo_reward_fns(p)
         if name == "shuffled":
-            fns = shuffled(fns, preset.grpo.seed)
-        train.train_grpo(preset, ctl, reward_fns=fns)
+            fns = shuffled(fns, p.grpo.seed)
+        train.train_grpo(p, ctl, reward_fns=fns)
         models.free()
-    return ctl
+    info = ctl.finished_info("grpo")
+    return ctl, "grpo", {"steps": info.get("steps"), "seconds": info.get("seconds")}
 
 
 def verdict(report: dict[str, Any], diagnostics: dict[str, Any] | None) -> dict[str, Any]:
@@ -154,7 +285,7 @@ def verdict(report: dict[str, Any], diagnostics: dict[str, Any] | None) -> dict[
 def main(argv=None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
-    ap.add_argument("--controls", nargs="*", default=[], choices=["shuffled"])
+    ap.add_argument("--controls", nargs="*", default=[], choices=CONTROLS)
     ap.add_argument("--hard", type=int, default=600, help="fresh difficulty-2 prompts per domain")
     ap.add_argument("--fresh", type=int, default=1000, help="fresh difficulty-1 prompts per domain")
     ap.add_argument("--k", type=int, default=4, help="SFT's pass@k on the hard set (the stretch goal)")
@@ -185,17 +316,18 @@ def main(argv=None) -> dict[str, Any]:
             print(f"seed {seed} {stage}: " + ", ".join(
                 f"{k} {v['accuracy']:.2f}%" for k, v in row[stage].items()) + f" ({time.time() - t:.0f} s)",
                 flush=True)
-        row["contrast"] = json.loads((run.stage("grpo") / contrast.SUMMARY_FILE).read_text())
+        summary = run.stage("grpo") / contrast.SUMMARY_FILE
+        row["contrast"] = json.loads(summary.read_text()) if summary.is_file() else None
         per_domain = {}
         for r in sets["hard"]:
             per_domain.setdefault(r["domain"], []).append(r)
         sample = [r for group in per_domain.values() for r in group[:args.pass_per_domain]]
         row["sft_pass_at_k_hard"] = pass_at_k(preset, run, "sft", sample, args.k)
         for name in args.controls:
-            ctl = run_control(preset, run, name)
-            row[f"control_{name}"] = seeds.scores(preset, ctl, "grpo", sets)
+            ctl, stage, info = run_control(preset, run, name)
+            row[f"control_{name}"] = seeds.scores(preset, ctl, stage, sets) | {"did": info}
             print(f"seed {seed} control {name}: " + ", ".join(
-                f"{k} {v['accuracy']:.2f}%" for k, v in row[f"control_{name}"].items()), flush=True)
+                f"{k} {row[f'control_{name}'][k]['accuracy']:.2f}%" for k in sets), flush=True)
         row["grpo_minus_sft"] = {k: row["grpo"][k]["accuracy"] - row["sft"][k]["accuracy"] for k in sets}
         results[str(seed) + ("-quick" if args.quick else "")] = row
     report["settings"] = {"preset": "tiny", "overrides": HARD, "hard_per_domain": args.hard,

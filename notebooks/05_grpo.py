@@ -510,7 +510,8 @@ else:
 #   counting an item twice. GRPO on prompts one step harder, kept only where the policy is
 #   right 1 to 7 times of 8, and paid only for answers its reasoning supports, was tried as
 #   the way to more (`grpo.difficulty`, `grpo.keep_contrast`, the `answer_verified`
-#   reward): its training reward rose by half, its fresh hard prompts by one point, as
-#   much as on the plain prompts, in twice the time (`docs/results.md`, "GRPO on harder
-#   prompts"). To try it, a new run with `REASONKIT_OVERRIDES` set to `HARD` in
+#   reward): its training reward rose by half, its fresh hard prompts by one point (two
+#   with Dr. GRPO's loss), in twice the time. SFT on the policy's own verified answers to
+#   the same prompts gained as much there (`docs/results.md`, "GRPO on harder prompts").
+#   To try it, a new run with `REASONKIT_OVERRIDES` set to `HARD` in
 #   `benchmarks/grpo_hard.py`; `06_evaluation` then measures on its hard block.

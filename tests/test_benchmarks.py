@@ -1,6 +1,8 @@
 """benchmarks/seeds.py (held-out sets, summary; its training is the package's), mfu.py, grpo_shared.py,
 attention.py's ceiling."""
 
+import dataclasses
+import doctest
 import importlib.util
 import math
 import pathlib
@@ -72,6 +74,42 @@ def test_the_shuffled_control_permutes_each_steps_rewards_alike_for_every_functi
     assert b == [10 * x for x in a]  # one permutation per step, shared: the sum is permuted whole
     assert fns[0](None, step) == a and fns[0](None, step[::-1]) != a  # drawn from the step's answers
     assert [f.__name__ for f in fns] == ["<lambda>_shuffled"] * 2
+
+
+def test_each_control_changes_one_thing_of_the_hard_preset():
+    preset = grpo_hard.hard_preset(0)
+    same = lambda a, b, but: {f.name for f in dataclasses.fields(a)  # noqa: E731
+                              if getattr(a, f.name) != getattr(b, f.name)} == but
+    dr = grpo_hard.control_preset(preset, "dr-grpo")
+    assert dr.grpo.loss == "dr-grpo" and same(dr.grpo, preset.grpo, {"loss"}) and dr.sft == preset.sft
+    fading = grpo_hard.control_preset(preset, "fading")
+    assert [name for name, _ in fading.grpo.rewards] == ["answer_verified", "format_exact_fading"]
+    assert same(fading.grpo, preset.grpo, {"rewards"})
+    assert grpo_hard.control_preset(preset, "shuffled") is preset  # its change is in the rewards' order
+    for name in ("rs-sft", "gold-sft"):
+        sft = grpo_hard.control_preset(preset, name).sft
+        # as many examples as GRPO's prompts, at lengths that hold a difficulty-2 prompt and answer
+        assert sft.max_steps * sft.batch_size == preset.grpo.max_steps * preset.grpo.batch_size
+        assert sft.max_prompt_length >= preset.grpo.max_prompt_length
+        assert sft.max_target_length >= preset.grpo.max_prompt_length + preset.grpo.max_generation_length
+        assert sft.learning_rate == grpo_hard.CONTROL_SFT["sft.learning_rate"]
+
+
+def test_rejection_sampling_keeps_each_verified_answer_once():
+    recs = [{"prompt": "7 - 3 - 3?", "answer": "1", "domain": "math", "reasoning": "gold"},
+            {"prompt": "Which is larger, 8 or 2?", "answer": "8", "domain": "general", "reasoning": "g"}]
+    right = "<reasoning>7 - 3 = 4. 4 - 3 = 1.</reasoning>\n<answer>1</answer>"
+    lucky = "<reasoning>7 - 3 = 5. 5 - 3 = 1.</reasoning>\n<answer>1</answer>"  # a false step
+    other = "<reasoning>7 - 3 = 4. So 4 - 3 = 1.</reasoning>\n<answer>1</answer>"
+    big = "<reasoning>8 > 2.</reasoning>\n<answer>8</answer>"
+    texts = [right, lucky, right, other, "8", "<answer>2</answer>", big, big]
+    kept, info = grpo_hard.keep_verified(recs, texts, per_prompt=4)
+    assert [(r["prompt"][:4], r["reasoning"]) for r in kept] == [
+        ("7 - ", "7 - 3 = 4. 4 - 3 = 1."), ("7 - ", "7 - 3 = 4. So 4 - 3 = 1."), ("Whic", "8 > 2.")]
+    assert info == {"sampled": 8, "verified": 5, "distinct_kept": 3, "prompts_with_one": 2}
+    assert all(r["domain"] == src["domain"] for r, src in zip(kept, [recs[0], recs[0], recs[1]], strict=True))
+    with pytest.raises(ValueError, match="7 texts for 2 prompts x 4"):
+        grpo_hard.keep_verified(recs, texts[:7], per_prompt=4)
 
 
 def test_the_verdict_reads_the_preregistered_stop_rules():
@@ -288,3 +326,11 @@ def test_gpu_stages_records_what_the_package_predicts_for_gemma3_270m_on_an_h200
         assert recorded["predicted"]["peak_bytes"][stage] == pytest.approx(
             budget.memory_budget(preset, stage, 1, hw).total, rel=0.05)
     assert recorded["runs"] and all("settings" in r and "result" in r for r in recorded["runs"])
+
+
+def test_the_benchmarks_examples_hold():
+    """The docstring examples of the benchmarks this file loads (pytest collects only the package's)."""
+    for module in (seeds, grpo_hard, grpo_diagnostics):
+        result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+        assert not result.failed, module.__name__
+    assert doctest.testmod(grpo_hard).attempted >= 3  # shuffled, keep_verified, verdict

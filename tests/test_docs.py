@@ -329,4 +329,21 @@ def test_the_harder_grpo_section_quotes_its_json():
     kept = row["contrast"]
     assert f"kept {kept['kept']} of {kept['screened']} prompts ({kept['all_wrong']} all wrong" in text
     assert hard["verdict"]["pilot_stops"] and "**Stopped.** The pilot gained" in text
-    assert f"{row['sft_pass_at_k_hard']['pass_at'][-1]:.1f}%" in text
+    curve = row["sft_pass_at_k_hard"]["pass_at"]
+    assert f"{curve[-1]:.1f}%" in text
+    assert f"(pass@1 to pass@4: {', '.join(f'{x:.1f}' for x in curve)}, the unbiased" in _flat(text)
+    assert f"({ctl['hard']['accuracy'] - row['sft']['hard']['accuracy']:+.2f} and" in text
+    sft = {name: row["sft"][name]["accuracy"] for name in ("hard", "fresh")}
+    for key, label in (("grpo", "GRPO (the pilot)"), ("control_shuffled", "GRPO, shuffled rewards"),
+                       ("control_dr-grpo", "Dr. GRPO"), ("control_fading", "GRPO, fading format reward"),
+                       ("control_rs-sft", "rejection-sampling SFT"),
+                       ("control_gold-sft", "SFT on the gold traces")):
+        cells = [f"{row[key][n]['accuracy']:.2f} | {row[key][n]['accuracy'] - sft[n]:+.2f}"
+                 for n in ("hard", "fresh")]
+        assert f"| {label} | {' | '.join(cells)} |" in text, key
+    rs = row["control_rs-sft"]["did"]
+    assert (f"{rs['sampling']['per_prompt']} per prompt, {rs['sampling']['sampled']}" in _flat(text)
+            and f"kept the {rs['sampling']['verified']} verified right" in _flat(text)
+            and f"{rs['steps']} SFT steps on the {rs['sampling']['distinct_kept']} distinct" in _flat(text)
+            and f"({rs['sampling']['prompts_with_one']} of the {rs['prompts']} prompts" in _flat(text))
+
