@@ -31,6 +31,7 @@ def _benchmark(name: str):
 seeds = _benchmark("seeds")
 grpo_hard = _benchmark("grpo_hard")
 grpo_diagnostics = _benchmark("grpo_diagnostics")
+real_270m_dpo_lr = _benchmark("real_270m_dpo_lr")
 
 
 def test_heldout_sets_hold_no_training_or_pretraining_prompt(tmp_path):
@@ -328,9 +329,16 @@ def test_gpu_stages_records_what_the_package_predicts_for_gemma3_270m_on_an_h200
     assert recorded["runs"] and all("settings" in r and "result" in r for r in recorded["runs"])
 
 
+def test_the_dpo_rate_sweep_names_what_to_run_first(tmp_path):
+    with pytest.raises(SystemExit, match=r"no finished data and SFT stages: run "
+                                         r"benchmarks/real_270m_cpu.py --root .* first"):
+        real_270m_dpo_lr.main(["--root", str(tmp_path)])
+    assert not any(tmp_path.iterdir())  # nothing written, nothing branched
+
+
 def test_the_benchmarks_examples_hold():
     """The docstring examples of the benchmarks this file loads (pytest collects only the package's)."""
-    for module in (seeds, grpo_hard, grpo_diagnostics):
+    for module in (seeds, grpo_hard, grpo_diagnostics, real_270m_dpo_lr):
         result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
         assert not result.failed, module.__name__
     assert doctest.testmod(grpo_hard).attempted >= 3  # shuffled, keep_verified, verdict

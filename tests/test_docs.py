@@ -347,3 +347,19 @@ def test_the_harder_grpo_section_quotes_its_json():
             and f"{rs['steps']} SFT steps on the {rs['sampling']['distinct_kept']} distinct" in _flat(text)
             and f"({rs['sampling']['prompts_with_one']} of the {rs['prompts']} prompts" in _flat(text))
 
+
+def test_the_dpo_rate_table_quotes_its_json():
+    page = (ROOT / "docs" / "presets.md").read_text()
+    text = page.split("### The DPO learning rate", 1)[1].split("\n### ", 1)[0]
+    sweep = json.loads((ROOT / "benchmarks" / "real_270m_dpo_lr.json").read_text())
+    assert sweep["held_out_pairs"] == 48
+    assert f"from the real series' {sweep['sft_steps']}-step SFT" in _flat(text)
+    for row in sweep["rows"]:
+        after = row["after"]
+        rate = f"{row['learning_rate']:.0e}".replace("e-0", "e-")
+        cells = [f"{after['loss']:.3f}", f"{100 * after['rewards/accuracy']:.3g}%",
+                 f"{after['rewards/margin']:.2f}", f"{row['gold_answer_loss_after']:.2f}"]
+        line = next(ln for ln in text.splitlines() if ln.startswith(f"| {rate}") or
+                    ln.startswith(f"| **{rate}**"))
+        assert line.replace("**", "").split(" | ")[1:] == cells[:-1] + [cells[-1] + " |"], (line, cells)
+    assert presets.get_preset("gemma3-270m-cpu").dpo.learning_rate == 5e-5 and "keeps **5e-5**" in text
