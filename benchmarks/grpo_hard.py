@@ -54,6 +54,7 @@ sys.path.insert(0, str(ROOT))
 import seeds  # noqa: E402
 
 from reasonkit import data, evaluate, models, rewards, template, train  # noqa: E402
+from reasonkit.data.records import read_jsonl  # noqa: E402
 from reasonkit.presets import get_preset  # noqa: E402
 from reasonkit.runtime import mesh as mesh_lib  # noqa: E402
 from reasonkit.runtime import runs, session  # noqa: E402
@@ -109,9 +110,7 @@ def hard_preset(seed: int, quick: bool = False, **extra: Any):
 def grpo_prompts(run: runs.RunDir) -> list[dict]:
     """The prompts ``run``'s GRPO trained on: those the contrast pass kept, or its split."""
     kept = run.stage("grpo") / contrast.PROMPTS_FILE
-    if kept.is_file():
-        return [json.loads(line) for line in kept.open()]
-    return data.read_splits(run.require("data"))[0].grpo
+    return read_jsonl(kept) if kept.is_file() else data.read_splits(run.require("data"))[0].grpo
 
 
 def control_preset(preset, name: str):
@@ -164,9 +163,7 @@ def own_verified(preset, run: runs.RunDir, records: list[dict]) -> tuple[list[di
     distinct answer to a prompt once; as SFT records, with what was kept."""
     g = preset.grpo
     per_prompt = max(1, round(g.max_steps * g.batch_size * g.num_generations / len(records)))
-    cfg = dataclasses.replace(preset.eval, temperature=g.temperature, top_p=g.top_p, top_k=g.top_k,
-                              max_prompt_length=g.max_prompt_length,
-                              max_generation_length=g.max_generation_length)
+    cfg = contrast.as_rollouts(preset)
     _, policy, tok, _ = models.load_policy(preset, run, "dpo", None)
     sampler = evaluate.make_sampler(policy, tok, preset.model, cfg)
     prompts = [template.format_prompt(r["prompt"]) for r in records for _ in range(per_prompt)]

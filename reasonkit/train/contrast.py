@@ -24,22 +24,36 @@ from reasonkit.runtime.session import is_writer
 from reasonkit.train import generation
 
 if TYPE_CHECKING:
-    from reasonkit.config import Preset
+    from reasonkit.config import EvalConfig, Preset
     from reasonkit.data import Splits
     from reasonkit.runtime.runs import RunDir
 
-__all__ = ["PROMPTS_FILE", "SUMMARY_FILE", "rights", "keep_contrast", "check_difficulty",
+__all__ = ["PROMPTS_FILE", "SUMMARY_FILE", "as_rollouts", "rights", "keep_contrast", "check_difficulty",
            "grpo_prompts"]
 
 PROMPTS_FILE, SUMMARY_FILE = runs.CONTRAST_FILES  # runs.begin_stage clears both on a retrain
 
 
+def as_rollouts(preset: Preset) -> EvalConfig:
+    """The evaluation settings that sample as GRPO's rollouts do: GRPO's lengths,
+    temperature, top-p and top-k, evaluation's batch.
+
+    >>> from reasonkit.presets import get_preset
+    >>> preset = get_preset("tiny")
+    >>> cfg = as_rollouts(preset)
+    >>> cfg.temperature, preset.eval.temperature, cfg.top_k == preset.grpo.top_k
+    (0.9, 0.7, True)
+    """
+    g = preset.grpo
+    return dataclasses.replace(preset.eval, max_prompt_length=g.max_prompt_length,
+                               max_generation_length=g.max_generation_length,
+                               temperature=g.temperature, top_p=g.top_p, top_k=g.top_k)
+
+
 def rights(policy, tokenizer, records: Sequence[dict], preset: Preset) -> list[int]:
     """Per record: how many of G answers sampled as GRPO's rollouts are right."""
     g = preset.grpo
-    cfg = dataclasses.replace(preset.eval, max_prompt_length=g.max_prompt_length,
-                              max_generation_length=g.max_generation_length,
-                              temperature=g.temperature, top_p=g.top_p, top_k=g.top_k)
+    cfg = as_rollouts(preset)
     sampler = generation.make_sampler(policy, tokenizer, preset.model, cfg)
     prompts = [template.format_prompt(r["prompt"]) for r in records]
     stops = models.stop_token_ids(tokenizer)

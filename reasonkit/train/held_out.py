@@ -121,6 +121,7 @@ class HeldOutCheck:
                  *, stage: str = "grpo", fresh: bool = False, trained: Sequence[dict] = ()):
         self.policy, self.tokenizer, self.records = policy, tokenizer, list(records)
         self.trained = list(trained)
+        self.trained_prompts = [template.format_prompt(r["prompt"]) for r in self.trained]
         self.preset, self.run, self.stage = preset, run, stage
         self.prompts = [template.format_prompt(r["prompt"]) for r in self.records]
         self.readings: list[Reading] = []
@@ -173,8 +174,7 @@ class HeldOutCheck:
         accuracy = float(np.mean(right)) if n else 0.0
         trained = None
         if self.trained:
-            seen = self._texts([template.format_prompt(r["prompt"]) for r in self.trained],
-                               f"training prompts, step {step}")
+            seen = self._texts(self.trained_prompts, f"training prompts, step {step}")
             trained = float(np.mean(self._right(seen, self.trained)))
         fmt = float(np.mean([template.has_exact_format(t) for t in texts])) if n else 0.0
         before, m = self._previous(step)
