@@ -126,7 +126,7 @@ def _gemma3_270m_cpu() -> Preset:
                                   dtype="float32"),
         lora=LoraConfig(rank=16, alpha=32.0),
         data=DataConfig(num_records=300, eval_per_domain=84, train_size=400),
-        sft=SFTConfig(batch_size=4, max_steps=60, learning_rate=2e-4, warmup_ratio=0.1,
+        sft=SFTConfig(batch_size=4, max_steps=120, learning_rate=2e-4, warmup_ratio=0.1,
                       checkpoint_every=20, log_every=5, max_prompt_length=80,
                       max_target_length=144),
         dpo=DPOConfig(batch_size=2, max_steps=10, learning_rate=5e-5, warmup_ratio=0.1,
