@@ -154,7 +154,14 @@ def check_export(path: pathlib.Path, out: pathlib.Path, n: int = 64) -> int:
                                                        ("no <end_of_turn>", stopped)) if not ok]
         rows.append({"question": q, "transformers": text, "reasonkit": sp.DecodeIds(ids),
                      "same_prompt_ids": same_prompt, "same_answer": same, "stops_at_end_of_turn": stopped})
-    out.write_text(json.dumps({"export": str(path), "rows": rows}, indent=1) + "\n")
+    import transformers
+
+    where = ".../" + "/".join(path.resolve().parts[-4:])  # the run's layout, not this machine's
+    out.write_text(json.dumps({
+        "export": where, "rows": rows,
+        "checked_with": f"transformers {transformers.__version__} + torch {torch.__version__} (CPU, "
+                        "float32): AutoModelForCausalLM / AutoTokenizer on the directory alone; "
+                        "reasonkit's loader on the same directory"}, indent=1) + "\n")
     for p in problems:
         print("FAIL:", p)
     return 1 if problems else 0
