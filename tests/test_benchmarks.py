@@ -32,6 +32,7 @@ seeds = _benchmark("seeds")
 grpo_hard = _benchmark("grpo_hard")
 grpo_diagnostics = _benchmark("grpo_diagnostics")
 real_270m_dpo_lr = _benchmark("real_270m_dpo_lr")
+real_270m_grpo_lr = _benchmark("real_270m_grpo_lr")
 
 
 def test_heldout_sets_hold_no_training_or_pretraining_prompt(tmp_path):
@@ -334,6 +335,24 @@ def test_the_dpo_rate_sweep_names_what_to_run_first(tmp_path):
                                          r"benchmarks/real_270m_cpu.py --root .* first"):
         real_270m_dpo_lr.main(["--root", str(tmp_path)])
     assert not any(tmp_path.iterdir())  # nothing written, nothing branched
+
+
+def test_the_grpo_rate_sweep_names_what_to_run_first(tmp_path):
+    with pytest.raises(SystemExit, match=r"no finished data, SFT and DPO stages: run "
+                                         r"benchmarks/real_270m_cpu.py --root .* first"):
+        real_270m_grpo_lr.main(["--root", str(tmp_path)])
+    assert not any(tmp_path.iterdir())  # nothing written, nothing branched
+
+
+def test_the_grpo_rate_sweep_holds_out_fresh_prompts_of_every_domain(tmp_path):
+    preset = get_preset("tiny")
+    splits = seeds.build_data(preset, runs.RunDir.create("s", root=tmp_path), seeds.token_counter(preset))
+    held = real_270m_grpo_lr.fresh_held_out(splits, 5)
+    key = lambda recs: {template.normalize_prompt(r["prompt"]) for r in recs}  # noqa: E731
+    assert len(held) == len(key(held)) == 5 * len(seeds.tasks.DOMAINS)
+    assert {r["domain"] for r in held} == set(seeds.tasks.DOMAINS)
+    assert not key(held) & (key(splits.sft) | key(splits.dpo) | key(splits.grpo) | key(splits.eval))
+    assert all(r["reasoning"] and r["answer"] for r in held)  # the gold answers' loss needs both
 
 
 def test_the_benchmarks_examples_hold():

@@ -363,3 +363,24 @@ def test_the_dpo_rate_table_quotes_its_json():
                     ln.startswith(f"| **{rate}**"))
         assert line.replace("**", "").split(" | ")[1:] == cells[:-1] + [cells[-1] + " |"], (line, cells)
     assert presets.get_preset("gemma3-270m-cpu").dpo.learning_rate == 5e-5 and "keeps **5e-5**" in text
+
+
+def test_the_grpo_rate_table_quotes_its_json():
+    page = (ROOT / "docs" / "presets.md").read_text()
+    text = page.split("### The GRPO learning rate", 1)[1].split("\n### ", 1)[0]
+    sweep = json.loads((ROOT / "benchmarks" / "real_270m_grpo_lr.json").read_text())
+    assert f"after its {sweep['sft_steps']}-step SFT" in _flat(text)
+    assert f"on {sweep['held_out_records']} fresh task prompts" in _flat(text)
+    for row in sweep["rows"]:
+        rate = row["learning_rate"]
+        label = "none (the DPO adapters)" if rate is None else f"{rate:.0e}".replace("e-0", "e-")
+        cells = [f"{100 * row['format_rate']:.3g}%", f"{100 * row['accuracy']:.1f}%",
+                 f"{row['gold_answer_loss']:.3f}"]
+        if rate is not None:
+            cells += [f"{row['correct_reward_first']:.2f} -> {row['correct_reward_last']:.2f}",
+                      f"{row['kl_last']:.2g}"]
+        line = next(ln for ln in text.splitlines() if ln.replace("**", "").startswith(f"| {label} "))
+        shown = [c.strip() for c in line.replace("**", "").strip("| \n").split(" | ")][1:]
+        assert shown[:len(cells)] == cells, (line, cells)
+    assert presets.get_preset("gemma3-270m-cpu").grpo.learning_rate == 5e-5
+    assert "**5e-5** (the CPU preset)" in text and "The CPU preset still ships 5e-5" in _flat(text)
