@@ -127,6 +127,7 @@ QUESTIONS = ["Jon has 6 cups. Jon buys 7 more. How many cups does Jon have now?"
 def check_export(path: pathlib.Path, out: pathlib.Path, n: int = 64) -> int:
     """The merged export in transformers against reasonkit (see the module's docstring)."""
     import torch
+    import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     cfg = model_config()
@@ -154,8 +155,6 @@ def check_export(path: pathlib.Path, out: pathlib.Path, n: int = 64) -> int:
                                                        ("no <end_of_turn>", stopped)) if not ok]
         rows.append({"question": q, "transformers": text, "reasonkit": sp.DecodeIds(ids),
                      "same_prompt_ids": same_prompt, "same_answer": same, "stops_at_end_of_turn": stopped})
-    import transformers
-
     where = ".../" + "/".join(path.resolve().parts[-4:])  # the run's layout, not this machine's
     out.write_text(json.dumps({
         "export": where, "rows": rows,
