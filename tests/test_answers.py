@@ -10,7 +10,7 @@ import time
 from fractions import Fraction
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from reasonkit import answers, rewards
@@ -194,6 +194,7 @@ def _spell(value: Fraction) -> str:
 @settings(max_examples=120, deadline=None)
 @given(g=st.fractions(min_value=-50, max_value=50, max_denominator=8),
        k=st.integers(-9, 9).map(Fraction), op=st.sampled_from(sorted(OPS)), swap=st.booleans())
+@example(g=Fraction(1, 4), k=Fraction(1), op="/", swap=True)  # 1 / \frac{1}{4} is 4, not 1/4
 def test_an_expression_is_credited_only_for_its_value(g, k, op, swap):
     """``g op k`` and ``k op g`` are right exactly when they evaluate to the gold g."""
     a, b = (k, g) if swap else (g, k)

@@ -4,7 +4,7 @@ The bottom of the checker: every other module of :mod:`reasonkit.answers` reads 
 answer through these helpers. :func:`normalize_text` is how text answers compare (case,
 punctuation and list separators do not matter); ``_clean`` strips LaTeX, currency and
 digit grouping so that numbers, operators and words remain (``\frac{a}{b}`` becomes
-``a/b``, ``10{,}000`` becomes ``10000``); ``_box_run`` and ``_segments`` find the
+``(a/b)``, ``10{,}000`` becomes ``10000``); ``_box_run`` and ``_segments`` find the
 ``\boxed{}`` answers and the ``$...$`` math of a sentence. Everything here is bounded:
 texts longer than :data:`MAX_PARSE_CHARS` are never cleaned (the quadratic steps only
 see short strings) and the scans are linear.
@@ -127,7 +127,8 @@ _MIXED_RE = re.compile(r"(?<![\d.])(\d+)[ \t]*$")
 
 
 def _fracs(t: str) -> str:
-    r"""``\frac{a}{b}`` -> ``a/b`` (``(a)/(b)`` unless plain numbers); ``2\frac{1}{2}`` -> ``(2+1/2)``."""
+    r"""``\frac{a}{b}`` -> ``(a/b)`` (``((a)/(b))`` unless plain numbers), one term whatever stands
+    before it (``1 / \frac{1}{4}`` is 4); ``2\frac{1}{2}`` -> ``(2+1/2)``."""
     t = t.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("\\cfrac", "\\frac")
     i = t.find("\\frac")
     while i >= 0:
@@ -143,7 +144,7 @@ def _fracs(t: str) -> str:
                 t = f"{t[:mixed.start()]}({mixed.group(1)}+{a}/{b}){t[j:]}"
                 i = mixed.start()
             else:
-                t = t[:i] + (f"{a}/{b}" if plain else f"({a})/({b})") + t[j:]
+                t = t[:i] + (f"({a}/{b})" if plain else f"(({a})/({b}))") + t[j:]
         i = t.find("\\frac", i + 1)
     return t
 
