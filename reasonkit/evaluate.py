@@ -595,6 +595,29 @@ def noise_points(a: float, b: float, n_a: int, n_b: int) -> float:
     return 200 * math.hypot(se(a, n_a), se(b, n_b))
 
 
+def paired_difference(before: Sequence[dict], after: Sequence[dict], key: str = "correct"
+                      ) -> dict[str, float]:
+    """``after`` minus ``before`` on the same prompts, in points: the mean of the per-prompt
+    differences of ``key`` and its standard error, which is smaller than
+    :func:`noise_points`' unpaired one when the two stages mostly agree.
+
+    The rows must be two scorings of the same prompts in the same order (their ``id``).
+
+    >>> a = [{"id": i, "correct": c} for i, c in enumerate([1, 1, 0, 0, 1, 0, 1, 1])]
+    >>> b = [{"id": i, "correct": c} for i, c in enumerate([1, 0, 0, 0, 1, 0, 1, 0])]
+    >>> paired_difference(a, b)
+    {'n': 8, 'mean': -25.0, 'se': 16.37}
+    """
+    if [r.get("id") for r in before] != [r.get("id") for r in after]:
+        raise ValueError(f"paired_difference: the two stages scored different prompts "
+                         f"({len(before)} and {len(after)} rows, ids differ): pair the same held-out set")
+    d = np.array([float(b[key]) - float(a[key]) for a, b in zip(before, after, strict=True)])
+    n = len(d)
+    se = float(np.std(d, ddof=1) / math.sqrt(n)) if n > 1 else float("nan")
+    return {"n": n, "mean": round(100 * float(d.mean()), 2) if n else float("nan"),
+            "se": round(100 * se, 2)}
+
+
 # --- reporting ------------------------------------------------------------------------
 
 

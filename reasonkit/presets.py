@@ -132,7 +132,7 @@ def _gemma3_270m_cpu() -> Preset:
         dpo=DPOConfig(batch_size=2, max_steps=10, learning_rate=5e-5, warmup_ratio=0.1,
                       checkpoint_every=5, log_every=1, max_prompt_length=80,
                       max_response_length=64),
-        grpo=GRPOConfig(batch_size=2, max_steps=30, learning_rate=5e-5, warmup_ratio=0.1,
+        grpo=GRPOConfig(batch_size=2, max_steps=30, learning_rate=5e-6, warmup_ratio=0.1,
                         checkpoint_every=10, log_every=1, num_generations=4,
                         max_prompt_length=80, max_generation_length=64, temperature=0.9),
         eval=EvalConfig(batch_size=32, max_prompt_length=80, max_generation_length=64,

@@ -33,6 +33,7 @@ grpo_hard = _benchmark("grpo_hard")
 grpo_diagnostics = _benchmark("grpo_diagnostics")
 real_270m_dpo_lr = _benchmark("real_270m_dpo_lr")
 real_270m_grpo_lr = _benchmark("real_270m_grpo_lr")
+real_270m_cpu = _benchmark("real_270m_cpu")
 
 
 def test_heldout_sets_hold_no_training_or_pretraining_prompt(tmp_path):
@@ -353,6 +354,35 @@ def test_the_grpo_rate_sweep_holds_out_fresh_prompts_of_every_domain(tmp_path):
     assert {r["domain"] for r in held} == set(seeds.tasks.DOMAINS)
     assert not key(held) & (key(splits.sft) | key(splits.dpo) | key(splits.grpo) | key(splits.eval))
     assert all(r["reasoning"] and r["answer"] for r in held)  # the gold answers' loss needs both
+
+
+def test_the_real_series_compares_its_stages_on_the_saved_answers(tmp_path):
+    """--compare-only: paired differences, per-domain accuracy and lengths from a finished run's
+    answers, added to the JSON, which keeps what it had; a run with no answers is named."""
+    import json
+
+    out = tmp_path / "real.json"
+    out.write_text(json.dumps({"preset": "gemma3-270m-cpu", "n": 4}))
+    with pytest.raises(SystemExit, match=r"no completions for \['base', 'sft', 'dpo', 'grpo'\]"):
+        real_270m_cpu.main(["--root", str(tmp_path), "--out", str(out), "--compare-only"])
+    right = {"base": [0, 0, 0, 0], "sft": [1, 1, 0, 1], "dpo": [1, 0, 0, 1], "grpo": [1, 0, 1, 1]}
+    saved = tmp_path / "runs" / "e2e" / "eval"
+    saved.mkdir(parents=True)
+    for stage, marks in right.items():
+        rows = [{"id": f"p{i}", "domain": "math" if i < 2 else "coding", "format_ok": True,
+                 "reason": "ok", "correct": bool(c), "lenient": bool(c), "partial": float(c),
+                 "pass_at_k": False, "maj_at_k": False, "length": 10 + c}
+                for i, c in enumerate(marks)]
+        (saved / f"completions_{stage}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert real_270m_cpu.main(["--root", str(tmp_path), "--out", str(out), "--compare-only"]) == 0
+    got = json.loads(out.read_text())
+    assert got["preset"] == "gemma3-270m-cpu" and got["n"] == 4
+    paired = got["paired_accuracy"]
+    assert list(paired) == ["sft - base", "dpo - sft", "grpo - dpo", "grpo - sft"]
+    assert paired["sft - base"] == {"n": 4, "mean": 75.0, "se": 25.0}
+    assert paired["dpo - sft"]["mean"] == -25.0 and paired["grpo - sft"]["mean"] == 0.0
+    assert got["accuracy_by_domain"]["dpo"] == {"coding": 0.5, "math": 0.5}
+    assert got["mean_length"] == {"base": 10.0, "sft": 10.8, "dpo": 10.5, "grpo": 10.8}
 
 
 def test_the_benchmarks_examples_hold():

@@ -264,6 +264,9 @@ def test_the_real_270m_table_and_its_quotes_are_its_json():
         for col, name in enumerate(head[1:], 1):
             want = f"{100 * s[keys[name]]:.1f} ± {100 * s[keys[name] + '_se']:.1f}"
             assert rows[label][col] == want, (label, name)
+    paired = ", ".join(f"{pair.upper().replace('BASE', 'base')} "
+                       f"{d['mean']:+.1f} ± {d['se']:.1f}" for pair, d in real["paired_accuracy"].items())
+    assert f"paired_accuracy` in the JSON): {paired}." in _flat(RESULTS.read_text()), paired
     base, sft = real["stages"]["base"], real["stages"]["sft"]
     assert (f"the real Gemma 3 270M ({100 * base['lenient_accuracy']:.1f}% read leniently before SFT, "
             f"{100 * sft['accuracy']:.1f}% after)") in _flat(README.read_text())
@@ -382,5 +385,7 @@ def test_the_grpo_rate_table_quotes_its_json():
         line = next(ln for ln in text.splitlines() if ln.replace("**", "").startswith(f"| {label} "))
         shown = [c.strip() for c in line.replace("**", "").strip("| \n").split(" | ")][1:]
         assert shown[:len(cells)] == cells, (line, cells)
-    assert presets.get_preset("gemma3-270m-cpu").grpo.learning_rate == 5e-5
-    assert "**5e-5** (the CPU preset)" in text and "The CPU preset still ships 5e-5" in _flat(text)
+    assert presets.get_preset("gemma3-270m-cpu").grpo.learning_rate == 5e-6
+    gain = json.loads((BENCH / "real_270m_cpu.json").read_text())["paired_accuracy"]["grpo - dpo"]
+    assert f"gains {gain['mean']:.1f} ± {gain['se']:.1f} points over DPO" in _flat(text)
+    assert "**5e-6** (the CPU preset)" in text and "the CPU preset takes 5e-6" in _flat(text)

@@ -148,6 +148,18 @@ def test_small_moves_are_called_noise():
             in evaluate.describe_changes(res))
 
 
+def test_a_paired_difference_is_tighter_than_an_unpaired_one_and_needs_the_same_prompts():
+    before = [{"id": i, "correct": i % 2 == 0} for i in range(200)]
+    after = [dict(r, correct=r["correct"] or r["id"] % 10 == 1) for r in before]  # 20 more right
+    d = evaluate.paired_difference(before, after)
+    assert d == {"n": 200, "mean": 10.0, "se": 2.13}
+    assert 2 * d["se"] < evaluate.noise_points(0.5, 0.6, 200, 200)  # pairing removes the shared part
+    with pytest.raises(ValueError, match="different prompts .*200 and 199 rows"):
+        evaluate.paired_difference(before, after[1:])
+    with pytest.raises(ValueError, match="ids differ"):
+        evaluate.paired_difference(before, after[::-1])
+
+
 def test_judge_counts_failures():
     rows = [{"prompt": "p", "completion": "c", "gold": "g"}] * 3
     calls = iter([{"reasoning": 5}, {"reasoning": 11}, RuntimeError("api down")])

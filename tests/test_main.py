@@ -211,14 +211,16 @@ def test_the_time_model_is_within_a_factor_of_3_of_the_tiny_demo(peak, measured)
 
 
 # The real Gemma 3 270M's series on a 2-core CPU (benchmarks/real_270m_cpu.json), and the
-# matmul rate its plan measured before it started (its log: 0.184 TFLOP/s; docs/results.md).
-REAL_PEAK = 184e9
+# matmul rate its plan measured before it started (its log: 0.188 TFLOP/s; docs/results.md).
+REAL_PEAK = 188e9
 
 
 def test_the_time_model_of_a_gemma_on_a_cpu_is_the_real_270m_series():
-    """The whole series within 1.25x of its measured time, each stage within 2x: loading,
-    compiling and SFT's held-out checks come on top of the model, and weigh most in the short
-    stages."""
+    """The plan of the whole series is an upper bound within 1.5x of its measured time, each
+    stage within 2x. It decodes every answer to its maximum length, where trained stages stop
+    early; loading, compiling and SFT's held-out checks come on top, and weigh most in the
+    short stages. Two runs of the same stages on this machine differed by 10-19% (docs/results.md),
+    so a tighter bound would test the machine."""
     real = json.loads((ROOT / "benchmarks" / "real_270m_cpu.json").read_text())
     model = hardware.time_model(get_preset(real["preset"]), hardware.from_name("cpu-1"),
                                 peak=REAL_PEAK)
@@ -226,7 +228,7 @@ def test_the_time_model_of_a_gemma_on_a_cpu_is_the_real_270m_series():
     stages = ("sft", "dpo", "grpo", "eval")
     ratios = {stage: model.seconds(stage) / real["times_s"][stage] for stage in stages}
     assert all(1 / 2 <= r <= 2 for r in ratios.values()), ratios
-    assert 1 / 1.25 <= model.total() / sum(real["times_s"][s] for s in stages) <= 1.25
+    assert 1 <= model.total() / sum(real["times_s"][s] for s in stages) <= 1.5
 
 
 class Counter:
