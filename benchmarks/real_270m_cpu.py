@@ -30,6 +30,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from reasonkit import evaluate, train  # noqa: E402
+from reasonkit.data.records import read_jsonl  # noqa: E402
 from reasonkit.presets import get_preset  # noqa: E402
 from reasonkit.runtime import hardware  # noqa: E402
 
@@ -75,7 +76,7 @@ def read_rows(root: pathlib.Path) -> dict[str, list[dict]]:
     missing = [s for s in STAGES if not (out / f"completions_{s}.jsonl").is_file()]
     if missing:
         raise SystemExit(f"{out}: no completions for {missing}; run this script with --root {root} first")
-    return {s: [json.loads(line) for line in (out / f"completions_{s}.jsonl").open()] for s in STAGES}
+    return {s: read_jsonl(out / f"completions_{s}.jsonl") for s in STAGES}
 
 
 def side_by_side(results: dict, k: int = 4) -> list[dict]:

@@ -1,6 +1,6 @@
 """GRPO learning rates on Google's pretrained Gemma 3 270M (CPU), from the real series' DPO adapters.
 
-Run from the repository root, by hand (about 25 minutes on 2 cores), after
+Run from the repository root, by hand (about 35 minutes on 2 cores), after
 ``benchmarks/real_270m_cpu.py`` has trained DPO under ``--root``:
 
     .venv/bin/python benchmarks/real_270m_grpo_lr.py --root runs/real_270m_cpu
@@ -43,7 +43,7 @@ _spec.loader.exec_module(real_270m_lr)
 
 OUT = ROOT / "benchmarks" / "real_270m_grpo_lr.json"
 PRESET = "gemma3-270m-cpu"
-RATES = (5e-6, 5e-5, 5e-4)  # ten times below the CPU preset's, its own, ten times above
+RATES = (5e-6, 5e-5, 5e-4)  # the CPU preset's (chosen here), its rate before, ten times that
 CORRECT, KL = "rewards/train/answer_correct", "actor/train/kl"
 FIRST_SEED = 7_000  # the fresh held-out prompts' task seeds start here
 
