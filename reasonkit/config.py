@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping
 __all__ = ["DOMAINS", "check_weights", "ATTENTION_IMPLS", "ModelConfig", "LORA_TARGETS",
            "LoraConfig", "MeshConfig", "DataConfig", "TrainConfig", "SFTConfig", "DPOConfig",
            "DEFAULT_REWARDS", "MAX_LENGTH_SHAPES", "GRPOConfig", "GSM8K_TEST_SIZE",
-           "GSM8K_SOURCES", "EvalConfig", "Preset"]
+           "GSM8K_SOURCES", "EvalConfig", "OPTIMISATIONS", "Preset"]
 
 DOMAINS = ("math", "coding", "science", "instruction", "summarization", "general")
 
@@ -547,9 +547,21 @@ class EvalConfig:
         return min(GSM8K_TEST_SIZE, self.gsm8k_limit or GSM8K_TEST_SIZE)
 
 
+# reasonkit's optimisations of Tunix and qwix, by the names of their entries in the patch table
+# (the tunix_patches package; a test keeps the two lists equal). Each gives the same numbers, or
+# the same distribution of samples, at a lower cost; Preset.optimisations lists those in force.
+OPTIMISATIONS = ("attention", "chunked log-probs", "shared prompts", "shared prefill",
+                 "length buckets", "flat LoRA delta", "cpu step memory")
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Preset:
-    """Everything one run of the notebook series needs."""
+    """Everything one run of the notebook series needs.
+
+    ``optimisations``: reasonkit's optimisation patches in force (:data:`OPTIMISATIONS`);
+    ``()`` runs Tunix and qwix as they ship. The patches a stage needs to run at all are
+    always applied.
+    """
 
     name: str
     hardware: str  # what it was sized for, e.g. "cpu", "tpu-v5e-8"
@@ -561,8 +573,18 @@ class Preset:
     dpo: DPOConfig
     grpo: GRPOConfig
     eval: EvalConfig
+    optimisations: tuple[str, ...] = OPTIMISATIONS
 
     def __post_init__(self):
+        if isinstance(self.optimisations, str) or not all(
+                isinstance(o, str) for o in self.optimisations):
+            _fail("Preset", "optimisations", self.optimisations, "must be a list of names, "
+                  f"of {list(OPTIMISATIONS)} ([] runs Tunix as it ships)")
+        unknown = [o for o in self.optimisations if o not in OPTIMISATIONS]
+        if unknown:
+            _fail("Preset", "optimisations", list(self.optimisations),
+                  f"{unknown} unknown; optimisations: {list(OPTIMISATIONS)}")
+        object.__setattr__(self, "optimisations", tuple(self.optimisations))
         if self.grpo.difficulty > self.data.difficulty and "tasks" not in self.data.sources:
             _fail("Preset", "grpo.difficulty", self.grpo.difficulty,
                   f"above data.difficulty={self.data.difficulty} draws GRPO's prompts from the "
