@@ -585,6 +585,9 @@ class Preset:
             _fail("Preset", "optimisations", list(self.optimisations),
                   f"{unknown} unknown; optimisations: {list(OPTIMISATIONS)}")
         object.__setattr__(self, "optimisations", tuple(self.optimisations))
+        if "attention" not in self.optimisations and self.model.attention != "tunix":
+            # Tunix's own attention: the model config says what the model runs
+            object.__setattr__(self, "model", dataclasses.replace(self.model, attention="tunix"))
         if self.grpo.difficulty > self.data.difficulty and "tasks" not in self.data.sources:
             _fail("Preset", "grpo.difficulty", self.grpo.difficulty,
                   f"above data.difficulty={self.data.difficulty} draws GRPO's prompts from the "

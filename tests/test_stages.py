@@ -1,22 +1,15 @@
-"""train.stage_run: a notebook cell makes the stage's Tunix call itself; the run directory's rules hold."""
+"""train.stage_run: a notebook cell builds Tunix's object and trains it; the run directory's rules hold."""
 
 import time
 
+import jax
+import numpy as np
+import optax
 import pytest
-from tunix import PeftTrainer
+from tunix import PeftTrainer, TrainingConfig
 
-from reasonkit import train
+from reasonkit import models, train
 from reasonkit.testing import make_run, small_preset
-from reasonkit.train.stages import StageResult, StageRun
-
-
-def test_a_stage_run_with_nothing_to_train_makes_no_call():
-    class Refuses:
-        def train(self, *args):
-            raise AssertionError("called")
-
-    loaded = StageResult("sft", 4, True, None, 0.0, {})
-    StageRun("sft", False, trainer=Refuses(), learner=Refuses(), result=loaded).train()
 
 
 def test_an_unknown_stage_is_refused_before_anything_runs(tmp_path):
@@ -25,21 +18,38 @@ def test_an_unknown_stage_is_refused_before_anything_runs(tmp_path):
             pass
 
 
+def _sft_cell(r, preset, optimizer=None):
+    """03_sft's training cell: Tunix's trainer built on the stage's models, patched, trained."""
+    cfg = preset.sft
+    trainer = PeftTrainer(r.policy, optimizer or train.make_optimizer(cfg), TrainingConfig(
+        max_steps=cfg.max_steps, eval_every_n_steps=cfg.checkpoint_every, **r.run_options))
+    trainer = trainer.with_gen_model_input_fn(train.gen_model_input_fn(r.tokenizer.pad_id()))
+    trainer = r.patch(trainer)
+    trainer.train(r.batches(trainer), r.eval_batches)
+    return trainer
+
+
+def _adapters(policy):
+    return [np.asarray(x) for x in jax.tree.leaves(models.lora_params(policy))]
+
+
 @pytest.mark.slow
 def test_the_notebook_cell_trains_then_loads_then_retrains(tmp_path, capsys):
     preset = small_preset(**{"sft.max_steps": 2, "sft.checkpoint_every": 1})
     run = make_run(tmp_path, "cell", preset)
-    with train.stage_run(preset, run, "sft") as r:  # what 03_sft's training cell writes
-        assert r.trains and isinstance(r.trainer, PeftTrainer) and r.learner is None
-        assert len(r.eval_batches) == 2
-        r.trainer.train(r.train_batches, r.eval_batches)
+    with train.stage_run(preset, run, "sft") as r:
+        assert r.trains and r.policy is not None and r.reference is None and len(r.eval_batches) == 2
+        start = _adapters(r.policy)
+        trainer = _sft_cell(r, preset)
     result = r.result
     assert result.finished and result.steps == 2 and run.is_finished("sft")
+    assert result.policy is trainer.model  # the cell's own trainer trained
+    assert any(not np.array_equal(a, b) for a, b in zip(start, _adapters(result.policy), strict=True))
     assert "sft: 2 steps in" in capsys.readouterr().out  # one line, not a dict
     assert len(train.read_metrics(run, "sft")) > 0
 
     with train.stage_run(preset, run, "sft") as again:  # re-running the notebook loads it
-        assert not again.trains and again.trainer is None
+        assert not again.trains and again.policy is None
     assert again.result.finished and again.result.steps == 2 and again.result.policy is not None
     assert "already finished" in capsys.readouterr().out
 
@@ -47,6 +57,27 @@ def test_the_notebook_cell_trains_then_loads_then_retrains(tmp_path, capsys):
         train.train_sft(preset, run)
 
     with train.stage_run(preset, run, "sft", retrain=True, deadline=time.time() - 1) as late:
-        late.trainer.train(late.train_batches, late.eval_batches)  # out of time: no step
+        _sft_cell(late, preset)  # out of time: no step
     assert not late.result.finished and not run.is_finished("sft")  # cleared, then stopped
     assert train.train_or_load(preset, run, "sft").finished  # resumes and completes
+
+
+@pytest.mark.slow
+def test_an_argument_edited_in_the_cell_changes_what_trains(tmp_path):
+    """The object the cell builds is the one that trains: an optimizer of rate 0 leaves the
+    adapters where they started."""
+    preset = small_preset(**{"sft.max_steps": 2, "sft.checkpoint_every": 2})
+    run = make_run(tmp_path, "edited", preset)
+    with train.stage_run(preset, run, "sft") as r:
+        start = _adapters(r.policy)
+        _sft_cell(r, preset, optimizer=optax.sgd(0.0))
+    assert r.result.steps == 2
+    assert all(np.array_equal(a, b) for a, b in zip(start, _adapters(r.result.policy), strict=True))
+
+
+def test_a_block_that_builds_nothing_is_refused(tmp_path):
+    preset = small_preset(**{"sft.max_steps": 2})
+    run = make_run(tmp_path, "empty", preset)
+    with pytest.raises(RuntimeError, match="the block trained nothing"):
+        with train.stage_run(preset, run, "sft"):
+            pass

@@ -19,7 +19,7 @@ its modules, each importing only those before it: :mod:`~reasonkit.models.archit
 from reasonkit.models import tiny
 from reasonkit.models.adapters import free, frozen_reference, load_policy
 from reasonkit.models.architecture import CheckpointError, hf_config
-from reasonkit.models.checkpoint import hf_shapes, load_model, new_model, to_hf_tensors
+from reasonkit.models.checkpoint import hf_shapes, load_model, new_model, to_hf_tensors, use_optimisations
 from reasonkit.models.export import export_adapter, export_gguf, export_merged, gguf_file_name
 from reasonkit.models.lora import apply_lora, base_params, lora_params, merge_lora
 from reasonkit.models.publish import PushError, plan_push, push
@@ -34,6 +34,7 @@ from reasonkit.models.tokenizer import (
 
 __all__ = ["CheckpointError", "hf_config", "load_tokenizer", "token_counter", "stop_token_ids",
            "train_tokenizer", "hf_tokenizer_files", "new_model", "hf_shapes", "to_hf_tensors",
-           "load_model", "tiny", "read_platform_secrets", "resolve_source", "load_base", "apply_lora",
+           "load_model", "use_optimisations", "tiny", "read_platform_secrets", "resolve_source",
+           "load_base", "apply_lora",
            "lora_params", "base_params", "merge_lora", "export_merged", "export_adapter", "export_gguf",
            "gguf_file_name", "PushError", "plan_push", "push", "load_policy", "frozen_reference", "free"]

@@ -15,7 +15,7 @@ import gc
 import jax
 
 from reasonkit.config import Preset
-from reasonkit.models.checkpoint import load_model
+from reasonkit.models.checkpoint import load_model, use_optimisations
 from reasonkit.models.lora import apply_lora
 from reasonkit.models.sources import resolve_source
 from reasonkit.models.tokenizer import load_tokenizer
@@ -49,6 +49,8 @@ def load_policy(preset: Preset, run: RunDir | None, stage: str | None, mesh, *, 
 
     ``stage=None`` gives fresh adapters (lora_b = 0: the model equals the base).
     """
+    runs.check_made_by(preset, run, stage)  # another preset's adapters: refused before loading
+    use_optimisations(preset.optimisations)
     model_dir = resolve_source(preset.model)
     base = load_model(model_dir, preset.model, mesh=mesh)
     tok = load_tokenizer(model_dir / "tokenizer.model", vocab_size=preset.model.vocab_size)
@@ -66,6 +68,7 @@ def frozen_reference(base, preset: Preset, run: RunDir | None, started: str | No
     it would pull the model back out of the format. A second set of adapters on the same
     backbone costs no second base in memory; it is never given to an optimizer.
     """
+    use_optimisations(preset.optimisations)
     reference = apply_lora(base, preset.lora, mesh=mesh, seed=seed)
     if started is not None and run is not None:
         restore_lora(reference, run, started)

@@ -6,7 +6,7 @@ loaders (:func:`load_model`, after :func:`check_checkpoint_dir` has named whatev
 missing or misshapen). :func:`new_model` builds a randomly initialised one,
 :func:`to_hf_tensors` / :func:`save_hf_checkpoint` write a model back in that layout.
 Every model built or loaded here runs the preset's attention
-(:func:`reasonkit.tunix_patches.attention.use`).
+(the patch package's ``attention.use``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from reasonkit import tunix_patches
 from reasonkit.config import ModelConfig
 from reasonkit.models.architecture import (
     CheckpointError,
@@ -30,9 +29,9 @@ from reasonkit.models.architecture import (
     tunix_config,
 )
 from reasonkit.models.tokenizer import load_tokenizer
-from reasonkit.tunix_patches import attention
+from reasonkit.tunix_patches import attention, lora_delta
 
-__all__ = ["REQUIRED_FILES", "model_class", "attention_impl", "new_model", "hf_shapes",
+__all__ = ["REQUIRED_FILES", "model_class", "attention_impl", "use_optimisations", "new_model", "hf_shapes",
            "check_checkpoint_dir", "to_hf_tensors", "save_hf_checkpoint", "load_model"]
 
 
@@ -50,9 +49,21 @@ def model_class(cfg: ModelConfig):
 
 
 def attention_impl(cfg: ModelConfig) -> str:
-    """The attention a model built for ``cfg`` runs: ``cfg.attention``, or Tunix's own under
-    :func:`reasonkit.tunix_patches.plain`."""
-    return cfg.attention if tunix_patches.enabled("attention") else "tunix"
+    """The attention a model built for ``cfg`` runs: ``cfg.attention`` ("tunix" is Tunix's own;
+    a preset without the "attention" optimisation sets it so)."""
+    return cfg.attention
+
+
+def use_optimisations(optimisations) -> None:
+    """Put qwix's LoRA delta in the form a preset's ``optimisations`` ask for, process-wide.
+
+    With "flat LoRA delta" the patch package's flattened delta (said once, when installed),
+    without it qwix's own. Models built after the call trace with it.
+    """
+    if "flat LoRA delta" not in optimisations:
+        lora_delta.uninstall()
+    elif not lora_delta.installed():
+        print(lora_delta.install())  # a process-wide change: said once, when it is made
 
 
 def new_model(cfg: ModelConfig, seed: int = 0) -> nnx.Module:
@@ -195,7 +206,7 @@ def load_model(path: str | os.PathLike, cfg: ModelConfig,
 
     The architecture is config.json's (RoPE, query scaling, softcaps, layer pattern: see
     :func:`tunix_config`), not the preset's defaults; the attention is ``cfg.attention``
-    (:func:`reasonkit.tunix_patches.attention.use`).
+    (the patch package's ``attention.use``).
     """
     check_checkpoint_dir(path, cfg)
     config = pathlib.Path(path) / "config.json"

@@ -4,7 +4,8 @@
 a :class:`~reasonkit.config.LoraConfig` names, on any mesh; :func:`lora_params` and
 :func:`base_params` read the adapters and the frozen base apart; :func:`merge_lora` folds
 the adapters into the base weights. qwix's LoRA delta is replaced by
-:mod:`reasonkit.tunix_patches.lora_delta` while that patch is on.
+the patch package's flattened delta while a preset's optimisations install it
+(:func:`reasonkit.models.checkpoint.use_optimisations`).
 """
 
 from __future__ import annotations
@@ -16,11 +17,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from reasonkit import tunix_patches
 from reasonkit.config import LoraConfig
 from reasonkit.models.checkpoint import _flat_params
 from reasonkit.runtime import mesh as mesh_lib
-from reasonkit.tunix_patches import lora_delta
 
 __all__ = ["lora_trace_input", "apply_lora", "lora_params", "base_params", "merge_lora"]
 
@@ -50,8 +49,6 @@ def apply_lora(model: nnx.Module, lora: LoraConfig, mesh: jax.sharding.Mesh | No
     """
     import qwix
 
-    if tunix_patches.enabled("flat LoRA delta") and not lora_delta.installed():
-        print(lora_delta.install())  # a process-wide change: said once, when it is made
     kwargs: dict[str, Any] = {"module_path": lora.module_path, "rank": lora.rank, "alpha": lora.alpha}
     if lora.qlora:
         kwargs.update(weight_qtype="nf4", tile_size=lora.tile_size)

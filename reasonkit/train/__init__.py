@@ -40,14 +40,12 @@ from reasonkit.train.build import (
     grpo_metric_fns,
     grpo_reward_fns,
     grpo_training_config,
-    patch_dpo_trainer,
-    patch_grpo_learner,
-    patch_rl_cluster,
-    patch_sft_trainer,
     rollout_config,
+    run_options,
     sft_trainer,
     sft_training_config,
     stage_has_reference,
+    stage_models,
 )
 from reasonkit.train.metrics import read_metrics
 from reasonkit.train.optim import make_optimizer, schedule
@@ -63,14 +61,14 @@ from reasonkit.train.stages import (
     train_grpo,
     train_or_load,
     train_sft,
+    train_with_recipe,
 )
 
 __all__ = ["generation", "held_out", "schedule", "make_optimizer", "read_metrics", "take", "sft_examples",
-           "dpo_examples",
-           "grpo_records", "sft_collator", "dpo_collator", "sft_batches", "dpo_batches", "grpo_batches",
-           "build_models", "TRAIN_STAGES", "gen_model_input_fn", "sft_training_config", "dpo_training_config",
-           "grpo_training_config", "rollout_config", "cluster_config", "grpo_algorithm", "grpo_reward_fns",
-           "grpo_metric_fns", "patch_sft_trainer", "patch_dpo_trainer", "patch_rl_cluster",
-           "patch_grpo_learner", "sft_trainer", "dpo_trainer", "grpo_learner", "stage_has_reference",
-           "Stage", "build_stage", "StageResult", "StageRun", "stage_run",
-           "train_sft", "train_dpo", "train_grpo", "export", "exported", "export_once", "train_or_load"]
+           "dpo_examples", "grpo_records", "sft_collator", "dpo_collator", "sft_batches", "dpo_batches",
+           "grpo_batches", "build_models", "TRAIN_STAGES", "gen_model_input_fn", "sft_training_config",
+           "dpo_training_config", "grpo_training_config", "rollout_config", "cluster_config",
+           "grpo_algorithm", "grpo_reward_fns", "grpo_metric_fns", "run_options", "stage_models",
+           "sft_trainer", "dpo_trainer", "grpo_learner", "stage_has_reference", "Stage", "build_stage",
+           "StageResult", "StageRun", "stage_run", "train_sft", "train_dpo", "train_grpo",
+           "train_with_recipe", "export", "exported", "export_once", "train_or_load"]

@@ -6,7 +6,7 @@ constructors as its examples pass them: the configs (:func:`sft_training_config`
 :func:`rollout_config`, :func:`grpo_algorithm`), the optimizer
 (:func:`~reasonkit.train.optim.make_optimizer`), the model inputs
 (:func:`gen_model_input_fn`), the rewards and GRPO's metrics, and reasonkit's patches
-(``patch_*``: what each changes in Tunix's object, and why, is in its docstring).
+(``patch_*``, from :mod:`reasonkit.train._seam`, the one place patches are applied).
 :func:`sft_trainer`, :func:`dpo_trainer` and :func:`grpo_learner` put them together as
 the notebooks do in their own cells, and :func:`build_stage` (what training builds)
 calls those three: the returned :class:`Stage` holds the real Tunix objects and can
@@ -23,22 +23,22 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from reasonkit import masks, models, rewards, tunix_patches
+from reasonkit import masks, models, rewards
 from reasonkit.config import Preset, TrainConfig
-from reasonkit.runtime import compiles, runs
 from reasonkit.runtime import mesh as mesh_lib
+from reasonkit.runtime import runs
 from reasonkit.runtime.runs import RunDir
+from reasonkit.train import _seam
+from reasonkit.train._seam import patch_dpo_trainer, patch_grpo_learner, patch_rl_cluster, patch_sft_trainer
 from reasonkit.train.batches import dpo_collator, sft_collator
 from reasonkit.train.metrics import grpo_metrics, metrics_options
 from reasonkit.train.optim import make_optimizer
 from reasonkit.train.policies import build_models
-from reasonkit.tunix_patches import attention, grpo, logprobs, loss_swap, rl_cluster, sampling, trainers
 
-__all__ = ["TRAIN_STAGES", "gen_model_input_fn", "Stage", "sft_training_config", "dpo_training_config",
-           "grpo_training_config", "rollout_config", "cluster_config", "grpo_reward_fns",
-           "grpo_metric_fns", "patch_sft_trainer", "patch_dpo_trainer", "patch_rl_cluster",
-           "patch_grpo_learner", "grpo_algorithm", "sft_trainer", "dpo_trainer", "grpo_learner",
-           "build_stage", "stage_has_reference"]
+__all__ = ["TRAIN_STAGES", "gen_model_input_fn", "Stage", "run_options", "stage_models",
+           "sft_training_config", "dpo_training_config", "grpo_training_config", "rollout_config",
+           "cluster_config", "grpo_reward_fns", "grpo_metric_fns", "grpo_algorithm", "sft_trainer",
+           "dpo_trainer", "grpo_learner", "build_stage", "stage_has_reference"]
 
 
 TRAIN_STAGES = ("sft", "dpo", "grpo")
@@ -123,7 +123,7 @@ class Stage:
                      [7] * cfg.max_response_length)] * cfg.batch_size
             batch = dpo_collator(self.preset, tok)(rows)
             with self.mesh:  # Tunix's own preparation; the reference's log-probs filled in below
-                example, has_ref = trainers.dpo_prepared_inputs(self.trainer, batch)
+                example, has_ref = _seam.dpo_prepared_inputs(self.trainer, batch)
             if has_ref:
                 logps = jax.ShapeDtypeStruct((cfg.batch_size,), jnp.float32)
                 example = example.replace(ref_chosen_logps=logps, ref_rejected_logps=logps)
@@ -152,8 +152,11 @@ class Stage:
                 self.trainer.clear_jit_cache()  # training jits its own (cached-graph) step
 
 
-def _io(run: RunDir | None, stage: str, cfg: TrainConfig) -> dict[str, Any]:
-    """Checkpoint and metrics options of a stage's run directory; none without a run."""
+def run_options(run: RunDir | None, stage: str, cfg: TrainConfig) -> dict[str, Any]:
+    """The fields of a Tunix training config that put a stage's checkpoints and metrics in its
+    run directory: ``checkpoint_root_directory``, ``checkpointing_options`` (every
+    ``checkpoint_every`` steps, the last two kept) and ``metrics_logging_options``; none
+    without a run."""
     if run is None:
         return {}
     return dict(checkpoint_root_directory=str(runs.checkpoint_dir(run, stage)),
@@ -171,7 +174,7 @@ def sft_training_config(preset: Preset, run: RunDir | None = None):
 
     cfg = preset.sft
     return tunix.TrainingConfig(eval_every_n_steps=cfg.checkpoint_every, max_steps=cfg.max_steps,
-                                pbar_description="SFT", **_io(run, "sft", cfg))
+                                pbar_description="SFT", **run_options(run, "sft", cfg))
 
 
 def dpo_training_config(preset: Preset, run: RunDir | None = None):
@@ -184,7 +187,7 @@ def dpo_training_config(preset: Preset, run: RunDir | None = None):
         algorithm=cfg.algorithm, beta=cfg.beta, lambda_orpo=cfg.lambda_orpo,
         eval_every_n_steps=cfg.max_steps + 1, max_steps=cfg.max_steps,
         max_prompt_length=cfg.max_prompt_length, max_response_length=cfg.max_response_length,
-        pbar_description=cfg.algorithm.upper(), **_io(run, "dpo", cfg))
+        pbar_description=cfg.algorithm.upper(), **run_options(run, "dpo", cfg))
 
 
 def grpo_training_config(preset: Preset, run: RunDir | None = None):
@@ -196,7 +199,7 @@ def grpo_training_config(preset: Preset, run: RunDir | None = None):
     return tunix.RLTrainingConfig(
         actor_optimizer=make_optimizer(cfg), eval_every_n_steps=cfg.max_steps + 1,
         max_steps=cfg.max_steps, mini_batch_size=cfg.batch_size,
-        train_micro_batch_size=cfg.batch_size, **_io(run, "grpo", cfg))
+        train_micro_batch_size=cfg.batch_size, **run_options(run, "grpo", cfg))
 
 
 def rollout_config(preset: Preset, tok):
@@ -233,51 +236,6 @@ def grpo_metric_fns(cluster, preset: Preset, reward_fns: Sequence[Callable]) -> 
     return [grpo_metrics(cluster, preset.grpo, list(reward_fns))]
 
 
-def patch_sft_trainer(trainer):
-    """reasonkit's patch on a ``PeftTrainer``: Tunix's cross-entropy computed a chunk of
-    positions at a time (no float32 ``[B, S, V]`` one-hot and log-softmax)."""
-    if tunix_patches.enabled("chunked log-probs"):
-        trainer.with_loss_fn(logprobs.sft_loss)
-    return trainer
-
-
-def patch_dpo_trainer(trainer):
-    """reasonkit's patch on a ``DPOTrainer``: the loss's and the reference's log-probabilities
-    computed a chunk of positions at a time (the same numbers)."""
-    if tunix_patches.enabled("chunked log-probs"):
-        loss_swap.chunk_dpo(trainer)
-    return trainer
-
-
-def patch_rl_cluster(cluster, preset: Preset, policy):
-    """reasonkit's patch on an ``RLCluster``'s sampler: it traces the policy with remat off
-    (with remat on it cannot decode), computes the prefill's output layer at the last
-    position only, and with the "shared prefill" patch prefills each prompt once for its
-    G answers."""
-    group = preset.grpo.num_generations if tunix_patches.enabled("shared prefill") else 1
-    sampling.trace_for_sampling(sampling.sampler_of(cluster.rollout), policy, group)
-    return cluster
-
-
-def patch_grpo_learner(cluster, learner, preset: Preset, policy):
-    """reasonkit's patches on a GRPO learner's step: each step samples with its own key
-    (Tunix reuses ``PRNGKey(0)``), pads to the smallest length bucket that fits, runs each
-    prompt once for its G answers (with reasonkit's attention and ``grpo.share_prompts``)
-    and computes log-probabilities in chunks."""
-    cfg = preset.grpo
-    chunked = tunix_patches.enabled("chunked log-probs")
-    group = cfg.num_generations if (chunked and tunix_patches.enabled("shared prompts")
-                                    and cfg.shares_prompts(attention.impl_of(policy))) else 1
-    buckets = cfg.length_buckets if (cfg.length_buckets != ((), ())
-                                     and tunix_patches.enabled("length buckets")) else None
-    grpo.patch_grpo_step(cluster, learner, seed=cfg.seed, max_prompt=cfg.max_prompt_length,
-                         max_answer=cfg.max_generation_length, buckets=buckets, group=group,
-                         on_shape=compiles.step_shape)
-    if chunked:  # the policy loss, the reference's and the old policy's forwards
-        loss_swap.chunk_grpo(cluster, group)
-    return learner
-
-
 def grpo_algorithm(preset: Preset):
     """``(learner class, algorithm config)`` for the preset's policy-loss variant."""
     from tunix.rl.grpo import dapo_learner, drgrpo_learner, grpo_learner
@@ -304,7 +262,7 @@ def sft_trainer(preset: Preset, policy, tok, run: RunDir | None = None):
 
     trainer = tunix.PeftTrainer(policy, make_optimizer(preset.sft), sft_training_config(preset, run))
     trainer = trainer.with_gen_model_input_fn(gen_model_input_fn(tok.pad_id()))
-    return patch_sft_trainer(trainer)
+    return patch_sft_trainer(trainer, preset)
 
 
 def dpo_trainer(preset: Preset, policy, reference, run: RunDir | None = None):
@@ -314,7 +272,7 @@ def dpo_trainer(preset: Preset, policy, reference, run: RunDir | None = None):
     trainer = tunix.DPOTrainer(model=policy, ref_model=reference,
                                optimizer=make_optimizer(preset.dpo),
                                training_config=dpo_training_config(preset, run))
-    return patch_dpo_trainer(trainer)
+    return patch_dpo_trainer(trainer, preset)
 
 
 def grpo_learner(preset: Preset, policy, reference, tok, mesh, run: RunDir | None = None,
@@ -324,7 +282,7 @@ def grpo_learner(preset: Preset, policy, reference, tok, mesh, run: RunDir | Non
     import tunix
 
     # an abstract model (shapes only) has no arrays to copy to host memory as the cluster starts
-    with rl_cluster.abstract_models_stay_put():
+    with _seam.abstract_models_stay_put():
         cluster = tunix.RLCluster(actor=policy, reference=reference, tokenizer=tok,
                                   cluster_config=cluster_config(preset, mesh, tok, run))
     cluster = patch_rl_cluster(cluster, preset, policy)
@@ -335,20 +293,14 @@ def grpo_learner(preset: Preset, policy, reference, tok, mesh, run: RunDir | Non
     return cluster, patch_grpo_learner(cluster, learner, preset, policy)
 
 
-def build_stage(preset: Preset, stage: str, run: RunDir | None = None, *,
-                weights: str = "checkpoint", started: str | None = None,
-                reward_fns: Sequence[Callable] | None = None, mesh=None) -> Stage:
-    """Build ``stage`` without training it: preset -> mesh -> model -> LoRA -> Tunix trainer.
+def stage_models(preset: Preset, stage: str, run: RunDir | None = None, *, weights: str = "checkpoint",
+                 started: str | None = None, mesh=None):
+    """``(base, policy, reference or None, tokenizer, model_dir)`` of ``stage``, on its mesh.
 
-    The one way every stage is built for training: ``train_sft`` / ``train_dpo`` /
-    ``train_grpo`` train what this returns, and the real-shape checks
-    (:mod:`reasonkit.shapes`) and benchmarks look inside it. It calls Tunix's constructors
-    with the same parts as the notebooks (:func:`sft_trainer`, :func:`dpo_trainer`,
-    :func:`grpo_learner`). ``weights`` picks real (``"checkpoint"``), random or
-    abstract weights (:func:`build_models`); ``started`` is the stage whose adapters to
-    start from (and to freeze as the reference); ``run`` gives checkpoints and metrics
-    (none without it); ``reward_fns`` replaces GRPO's ``preset.grpo.rewards``. A batch that
-    does not split over the mesh's data axes is refused here, before anything is built.
+    ``weights``: real (``"checkpoint"``, adapters restored from ``started``), random or
+    abstract (:func:`build_models`); the reference (DPO, GRPO) is ``started``'s adapters
+    frozen on the policy's own base. A batch that does not split over the mesh's data axes
+    is refused here, before anything is built. Call it inside the mesh.
     """
     if stage not in TRAIN_STAGES:
         raise ValueError(f"stage={stage!r}: must be one of {', '.join(TRAIN_STAGES)}")
@@ -359,10 +311,26 @@ def build_stage(preset: Preset, stage: str, run: RunDir | None = None, *,
                             "x grpo.num_generations")}[stage]
     mesh_lib.check_batch(cfg.batch_size, mesh, f"{stage}.batch_size", repeat=repeat,
                          how=how and f"{cfg.batch_size} {how}")
+    return build_models(preset, mesh, weights, run=run, started=started, seed=cfg.seed,
+                        reference=stage_has_reference(preset, stage))
+
+
+def build_stage(preset: Preset, stage: str, run: RunDir | None = None, *,
+                weights: str = "checkpoint", started: str | None = None,
+                reward_fns: Sequence[Callable] | None = None, mesh=None) -> Stage:
+    """Build ``stage`` without training it: preset -> mesh -> model -> LoRA -> Tunix trainer.
+
+    :func:`stage_models` and the stage's recipe (:func:`sft_trainer`, :func:`dpo_trainer`,
+    :func:`grpo_learner`), what scripts train: the real-shape checks
+    (:mod:`reasonkit.shapes`) and benchmarks look inside it. ``weights`` picks real
+    (``"checkpoint"``), random or abstract weights; ``started`` is the stage whose
+    adapters to start from (and to freeze as the reference); ``run`` gives checkpoints and
+    metrics (none without it); ``reward_fns`` replaces GRPO's ``preset.grpo.rewards``.
+    """
+    mesh = mesh if mesh is not None else mesh_lib.stage_mesh(preset, stage)
     with mesh:
-        base, policy, reference, tok, model_dir = build_models(
-            preset, mesh, weights, run=run, started=started, seed=cfg.seed,
-            reference=stage_has_reference(preset, stage))
+        base, policy, reference, tok, model_dir = stage_models(
+            preset, stage, run, weights=weights, started=started, mesh=mesh)
         built = Stage(stage, preset, mesh, weights, base, policy, reference, tok, model_dir,
                       None, started)
         if stage == "sft":

@@ -16,7 +16,7 @@ from typing import Any, Iterable, Iterator
 
 from reasonkit.runtime.compiles import CompileCounter
 from reasonkit.runtime.hardware import format_duration
-from reasonkit.runtime.session import from_writer
+from reasonkit.runtime.processes import from_writer
 
 __all__ = ["until", "eta"]
 

@@ -12,7 +12,7 @@ from typing import Sequence
 
 from reasonkit import collate
 from reasonkit.config import EvalConfig, ModelConfig
-from reasonkit.tunix_patches import sampling
+from reasonkit.train import _seam
 
 __all__ = ["make_sampler", "prompt_lengths", "generate"]
 
@@ -24,7 +24,7 @@ def make_sampler(model, tokenizer, model_cfg: ModelConfig, cfg: EvalConfig):
     cache = tunix.CacheConfig(cache_size=cfg.max_prompt_length + cfg.max_generation_length,
                               num_layers=model_cfg.num_layers, num_kv_heads=model_cfg.num_kv_heads,
                               head_dim=model_cfg.head_dim)
-    return tunix.Sampler(transformer=sampling.without_remat(model), tokenizer=tokenizer, cache_config=cache)
+    return tunix.Sampler(transformer=_seam.without_remat(model), tokenizer=tokenizer, cache_config=cache)
 
 
 def prompt_lengths(sampler, prompts: Sequence[str]) -> list[int]:

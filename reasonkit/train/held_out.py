@@ -36,8 +36,8 @@ import numpy as np
 
 from reasonkit import data, models, rewards, template
 from reasonkit.config import Preset
+from reasonkit.runtime.processes import from_writer, is_writer
 from reasonkit.runtime.runs import RunDir
-from reasonkit.runtime.session import from_writer, is_writer
 from reasonkit.train import generation
 from reasonkit.train.metrics import read_metrics
 

@@ -22,7 +22,7 @@ from reasonkit.config import GRPOConfig, Preset
 from reasonkit.runtime import compiles
 from reasonkit.runtime.runs import RunDir, open_jsonl
 from reasonkit.runtime.session import is_writer
-from reasonkit.tunix_patches import progress
+from reasonkit.train import _seam
 
 __all__ = ["JsonlBackend", "metrics_options", "read_metrics", "log_compiles", "Recorded",
            "grpo_metrics", "show_answer", "show_progress"]
@@ -168,7 +168,7 @@ def show_answer(step: int, prompts: Sequence[str], completions: Sequence[str], s
 def show_progress(trainer, preset: Preset, stage: str, reward_fns: Sequence[Callable] = ()):
     """Give a built trainer a progress bar of the current step: recent loss, the learning
     rate (GRPO: its KL, total reward and ``answer_correct``), printed as a line ten times a
-    stage (:mod:`reasonkit.tunix_patches.progress`); returns the bar.
+    stage (the patch package's ``progress``); returns the bar.
 
     ``trainer``: the ``PeftTrainer`` (``"sft"``), ``DPOTrainer`` (``"dpo"``) or the RL
     cluster's actor trainer (``"grpo"``, whose ``reward_fns`` name the correctness reward).
@@ -180,4 +180,4 @@ def show_progress(trainer, preset: Preset, stage: str, reward_fns: Sequence[Call
         extra = [("rewards", "sum", "reward")] + [
             ("rewards", fn.__name__, "correct") for fn in reward_fns
             if fn.__name__.startswith("answer_correct")][:1]
-    return progress.show_recent(trainer, extra=extra, every=max(1, cfg.max_steps // 10), label=label)
+    return _seam.show_recent(trainer, extra=extra, every=max(1, cfg.max_steps // 10), label=label)

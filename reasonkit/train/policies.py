@@ -91,10 +91,11 @@ def build_models(preset: Preset, mesh, weights: str, *, run: RunDir | None = Non
     if weights not in WEIGHTS:
         raise ValueError(f"weights={weights!r}: must be one of {', '.join(WEIGHTS)}")
     lora = preset.lora
-    if weights == "checkpoint":
+    if weights == "checkpoint":  # load_policy puts the preset's optimisations in force
         base, policy, tok, model_dir = models.load_policy(preset, run, started, mesh, seed=seed)
         ref = models.frozen_reference(base, preset, run, started, mesh, seed) if reference else None
         return base, policy, ref, tok, model_dir
+    models.use_optimisations(preset.optimisations)
     tok = models.load_tokenizer(SHAPE_TOKENIZER)
     base = abstract_base(preset.model, mesh)
     if weights == "random":

@@ -31,7 +31,13 @@ from reasonkit.runtime import compiles, runs
 from reasonkit.runtime import mesh as mesh_lib
 from reasonkit.runtime.runs import RunDir
 from reasonkit.runtime.session import is_writer, sync
-from reasonkit.train import clock, contrast, held_out
+from reasonkit.train import _seam, clock, contrast, held_out
+from reasonkit.train._seam import (
+    patch_dpo_trainer,
+    patch_grpo_learner,
+    patch_rl_cluster,
+    patch_sft_trainer,
+)
 from reasonkit.train.batches import (
     dpo_batches,
     dpo_examples,
@@ -41,12 +47,20 @@ from reasonkit.train.batches import (
     sft_examples,
     take,
 )
-from reasonkit.train.build import TRAIN_STAGES, Stage, build_stage, grpo_reward_fns
+from reasonkit.train.build import (
+    TRAIN_STAGES,
+    dpo_trainer,
+    grpo_learner,
+    grpo_metric_fns,
+    grpo_reward_fns,
+    run_options,
+    sft_trainer,
+    stage_models,
+)
 from reasonkit.train.metrics import Recorded, log_compiles, show_progress
-from reasonkit.tunix_patches import trainers
 
-__all__ = ["StageResult", "StageRun", "saves_land_on_interrupt", "stage_run", "train_sft", "train_dpo",
-           "train_grpo", "export", "exported", "export_once", "train_or_load"]
+__all__ = ["StageResult", "StageRun", "saves_land_on_interrupt", "stage_run", "train_with_recipe",
+           "train_sft", "train_dpo", "train_grpo", "export", "exported", "export_once", "train_or_load"]
 
 
 @contextlib.contextmanager
@@ -101,220 +115,246 @@ class StageResult:
 
 
 @dataclasses.dataclass
-class _Run:
-    """What :func:`_running` gives a trainer: the built stage, the splits, its batch streams.
+class StageRun:
+    """A training stage opened for a notebook cell, as :func:`stage_run` yields it.
 
-    After the ``with`` block (training done) ``steps`` and ``policy`` are set, and
-    :meth:`finish` turns the run into a :class:`StageResult`.
+    ``trains`` is False when there is nothing to train: the stage had already finished (its
+    adapters are loaded, ``result`` is set before the block). Otherwise the stage's models
+    are built on its mesh (``policy``, the frozen ``reference`` or None, ``tokenizer``), the
+    mesh is in force, and the cell builds Tunix's object on them and trains it::
+
+        trainer = PeftTrainer(r.policy, optimizer, TrainingConfig(..., **r.run_options))
+        trainer = r.patch(trainer)                        # the preset's optimisations
+        trainer.train(r.batches(trainer), r.eval_batches)  # DPO: train(r.batches(trainer))
+
+    For GRPO the object is the learner (``learner.train(r.batches(learner))``).
+    :meth:`batches` hands the object its data and, from then on, the run watches it:
+    compiles counted, checkpoints that land on an interrupt, listeners detached after.
+    ``result`` (a :class:`StageResult`) follows the block.
     """
 
+    stage: str
     preset: Preset
     run: RunDir
-    name: str
-    deadline: float | None
-    t0: float
-    splits: data.Splits
-    started: str | None
-    stage: Stage
-    counter: compiles.CompileCounter
-    steps: int | None = None
+    trains: bool
+    result: StageResult | None = None
+    started_from: str | None = None
+    mesh: Any = None
     policy: Any = None
+    reference: Any = None
+    tokenizer: Any = None
+    model_dir: pathlib.Path | None = None
+    base: Any = None
+    reward_fns: list[Callable] | None = None  # GRPO's, each recorded for its metrics
+    eval_batches: list[Any] | None = None  # SFT's held-out batches, evaluated at each checkpoint
+    trainer: Any = None  # the trainer :meth:`batches` watches (GRPO: the cluster's actor trainer)
+    learner: Any = None
+    cluster: Any = None
+    deadline: float | None = None
+    t0: float = dataclasses.field(default_factory=time.time)
+    splits: Any = None
+    counter: compiles.CompileCounter | None = None
+    collator: Any = None
+    check: held_out.HeldOutCheck | None = None
+    out_of_time: bool = False  # GRPO: the deadline came before the first batch
+    exits: contextlib.ExitStack = dataclasses.field(default_factory=contextlib.ExitStack)
 
     @property
     def config(self) -> TrainConfig:
-        return getattr(self.preset, self.name)
+        return getattr(self.preset, self.stage)
 
-    def batches(self, stream: Iterable[Any], label: str) -> Iterator[Any]:
+    @property
+    def run_options(self) -> dict[str, Any]:
+        """The Tunix config fields that put checkpoints and metrics in this run's stage folder."""
+        return run_options(self.run, self.stage, self.config)
+
+    def metric_fns(self, cluster) -> list[Callable]:
+        """GRPO's own metrics, for the learner's ``metric_fns`` (groups that teach nothing)."""
+        return grpo_metric_fns(cluster, self.preset, self.reward_fns)
+
+    def patch(self, built):
+        """``built`` (the Tunix object the cell made) with the preset's patches applied."""
+        if self.stage == "sft":
+            return patch_sft_trainer(built, self.preset)
+        if self.stage == "dpo":
+            return patch_dpo_trainer(built, self.preset)
+        patch_rl_cluster(built.rl_cluster, self.preset, self.policy)
+        return patch_grpo_learner(built.rl_cluster, built, self.preset, self.policy)
+
+    def batches(self, built) -> Iterator[Any]:
+        """The training batches for ``built`` (trainer, or GRPO's learner), until the deadline.
+
+        From this call on the run watches ``built``: its progress bar, its compilations, its
+        checkpoint saves (they land on an interrupt) and its metrics listeners (detached
+        however training ends). A resumed trainer first reads and discards the batches it
+        already consumed. GRPO's stream runs the held-out checks every ``grpo.eval_every``
+        steps.
+        """
+        if self.trainer is not None:
+            raise RuntimeError(f"{self.stage}: batches() is called once, with the object that trains")
+        if self.stage == "grpo":
+            self.learner, self.cluster = built, built.rl_cluster
+            self.trainer = self.cluster.actor_trainer
+        else:
+            self.trainer = built
+        show_progress(self.trainer, self.preset, self.stage, self.reward_fns or ())
+        logger = (self.trainer.metrics_logger if self.cluster is None
+                  else _seam.rl_metrics_logger(self.cluster))
+        self.counter = self.exits.enter_context(compiles.CompileCounter())
+        self.exits.enter_context(saves_land_on_interrupt(self.trainer.checkpoint_manager))
+        self.exits.enter_context(_seam.detached_after(logger))
+        tok, mesh = self.tokenizer, self.mesh
+        if self.stage == "sft":
+            stream, self.collator = sft_batches(sft_examples(self.splits.sft, tok), self.preset, tok)
+            label = "SFT"
+        elif self.stage == "dpo":
+            stream, self.collator = dpo_batches(dpo_examples(self.splits.dpo, tok), self.preset, tok)
+            label = self.preset.dpo.algorithm
+        else:
+            return self._grpo_batches()
+        # global_batches: on several processes, each batch one global array
+        return self._until(mesh_lib.global_batches(stream, mesh), label)
+
+    def _until(self, stream: Iterable[Any], label: str) -> Iterator[Any]:
         """``stream`` until the deadline (:func:`reasonkit.train.clock.until`), its compilations counted.
 
-        A resumed trainer first reads and discards the batches it already consumed
-        (``skip``, its restored step): they are neither timed nor counted as warm-up. The
-        ETA line's time per step leaves out every step the counter saw compile (GRPO's
-        length buckets compile on their first steps), and says how many and how long.
+        The batches a resumed trainer skips (``skip``, its restored step) are neither timed
+        nor counted as warm-up. The ETA line's time per step leaves out every step the
+        counter saw compile (GRPO's length buckets compile on their first steps).
         """
-        skip = self.stage.trainer.train_steps
+        skip = self.trainer.train_steps
         return self.counter.watch(clock.until(stream, self.deadline, total=self.config.max_steps,
                                               name=label, skip=skip, counter=self.counter), skip=skip)
 
-    def finish(self, collator, **extra: Any) -> StageResult:
-        """The stage's result, after the block; marks the stage finished when it ran all its steps.
+    def _grpo_batches(self) -> Iterator[Any]:
+        """GRPO's stream, with its held-out checks; empty when out of time before the first batch."""
+        tok, model = self.tokenizer, self.trainer.model
+        # the split's prompts, or (grpo.keep_contrast) those the starting policy has contrast on
+        records = contrast.grpo_prompts(self.preset, self.run, model, tok, self.splits)
+        stream, self.collator = grpo_batches(grpo_records(records), self.preset, tok)
+        start = self.cluster.global_steps  # restored on resume
+        self.check = held_out.for_run(self.preset, self.run, model, tok, start=start,
+                                      splits=self.splits, trained=records)
+        stream = self._until(held_out.checked(stream, self.check, self.config.eval_every,
+                                              start=start), "GRPO")
+        first = next(stream, None)
+        if first is None:  # Tunix's learner raises StopIteration on an empty stream
+            self.out_of_time = True
+            return iter(())
+        return itertools.chain([first], stream)
 
-        ``extra``: more of what the stage did, for its summary (GRPO's held-out checks).
-        """
-        if self.steps is None:
-            raise RuntimeError(f"{self.name}: finish() comes after the `with _running(...)` block")
-        stats = {"collate": collator.stats.to_dict(),
-                 "compiles": log_compiles(self.run, self.name, self.counter, self.steps), **extra}
-        done = self.steps >= self.config.max_steps
-        result = StageResult(self.name, self.steps, done, self.started, time.time() - self.t0, stats,
-                             self.policy, self.stage.tokenizer, self.stage.model_dir)
+    def finish(self) -> StageResult:
+        """The stage's result after the block; marks the stage finished when it ran all its steps."""
+        steps = self.trainer.train_steps
+        extra = {} if self.check is None else {"held_out": {
+            "checks": len(self.check.readings), "seconds": round(self.check.seconds, 1), "best": {
+                k: v for k, v in (self.check.best or {}).items() if k != "ids"}}}
+        stats = {"collate": self.collator.stats.to_dict(),
+                 "compiles": log_compiles(self.run, self.stage, self.counter, steps), **extra}
+        done = steps >= self.config.max_steps
+        result = StageResult(self.stage, steps, done, self.started_from, time.time() - self.t0, stats,
+                             self.trainer.model, self.tokenizer, self.model_dir)
         if done:
-            self.run.mark_finished(self.name, **{k: v for k, v in result.summary().items()
-                                                 if k != "stage"})
+            self.run.mark_finished(self.stage, **{k: v for k, v in result.summary().items()
+                                                  if k != "stage"})
         else:
-            print(f"{self.name}: stopped at step {self.steps}/{self.config.max_steps}; "
+            print(f"{self.stage}: stopped at step {steps}/{self.config.max_steps}; "
                   "run the notebook again to resume")
         return result
 
 
-@contextlib.contextmanager
-def _running(preset: Preset, run: RunDir, name: str, *, deadline: float | None, overwrite: bool,
-             reward_fns: Sequence[Callable] | None = None) -> Iterator[_Run]:
-    """What every training stage does around Tunix's own lines; the block is those lines.
-
-    Before: refuse a finished stage (or clear it: ``overwrite``), read the splits, find
-    the stage it starts from, record its settings (refusing a resume under other ones)
-    and build it. Around the block: the stage's mesh, a compile counter, checkpoint saves
-    that land on an interrupt, Tunix's metrics listeners detached however training ends.
-    After it: the step count and the trained policy, for :meth:`_Run.finish`.
-    """
-    runs.begin_stage(run, name, overwrite)
-    t0 = time.time()
-    splits, _ = data.read_splits(run.require("data"))
-    started = runs.start_from(run, name)  # None for SFT
-    runs.record_settings(run, name, runs.stage_settings(preset, run, name, started))
-    stage = build_stage(preset, name, run, started=started, reward_fns=reward_fns)
-    trainer = stage.trainer  # GRPO: the RL cluster's actor trainer
-    show_progress(trainer, preset, name, reward_fns or ())
-    logger = (trainer.metrics_logger if stage.cluster is None
-              else trainers.rl_metrics_logger(stage.cluster))
-    with stage.mesh:
-        with compiles.CompileCounter() as counter, saves_land_on_interrupt(trainer.checkpoint_manager), \
-                trainers.detached_after(logger):
-            r = _Run(preset, run, name, deadline, t0, splits, started, stage, counter)
-            yield r
-        r.steps, r.policy = trainer.train_steps, trainer.model
-
-
-@dataclasses.dataclass
-class StageRun:
-    """A stage ready for its one Tunix call, as :func:`stage_run` yields it; ``result`` after the block.
-
-    ``trains`` is False when there is nothing to call: the stage had already finished (its
-    adapters are loaded: ``result`` is set before the block), or its deadline came before the
-    first batch. Otherwise ``trainer`` is Tunix's ``PeftTrainer`` (SFT) or ``DPOTrainer``
-    (DPO) and ``trainer.train(train_batches, eval_batches)`` trains it; for GRPO
-    ``learner.train(train_batches)`` trains the ``learner`` (its RL cluster is ``cluster``,
-    whose actor trainer is ``trainer``). :meth:`train` is that call.
-    """
-
-    stage: str
-    trains: bool
-    trainer: Any = None
-    learner: Any = None
-    cluster: Any = None
-    train_batches: Iterator[Any] | None = None
-    eval_batches: list[Any] | None = None
-    result: StageResult | None = None
-
-    def train(self) -> None:
-        """The stage's Tunix call, as the notebooks write it (nothing when ``trains`` is False)."""
-        if not self.trains:
-            return
-        if self.learner is not None:
-            self.learner.train(self.train_batches)
-        else:
-            self.trainer.train(self.train_batches, self.eval_batches)
-
-
-def _sft_inputs(r: _Run) -> tuple[Any, list[Any], collate.SFTCollator]:
-    """SFT's training stream, two held-out batches (Tunix evaluates them at each checkpoint), its collator."""
-    cfg, tok, mesh = r.config, r.stage.tokenizer, r.stage.mesh
-    stream, collator = sft_batches(sft_examples(r.splits.sft, tok), r.preset, tok)
-    held = collate.batches(sft_examples(r.splits.eval, tok), cfg.batch_size, collate.SFTCollator(
-        layout=collate.StaticLayout(max_length=cfg.max_target_length), pad_id=tok.pad_id(),
-        bos_id=tok.bos_id()))
-    # global_batches: on several processes, each batch one global array
-    return (r.batches(mesh_lib.global_batches(stream, mesh), "SFT"),
-            list(mesh_lib.global_batches(take(held, 2), mesh)), collator)
-
-
-def _dpo_inputs(r: _Run) -> tuple[Any, None, Any]:
-    """DPO's (or ORPO's) training stream and its collator; DPO evaluates nothing as it trains."""
-    tok = r.stage.tokenizer
-    stream, collator = dpo_batches(dpo_examples(r.splits.dpo, tok), r.preset, tok)
-    return r.batches(mesh_lib.global_batches(stream, r.stage.mesh), r.preset.dpo.algorithm), None, collator
-
-
-@contextlib.contextmanager
-def _stage(preset: Preset, run: RunDir, name: str, *, deadline: float | None, overwrite: bool,
-           reward_fns: Sequence[Callable] | None = None) -> Iterator[StageRun]:
-    """:func:`_running` with the stage's batches; the block makes the Tunix call, ``result`` follows.
-
-    GRPO: its rewards are resolved before anything starts (an unknown name is refused with
-    the stage untouched) and each wrapped in :class:`~reasonkit.train.metrics.Recorded` (its
-    values per answer, for its zero-std fraction); its stream runs the held-out checks every
-    ``grpo.eval_every`` steps, and after the block the last adapters are checked beside the
-    best. A stream empty from the start (out of time) closes the cluster as Tunix's learner
-    would (it saves the step) instead of calling it: Tunix would raise StopIteration.
-    """
+def _open(preset: Preset, run: RunDir, name: str, *, deadline: float | None, retrain: bool,
+          reward_fns: Sequence[Callable] | None) -> StageRun:
+    """Open a stage that trains: refuse a finished one (or clear it: ``retrain``), read the
+    splits, find the stage it starts from, record its settings (refusing a resume under other
+    ones) and build its models on its mesh. GRPO's rewards are resolved first (an unknown name
+    is refused with the stage untouched), each wrapped in :class:`Recorded`."""
     if name == "grpo":
         fns = grpo_reward_fns(preset) if reward_fns is None else list(reward_fns)
         reward_fns = [Recorded(fn) for fn in fns]
-    with _running(preset, run, name, deadline=deadline, overwrite=overwrite, reward_fns=reward_fns) as r:
-        s = StageRun(name, True, trainer=r.stage.trainer, learner=r.stage.learner, cluster=r.stage.cluster)
-        check = None
-        if name == "grpo":
-            s.train_batches, collator, check = _grpo_inputs(r)
-            first = next(s.train_batches, None)
-            if first is None:  # out of time before the first batch
-                s.trains = False
-                s.cluster.close()
-            else:
-                s.train_batches = itertools.chain([first], s.train_batches)
-        else:
-            s.train_batches, s.eval_batches, collator = (_sft_inputs if name == "sft" else _dpo_inputs)(r)
-        yield s
-        if s.trains and check is not None and s.cluster.global_steps >= preset.grpo.max_steps:
-            check(s.cluster.global_steps)  # the last adapters, beside the best
-    extra = {} if check is None else {"held_out": {
-        "checks": len(check.readings), "seconds": round(check.seconds, 1), "best": {
-            k: v for k, v in (check.best or {}).items() if k != "ids"}}}
-    s.result = r.finish(collator, **extra)
+    runs.begin_stage(run, name, retrain)
+    r = StageRun(name, preset, run, True, deadline=deadline, reward_fns=reward_fns)
+    r.splits, _ = data.read_splits(run.require("data"))
+    r.started_from = runs.start_from(run, name)  # None for SFT
+    runs.record_settings(run, name, runs.stage_settings(preset, run, name, r.started_from))
+    r.mesh = mesh_lib.stage_mesh(preset, name)
+    return r
 
 
-def _grpo_inputs(r: _Run) -> tuple[Iterator[Any], Any, held_out.HeldOutCheck | None]:
-    """GRPO's training stream (its held-out checks run in it), its collator, and the check."""
-    cluster, tok, cfg = r.stage.cluster, r.stage.tokenizer, r.config
-    # the split's prompts, or (grpo.keep_contrast) those the starting policy has contrast on
-    records = contrast.grpo_prompts(r.preset, r.run, r.stage.trainer.model, tok, r.splits)
-    stream, collator = grpo_batches(grpo_records(records), r.preset, tok)
-    start = cluster.global_steps  # restored on resume
-    check = held_out.for_run(r.preset, r.run, r.stage.trainer.model, tok, start=start, splits=r.splits,
-                             trained=records)
-    return r.batches(held_out.checked(stream, check, cfg.eval_every, start=start), "GRPO"), collator, check
+@contextlib.contextmanager
+def _opened(preset: Preset, run: RunDir, stage: str, *, deadline: float | None, retrain: bool,
+            reward_fns: Sequence[Callable] | None) -> Iterator[StageRun]:
+    """:func:`_open`, the stage's mesh and models around the block, its result after it."""
+    r = _open(preset, run, stage, deadline=deadline, retrain=retrain, reward_fns=reward_fns)
+    with r.mesh:
+        r.base, r.policy, r.reference, r.tokenizer, r.model_dir = stage_models(
+            preset, stage, run, started=r.started_from, mesh=r.mesh)
+        if stage == "sft":  # two held-out batches; Tunix evaluates them at each checkpoint
+            r.eval_batches = _sft_held_out(r)
+        with r.exits:
+            try:
+                yield r
+            except StopIteration:
+                if not r.out_of_time:
+                    raise
+                r.cluster.close()  # as Tunix's learner closes it after training: saves the step
+        if r.trainer is None:
+            raise RuntimeError(f"{stage}: the block trained nothing: build Tunix's object on r.policy "
+                               "and call its train(r.batches(...)) inside the `with` block")
+        if r.check is not None and not r.out_of_time and r.cluster.global_steps >= preset.grpo.max_steps:
+            r.check(r.cluster.global_steps)  # the last adapters, beside the best
+    r.result = r.finish()
+
+
+def _sft_held_out(r: StageRun) -> list[Any]:
+    """Two batches of the eval split, as SFT's collator pads them, one global array each."""
+    cfg, tok = r.config, r.tokenizer
+    held = collate.batches(sft_examples(r.splits.eval, tok), cfg.batch_size, collate.SFTCollator(
+        layout=collate.StaticLayout(max_length=cfg.max_target_length), pad_id=tok.pad_id(),
+        bos_id=tok.bos_id()))
+    return list(mesh_lib.global_batches(take(held, 2), r.mesh))
 
 
 @contextlib.contextmanager
 def stage_run(preset: Preset, run: RunDir, stage: str, *, retrain: bool = False,
               deadline: float | None = None, reward_fns: Sequence[Callable] | None = None
               ) -> Iterator[StageRun]:
-    """A training stage ready for its Tunix call in a notebook cell, or loaded if it already finished.
+    """A training stage opened for its notebook cell, or loaded if it already finished.
 
-    The block makes the call; everything around it is the run directory's: a finished
-    stage is loaded, not trained again (``retrain=True`` clears it and trains from
-    scratch), an interrupted one resumes from its last checkpoint, its settings are
-    recorded (a resume under other ones is refused), checkpoints land even on an
-    interrupt, the batches stop before ``deadline``, Tunix's metrics listeners are
-    detached however the block ends, and after it ``result`` (a :class:`StageResult`)
-    says what ran, printed in one line. ``reward_fns``: GRPO's, instead of the preset's.
-    What a notebook writes (for GRPO, ``r.learner.train(r.train_batches)``)::
-
-        with train.stage_run(preset, run, "sft", retrain=RETRAIN, deadline=run.deadline()) as r:
-            if r.trains:
-                r.trainer.train(r.train_batches, r.eval_batches)
-        result = r.result
+    The block builds Tunix's object on the stage's models and trains it (:class:`StageRun`);
+    everything around it is the run directory's: a finished stage is loaded, not trained
+    again (``retrain=True`` clears it and trains from scratch), an interrupted one resumes
+    from its last checkpoint (Tunix's trainers restore it as they are built), its settings
+    are recorded (a resume under other ones is refused), checkpoints land even on an
+    interrupt, the batches stop before ``deadline``, Tunix's metrics listeners are detached
+    however the block ends, and after it ``result`` (a :class:`StageResult`) says what ran,
+    printed in one line. ``reward_fns``: GRPO's, instead of the preset's.
     """
     if stage not in TRAIN_STAGES:
         raise ValueError(f"unknown training stage {stage!r}; stages: {list(TRAIN_STAGES)}")
     loaded = runs.load_or_build(run, stage, lambda: _load(preset, run, stage), lambda: None,
-                                rebuild=retrain)
+                                rebuild=retrain, preset=preset)
     if loaded is not None:
-        yield StageRun(stage, False, result=loaded)
+        yield StageRun(stage, preset, run, False, result=loaded)
         return
-    with _stage(preset, run, stage, deadline=deadline, overwrite=retrain, reward_fns=reward_fns) as s:
-        yield s
-    print(s.result.line())
+    with _opened(preset, run, stage, deadline=deadline, retrain=retrain, reward_fns=reward_fns) as r:
+        yield r
+    print(r.result.line())
+
+
+def train_with_recipe(r: StageRun) -> None:
+    """Build ``r``'s Tunix object with the stage's recipe and train it: the notebook cell's
+    lines, for scripts (:func:`~reasonkit.train.build.sft_trainer` and its siblings)."""
+    if r.stage == "sft":
+        trainer = sft_trainer(r.preset, r.policy, r.tokenizer, r.run)
+        trainer.train(r.batches(trainer), r.eval_batches)
+    elif r.stage == "dpo":
+        trainer = dpo_trainer(r.preset, r.policy, r.reference, r.run)
+        trainer.train(r.batches(trainer))
+    else:
+        _, learner = grpo_learner(r.preset, r.policy, r.reference, r.tokenizer, r.mesh, r.run,
+                                  r.reward_fns)
+        learner.train(r.batches(learner))
 
 
 def _load(preset: Preset, run: RunDir, stage: str) -> StageResult:
@@ -340,17 +380,17 @@ def train_sft(preset: Preset, run: RunDir, *, deadline: float | None = None,
 
     A finished stage is refused unless ``overwrite`` (:func:`stage_run` loads it instead).
     """
-    with _stage(preset, run, "sft", deadline=deadline, overwrite=overwrite) as s:
-        s.trainer.train(s.train_batches, s.eval_batches)
-    return s.result
+    with _opened(preset, run, "sft", deadline=deadline, retrain=overwrite, reward_fns=None) as r:
+        train_with_recipe(r)
+    return r.result
 
 
 def train_dpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
               overwrite: bool = False) -> StageResult:
     """DPO (or ORPO) from the SFT adapters; the reference is the SFT policy, frozen (no ORPO)."""
-    with _stage(preset, run, "dpo", deadline=deadline, overwrite=overwrite) as s:
-        s.trainer.train(s.train_batches)
-    return s.result
+    with _opened(preset, run, "dpo", deadline=deadline, retrain=overwrite, reward_fns=None) as r:
+        train_with_recipe(r)
+    return r.result
 
 
 def train_grpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
@@ -360,9 +400,9 @@ def train_grpo(preset: Preset, run: RunDir, *, deadline: float | None = None,
     The reward is ``preset.grpo.rewards``; ``reward_fns`` (a list of reward functions)
     replaces it, e.g. for a reward of your own (the settings still record the preset's).
     """
-    with _stage(preset, run, "grpo", deadline=deadline, overwrite=overwrite, reward_fns=reward_fns) as s:
-        s.train()  # learner.train(s.train_batches), unless out of time before the first batch
-    return s.result
+    with _opened(preset, run, "grpo", deadline=deadline, retrain=overwrite, reward_fns=reward_fns) as r:
+        train_with_recipe(r)
+    return r.result
 
 
 def export(result: StageResult, preset: Preset, run: RunDir, *,
@@ -427,5 +467,6 @@ def train_or_load(preset: Preset, run: RunDir, stage: str, *, retrain: bool = Fa
     :func:`stage_run` with its Tunix call made for you; ``retrain=True`` trains from scratch.
     """
     with stage_run(preset, run, stage, retrain=retrain, deadline=deadline) as r:
-        r.train()
+        if r.trains:
+            train_with_recipe(r)
     return r.result

@@ -3,14 +3,13 @@
 :func:`install` replaces ``qwix._src.providers.lora._compute_lora_delta`` for the process
 (every trace after it uses :func:`flat_lora_delta`) and :func:`uninstall` puts qwix's own
 back. It changes nothing off a single CPU device: everything else is handed to qwix.
-``models.apply_lora`` installs it unless :func:`reasonkit.tunix_patches.plain` says to run
-plain Tunix and qwix, or ``REASONKIT_FLAT_LORA=0`` is set.
+Models are built with it in place when their preset's ``optimisations`` list "flat LoRA
+delta", and with qwix's own when they do not (reasonkit's models package does either).
 """
 
 from __future__ import annotations
 
 import inspect
-import os
 from typing import Callable
 
 import jax
@@ -68,15 +67,11 @@ def installed() -> bool:
     return bool(_QWIX_OWN)
 
 
-def install(env=None) -> str:
+def install() -> str:
     """Put :func:`flat_lora_delta` in place of qwix's delta; returns what it did (one line).
 
-    Idempotent. A qwix whose function has another signature, or ``REASONKIT_FLAT_LORA=0``,
-    leaves qwix as it is.
+    Idempotent. A qwix whose function has another signature is left as it is.
     """
-    env = os.environ if env is None else env
-    if env.get("REASONKIT_FLAT_LORA", "1") == "0":
-        return "qwix LoRA delta: qwix's own (REASONKIT_FLAT_LORA=0)"
     if _QWIX_OWN:
         return "qwix LoRA delta: flattened on one CPU device (already installed)"
     qwix_lora = _qwix_lora()
@@ -85,7 +80,8 @@ def install(env=None) -> str:
         return "qwix LoRA delta: qwix's own (this qwix's function differs from 0.1.8's)"
     _QWIX_OWN.append(own)
     qwix_lora._compute_lora_delta = flat_lora_delta
-    return "qwix LoRA delta: flattened on one CPU device (REASONKIT_FLAT_LORA=0 turns it off)"
+    return ("qwix LoRA delta: flattened on one CPU device (optimisation 'flat LoRA delta'; a preset "
+            "without it in its optimisations uses qwix's own)")
 
 
 def uninstall() -> None:

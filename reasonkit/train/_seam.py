@@ -1,0 +1,87 @@
+"""The training package's one seam to the patch package: every patch a stage applies, from here.
+
+Each ``patch_*`` function takes an object Tunix built and applies the patches its preset
+holds in force (``preset.optimisations``; the patches a stage needs, always). The recipes
+and a notebook's ``r.patch(...)`` call these, and nothing else in the package reaches into
+Tunix's internals. The rest re-exports what the other modules read of the patch package:
+the sampler's model, the progress bar, the metrics listeners, the real-shape helpers.
+"""
+
+from __future__ import annotations
+
+from reasonkit.config import Preset
+from reasonkit.runtime import compiles
+from reasonkit.tunix_patches import (
+    PATCHES,
+    attention,
+    grpo,
+    in_force,
+    logprobs,
+    loss_swap,
+    progress,
+    rl_cluster,
+    sampling,
+    sharding,
+    trainers,
+)
+
+__all__ = ["PATCHES", "patch_sft_trainer", "patch_dpo_trainer", "patch_rl_cluster", "patch_grpo_learner",
+           "without_remat", "show_recent", "detached_after", "rl_metrics_logger", "dpo_prepared_inputs",
+           "abstract_models_stay_put", "sampler_of", "sampler_programs", "SharedPrefill",
+           "tpu_sharding_constraints"]
+
+without_remat = sampling.without_remat
+show_recent = progress.show_recent
+detached_after = trainers.detached_after
+rl_metrics_logger = trainers.rl_metrics_logger
+dpo_prepared_inputs = trainers.dpo_prepared_inputs
+abstract_models_stay_put = rl_cluster.abstract_models_stay_put
+sampler_of = sampling.sampler_of
+sampler_programs = sampling.sampler_programs
+SharedPrefill = sampling.SharedPrefill
+tpu_sharding_constraints = sharding.tpu_sharding_constraints
+
+
+def patch_sft_trainer(trainer, preset: Preset):
+    """A ``PeftTrainer`` with the "chunked log-probs" patch when in force: Tunix's
+    cross-entropy a chunk of positions at a time (no float32 ``[B, S, V]`` one-hot and
+    log-softmax)."""
+    if in_force(preset.optimisations, "chunked log-probs"):
+        trainer.with_loss_fn(logprobs.sft_loss)
+    return trainer
+
+
+def patch_dpo_trainer(trainer, preset: Preset):
+    """A ``DPOTrainer`` with "chunked log-probs" when in force: the loss's and the
+    reference's log-probabilities a chunk of positions at a time (the same numbers)."""
+    if in_force(preset.optimisations, "chunked log-probs"):
+        loss_swap.chunk_dpo(trainer)
+    return trainer
+
+
+def patch_rl_cluster(cluster, preset: Preset, policy):
+    """An ``RLCluster``'s sampler traced for decoding ("sampler graph": remat off, the
+    prefill's output layer at the last position only) and, with "shared prefill", each
+    prompt prefilled once for its G answers."""
+    group = preset.grpo.num_generations if in_force(preset.optimisations, "shared prefill") else 1
+    sampling.trace_for_sampling(sampling.sampler_of(cluster.rollout), policy, group)
+    return cluster
+
+
+def patch_grpo_learner(cluster, learner, preset: Preset, policy):
+    """A GRPO learner's step: its own sampling key per step ("reseeded rollouts"); with
+    "length buckets" the smallest padding that holds it; with "shared prompts" (and
+    ``grpo.share_prompts``) each prompt run once for its G answers; with "chunked
+    log-probs" the log-probabilities a chunk of positions at a time."""
+    cfg, on = preset.grpo, preset.optimisations
+    chunked = in_force(on, "chunked log-probs")
+    group = cfg.num_generations if (chunked and in_force(on, "shared prompts")
+                                    and cfg.shares_prompts(attention.impl_of(policy))) else 1
+    buckets = cfg.length_buckets if (cfg.length_buckets != ((), ())
+                                     and in_force(on, "length buckets")) else None
+    grpo.patch_grpo_step(cluster, learner, seed=cfg.seed, max_prompt=cfg.max_prompt_length,
+                         max_answer=cfg.max_generation_length, buckets=buckets, group=group,
+                         on_shape=compiles.step_shape)
+    if chunked:  # the policy loss, the reference's and the old policy's forwards
+        loss_swap.chunk_grpo(cluster, group)
+    return learner
