@@ -15,48 +15,46 @@
 # %% [markdown]
 # # 01 · Hardware check
 #
-# **What you will do:** find out what this session runs on, measure how fast it
-# multiplies matrices, and check that every training stage of your preset fits in
-# accelerator memory *before* spending hours on it.
+# **What you will do:** see what this session runs on and how fast it multiplies matrices.
+# Then check that every training stage of your preset fits in accelerator memory, *before*
+# you spend hours on it.
 #
-# **What you will learn:** where the memory of LoRA post-training goes (for Gemma the
-# 256k-262k-token vocabulary makes the logits one of the largest items), and why SFT / DPO
-# use an FSDP mesh while GRPO prefers tensor parallelism.
+# **What you will learn:** where the memory of LoRA post-training goes. For Gemma, the
+# 256k-262k-token vocabulary makes the logits one of the largest items. And why SFT and
+# DPO use an FSDP mesh while GRPO prefers tensor parallelism.
 #
-# **What you need:** any runtime. On Kaggle pick *TPU v5e-8* (v3-8 is on Cloud TPU only), on Colab
-# *v5e-1*; on a CPU the `tiny` preset runs everything.
+# **What you need:** any runtime. On Kaggle pick *TPU v5e-8* (v3-8 is on Cloud TPU only);
+# on Colab, *v5e-1*. On a CPU the `tiny` preset runs everything.
+
+# %% [markdown]
+# ## Settings, runs and the deadline
+# **Settings** are environment variables. On Kaggle or Colab, set them in a cell above the
+# setup cell, e.g. `%env REASONKIT_PRESET=gemma3-1b`. Use the same values in every
+# notebook of a run. Unset, the preset is `auto`: `tiny` on a CPU, or a Gemma preset sized
+# for the TPU it finds. That is untested: no Gemma preset has run on a TPU yet.
+#
+# **Where the runs live.** Each notebook reads what the one before wrote under
+# `runs/<run>/`. That is `./runs` in the working directory, `/kaggle/working/runs` on
+# Kaggle, or `$REASONKIT_RUNS`. On Kaggle, `/kaggle/working` lasts one session. To go on
+# in a later one, add the earlier session's output as an input. The setup cell copies its
+# `runs/<run>` back, never over work already there. On Colab each notebook runs in its own
+# runtime, and its disk goes with it. So the runs live on Google Drive, in
+# `/content/drive/MyDrive/reasonkit-runs`. The setup cell mounts it, or stops and says
+# what to do.
+#
+# **One deadline per session.** Training stops cleanly before the deadline and resumes in
+# the next session. The deadline is `REASONKIT_DEADLINE_HOURS` hours from the session's
+# start. It is 8.5 by default on Kaggle (sessions end at 9), none elsewhere unless set.
+# Every notebook and stage of a session shares it. To run 02-06 in one Kaggle session, see
+# `docs/kaggle.md`.
 
 # %% [markdown]
 # ## Setup
-# The first cell is the same in every notebook. It finds reasonkit: installed (locally
-# `bash scripts/setup.sh` did it), a checkout of the repository (this folder's parent, a
-# clone in `./reasonkit`, which it makes from `$REASONKIT_REPO` on Colab, or a Kaggle
-# dataset made of it, in either of Kaggle's input layouts), the wheels dataset of
-# `scripts/kaggle_dataset.py` attached on Kaggle, or `$REASONKIT_PIP`; finding none, it
-# names the places it looked. It makes the JAX stack, Tunix and transformers the tested
-# versions (installing what differs, with pip's output shown; it says when the runtime
-# must restart), then starts the session: earlier runs attached on Kaggle are restored
-# (it says what each holds), compiled programs are kept under `runs/`, and the session's
-# deadline is set. Step by step for Kaggle and Colab: `docs/kaggle.md`.
-#
-# **Settings** are environment variables. On Kaggle / Colab set them in a cell above
-# this one, e.g. `%env REASONKIT_PRESET=gemma3-1b`, with the same values in every
-# notebook of a run. Unset, the preset is `auto`: `tiny` on a CPU, a Gemma preset sized
-# for the TPU it finds (untested there: none has run on a TPU yet).
-#
-# **Where the runs live.** Each notebook reads what the one before it wrote under
-# `runs/<run>/`: `./runs` in the notebook's working directory, `/kaggle/working/runs`
-# on Kaggle, or `$REASONKIT_RUNS`. On Kaggle `/kaggle/working` belongs to one session:
-# to go on in a later one, add the earlier session's output as an input, and this cell
-# copies its `runs/<run>` back (never over work already there). On Colab each notebook
-# runs in a runtime of its own, whose disk goes with it: the runs live on Google Drive,
-# `/content/drive/MyDrive/reasonkit-runs`, which this cell mounts (it stops, saying what
-# to do, if Drive cannot be mounted).
-#
-# **One deadline per session.** Training stops cleanly (and resumes in the next session)
-# before the session's deadline: `REASONKIT_DEADLINE_HOURS` hours from its start, 8.5 by
-# default on Kaggle (its sessions end at 9), none elsewhere unless set. Every notebook and
-# stage of a session shares it. To run 02-06 in one Kaggle session, see `docs/kaggle.md`.
+# The first cell is the same in every notebook. It finds reasonkit (installed, this
+# checkout, `$REASONKIT_REPO`, a Kaggle input or `$REASONKIT_PIP`), or says where it
+# looked. It installs the tested JAX, Tunix and transformers, and says if the runtime must
+# restart. It restores runs attached on Kaggle and sets the session's deadline. Kaggle and
+# Colab, step by step: `docs/kaggle.md`.
 
 # %%
 import glob
@@ -116,9 +114,9 @@ for d in jax.devices()[:8]:
 
 # %% [markdown]
 # ## How fast is it?
-# A jitted chain of square matmuls, warm-up excluded. On a TPU the measured rate should
-# be a large fraction of the table's bf16 peak; if it is far below, something else
-# (host input, small shapes) will bound training too.
+# A jitted chain of square matmuls, warm-up excluded. On a TPU, expect a large fraction of
+# the table's bf16 peak. Far below it, something else (host input, small shapes) will
+# bound training too.
 
 # %%
 bench = hardware.matmul_benchmark()
@@ -130,13 +128,13 @@ if bench["peak_flops_per_s"]:
 
 # %% [markdown]
 # ## Does every stage fit?
-# Bytes **per device** for each stage of the preset: base weights, LoRA weights with
-# their gradients and Adam moments, activations, attention scores, logits, and for
-# generation the KV cache. First on this machine, then on the machine the preset was
-# sized for. A CPU preset's target is this machine, and its small model shows little, so
-# there the second table is Gemma 3 1B on a Kaggle TPU v5e-8 (`EXAMPLE`): arithmetic only,
-# nothing is loaded. Its 262k-token vocabulary makes the logits nearly as large as the
-# activations of all its 26 layers.
+# Bytes **per device** for each stage of the preset: base weights, LoRA weights with their
+# gradients and Adam moments, activations, attention scores, logits, and the KV cache for
+# generation. First on this machine, then on the machine the preset was sized for. A CPU
+# preset is sized for this machine, and its small model shows little. So there the second
+# table is Gemma 3 1B on a Kaggle TPU v5e-8 (`EXAMPLE`): arithmetic only, nothing is
+# loaded. Its 262k-token vocabulary makes the logits nearly as large as the activations of
+# all 26 layers.
 
 # %%
 from IPython.display import Markdown, display
@@ -153,15 +151,15 @@ display(Markdown(plots.budget_table(budget_table(shown, target))))
 
 # %% [markdown]
 # ## What the compiler says
-# The budget is arithmetic. The compiler can count: build the SFT step exactly as
-# training will (abstract weights, so nothing is downloaded), compile it for this
-# machine and read back the bytes each device needs (arguments + outputs + temporaries,
-# less the donated inputs). On a TPU that is the real figure. On a CPU it is XLA:CPU's:
-# for a bfloat16 model it holds float32 copies of the weights a TPU does not, which the
-# estimate printed beside it counts (`memory_budget(..., backend="cpu")`). For the Gemma
-# presets that estimate is within 20% of the compiler's figure (`benchmarks/shapes.md`);
-# for the float32 `tiny` model it is about half of it (the ratio printed): the estimate
-# is sized for Gemma's shapes, and a model of a few MiB is not one.
+# The budget is arithmetic; the compiler can count. This cell builds the SFT step exactly
+# as training will, with abstract weights (nothing is downloaded). It compiles it for this
+# machine and reads back the bytes each device needs: arguments + outputs + temporaries,
+# less the donated inputs. On a TPU that is the real figure. On a CPU it is XLA:CPU's,
+# which for a bfloat16 model holds float32 copies of the weights that a TPU does not. The
+# estimate printed beside it counts those (`memory_budget(..., backend="cpu")`). For the
+# Gemma presets that estimate is within 20% of the compiler's figure
+# (`benchmarks/shapes.md`). For the float32 `tiny` model it is about half (the ratio
+# printed): the estimate is sized for Gemma's shapes, not for a model of a few MiB.
 # `python -m reasonkit.shapes gemma3-1b sft` checks a TPU preset on simulated CPU devices.
 
 # %%
@@ -171,10 +169,10 @@ for stage in ["sft"]:  # also "dpo", "grpo", "rollout", "eval": a minute or two 
     print(shapes.describe(shapes.check(preset, stage, hw=hw)))
 
 # %% [markdown]
-# When a stage does not fit, the budget says what to change, each suggestion priced by
+# When a stage does not fit, the budget says what to change. It prices each suggestion by
 # re-running the same arithmetic on the changed preset. When every stage fits here, an
-# override that does not (Gemma 3 1B's SFT at 512 sequences a batch) shows what the
-# advice reads like.
+# override that does not (Gemma 3 1B's SFT at 512 sequences a batch) shows what the advice
+# reads like.
 
 # %%
 examples = [(preset, hw)]
@@ -202,11 +200,11 @@ plt.show()
 
 # %% [markdown]
 # ## Which mesh for which stage?
-# SFT and DPO shard parameters, gradients, optimizer state and the batch over all
-# devices (FSDP). GRPO spends most of its time generating one token at a time, where
-# FSDP would all-gather every weight per token; tensor parallelism keeps the shards
-# resident. With one device there is nothing to shard, so the layouts of the preset above
-# (`shown`) on the devices of its machine come too.
+# SFT and DPO shard parameters, gradients, optimizer state and the batch over all devices
+# (FSDP). GRPO spends most of its time generating one token at a time. There FSDP would
+# all-gather every weight per token; tensor parallelism keeps the shards resident. One
+# device has nothing to shard, so the layouts of the preset above (`shown`) on its
+# machine's devices come too.
 
 # %%
 machines = [(preset, hw.device_count)] + ([(shown, target.device_count)] if shown is not preset else [])
@@ -221,13 +219,13 @@ print("this machine's SFT mesh:", " x ".join(f"{size} on {axis!r}" for axis, siz
 # %% [markdown]
 # ## Check: what this notebook found
 # The last cell asserts what this notebook is for, so a run that quietly found nothing
-# stops here (and fails the tests, which run every notebook under nbval): JAX sees at
-# least one device and the hardware check counted them all, the matmul benchmark measured
-# a positive rate, and the memory budget has a positive total for each of the four stages
-# (SFT, DPO, GRPO, evaluation). No margin is needed for these. One more, with a margin:
-# every stage fits the machine the preset was sized for (this one for `tiny`), by the
-# budget's arithmetic. The Gemma presets use 7% to 54% of their target's memory there,
-# so an override that breaks it (a larger batch, say) fails here before it fails on a TPU.
+# stops here. It also fails the tests, which run every notebook under nbval. JAX sees at
+# least one device, and the hardware check counted them all. The matmul benchmark measured
+# a positive rate. The memory budget has a positive total for each of the four stages
+# (SFT, DPO, GRPO, evaluation). These need no margin. One more check has one: by the
+# budget's arithmetic, every stage fits the machine the preset was sized for (this one for
+# `tiny`). The Gemma presets use 7% to 54% of their target's memory there. So an override
+# that breaks it (a larger batch, say) fails here before it fails on a TPU.
 
 # %%
 assert jax.device_count() >= 1 and hw.device_count == jax.device_count(), (hw, jax.devices())
@@ -242,6 +240,6 @@ print(f"checked: {hw.device_count} device(s); a budget for every stage; all fit 
 # %% [markdown]
 # ## What next
 # - Run `02_dataset_rebalance` to build the data splits.
-# - If a stage does not fit, apply one of the suggestions with
-#   `get_preset(name, **{"sft.batch_size": 16})` and re-run this notebook.
+# - If a stage does not fit, apply one of the suggestions with `get_preset(name,
+#   **{"sft.batch_size": 16})` and re-run this notebook.
 # - Try `REASONKIT_PRESET=auto` to let the hardware pick the preset.

@@ -15,30 +15,25 @@
 # %% [markdown]
 # # 02 · Dataset rebalance
 #
-# **What you will do:** load the preset's data sources into one record schema, look at
-# one example per domain the way the model will see it (text and tokens), measure token
-# lengths against each stage's budget, filter and rebalance the six domains, and write
-# the evaluation split and the SFT / DPO / GRPO training sets to `runs/<run>/data/`.
+# **What you will do:** load the preset's data sources into one record schema. Look at one
+# example per domain as the model sees it, in text and tokens. Measure token lengths
+# against each stage's budget. Filter and rebalance the six domains. Write the evaluation
+# split and the SFT / DPO / GRPO training sets to `runs/<run>/data/`.
 #
-# **What you will learn:** why every stage uses one prompt template, why the evaluation
-# set is held out *before* rebalancing, how up- and down-sampling reach a target domain
-# mix (and where they cannot), and how many rows each filter dropped, and why.
+# **What you will learn:** why every stage uses one prompt template, and why the
+# evaluation set is held out *before* rebalancing. How up- and down-sampling reach a
+# target domain mix, and where they cannot. How many rows each filter dropped, and why.
 #
-# **What you need:** a CPU is enough. The `tiny` preset uses synthetic tasks and needs
-# no network; the Gemma presets also read GSM8K from the Hugging Face Hub.
+# **What you need:** a CPU is enough. The `tiny` preset uses synthetic tasks and needs no
+# network; the Gemma presets also read GSM8K from the Hugging Face Hub.
 
 # %% [markdown]
 # ## Setup
-# The first cell is the same in every notebook. It finds reasonkit: installed (locally
-# `bash scripts/setup.sh` did it), a checkout of the repository (this folder's parent, a
-# clone in `./reasonkit`, which it makes from `$REASONKIT_REPO` on Colab, or a Kaggle
-# dataset made of it, in either of Kaggle's input layouts), the wheels dataset of
-# `scripts/kaggle_dataset.py` attached on Kaggle, or `$REASONKIT_PIP`; finding none, it
-# names the places it looked. It makes the JAX stack, Tunix and transformers the tested
-# versions (installing what differs, with pip's output shown; it says when the runtime
-# must restart), then starts the session: earlier runs attached on Kaggle are restored
-# (it says what each holds), compiled programs are kept under `runs/`, and the session's
-# deadline is set. Step by step for Kaggle and Colab: `docs/kaggle.md`.
+# The first cell is the same in every notebook. It finds reasonkit (installed, this
+# checkout, `$REASONKIT_REPO`, a Kaggle input or `$REASONKIT_PIP`), or says where it
+# looked. It installs the tested JAX, Tunix and transformers, and says if the runtime must
+# restart. It restores runs attached on Kaggle and sets the session's deadline. Kaggle and
+# Colab, step by step: `docs/kaggle.md`.
 
 # %%
 import glob
@@ -82,9 +77,9 @@ print(f"sources {preset.data.sources}, outputs go to {run.stage('data')}")
 # %% [markdown]
 # ## The tokenizer
 # Lengths are budgets in *tokens*, so we count them with the model's own tokenizer. For
-# `tiny` it ships with the repo (or is built on first use); for Gemma it comes with the
-# weights (Kaggle or Hugging Face: attach `HF_TOKEN` or `KAGGLE_USERNAME` /
-# `KAGGLE_KEY` as notebook secrets, `read_platform_secrets` copies them without printing).
+# `tiny` it ships with the repo, or is built on first use. For Gemma it comes with the
+# weights, from Kaggle or Hugging Face. Attach `HF_TOKEN` or `KAGGLE_USERNAME` /
+# `KAGGLE_KEY` as notebook secrets; `read_platform_secrets` copies them without printing.
 
 # %%
 models.read_platform_secrets()
@@ -97,14 +92,14 @@ for tag in template.SPECIAL_TOKENS:
 
 # %% [markdown]
 # The tiny tokenizer keeps every tag as one piece, so the model writes `<answer>` in one
-# step. Gemma's has `<start_of_turn>` / `<end_of_turn>` as single tokens (ids 105, 106
-# in Gemma 3; 106, 107 in Gemma 2); the other tags are plain text to it and may take a
-# few pieces each. That works too, at the cost of a few tokens: the cell above shows
-# what this preset's tokenizer does.
+# step. Gemma's has `<start_of_turn>` / `<end_of_turn>` as single tokens (ids 105, 106 in
+# Gemma 3; 106, 107 in Gemma 2). Its other tags are plain text, a few pieces each. That
+# works too, at the cost of a few tokens. The cell above shows what this preset's
+# tokenizer does.
 #
 # ## Load the sources
 # Each source turns its rows into one schema (`id`, `domain`, `source`, `prompt`,
-# `reasoning`, `answer`) and reports what it read, kept and dropped, by reason.
+# `reasoning`, `answer`). It reports what it read, kept and dropped, by reason.
 
 # %%
 records, source_reports = data.load_sources(preset.data)
@@ -117,10 +112,10 @@ print(f"{len(records)} records in all")
 
 # %% [markdown]
 # ## One example per domain
-# Every stage formats a record with the same template: `format_prompt` wraps the
-# question in a Gemma user turn that asks for the tagged answer, `format_completion` is
-# what the model learns to write. Keeping one template means the reward functions of
-# GRPO and the evaluation parse exactly what SFT taught.
+# Every stage formats a record with the same template. `format_prompt` wraps the question
+# in a Gemma user turn that asks for the tagged answer. `format_completion` is what the
+# model learns to write. With one template, GRPO's rewards and the evaluation parse
+# exactly what SFT taught.
 
 # %%
 first = {}
@@ -131,8 +126,8 @@ for domain, r in first.items():
     print(template.format_prompt(r["prompt"]) + template.format_completion(r["reasoning"], r["answer"]))
 
 # %% [markdown]
-# The same completion as the model sees it: token ids, each decoded on its own. The
-# decoded pieces joined back give the text exactly, so nothing is lost on the way.
+# The same completion as the model sees it: token ids, each decoded on its own. Joined
+# back, the pieces give the text exactly, so nothing is lost.
 
 # %%
 example = next(iter(first.values()))
@@ -145,10 +140,10 @@ assert tok.DecodeIds(ids) == completion
 
 # %% [markdown]
 # ## Token lengths against the budgets
-# Each stage has a token budget (from the preset): SFT trains on prompt + completion up
-# to `sft.max_target_length`; DPO and GRPO cap the response; every stage caps the
-# prompt. A record over a budget is dropped from that stage (and counted), never cut:
-# a truncated completion would teach the model to stop before `</answer>`.
+# Each stage has a token budget from the preset. SFT trains on prompt + completion up to
+# `sft.max_target_length`. DPO and GRPO cap the response; every stage caps the prompt. A
+# record over a budget is dropped from that stage and counted, never cut. A truncated
+# completion would teach the model to stop before `</answer>`.
 
 # %%
 limits = data.stage_limits(preset)
@@ -176,13 +171,13 @@ plt.show()
 # `build_splits` does it in this order:
 # 1. drop malformed records and duplicate prompts;
 # 2. hold out `eval_per_domain` records per domain **before** rebalancing, so no eval
-#    prompt is ever repeated into training, and drop training records whose prompt is
-#    an eval prompt;
-# 3. per stage, drop what does not fit the stage (too long; for GRPO a gold answer
-#    that cannot be checked), then sample `train_size` records in the target mix:
-#    down-sampling large domains, repeating small ones at most `max_repeats` times;
-# 4. turn the DPO set into preference pairs (a right, well-formatted answer against a
-#    wrong answer or a broken format).
+#    prompt is ever repeated into training; drop training records whose prompt is an eval
+#    prompt;
+# 3. per stage, drop what does not fit (too long; for GRPO, a gold answer that cannot be
+#    checked). Then sample `train_size` records in the target mix: down-sample large
+#    domains, repeat small ones at most `max_repeats` times;
+# 4. turn the DPO set into preference pairs: a right, well-formatted answer against a
+#    wrong answer or a broken format.
 
 # %%
 splits, report = data.build_splits(records, preset.data, count_tokens=count_tokens,
@@ -192,14 +187,14 @@ display(Markdown(plots.data_table(report)))
 
 # %% [markdown]
 # ### GRPO's prompts, one step harder
-# SFT and DPO learn from gold traces. GRPO needs only a prompt and its answer, and it can
-# only teach what the policy already does *sometimes*: a prompt it always gets right,
-# or never, gives every answer of a group the same reward, so no answer is better than
-# its group. With `grpo.difficulty` above `data.difficulty`, `data.harder_grpo` draws
-# GRPO's set afresh from the synthetic tasks at that difficulty (one more step or item),
-# apart from every other split, and holds out an `eval_hard` block beside it: GRPO's
-# held-out checks and `06_evaluation` measure there. At the data's own difficulty it
-# returns the splits as they are.
+# SFT and DPO learn from gold traces. GRPO needs only a prompt and its answer. It can only
+# teach what the policy already does *sometimes*. A prompt it always gets right, or never,
+# gives a whole group the same reward, so no answer beats its group. With
+# `grpo.difficulty` above `data.difficulty`, `data.harder_grpo` draws GRPO's set afresh
+# from the synthetic tasks at that difficulty (one more step or item), apart from every
+# other split. It also holds out an `eval_hard` block beside it, where GRPO's held-out
+# checks and `06_evaluation` measure. At the data's own difficulty it returns the splits
+# as they are.
 
 # %%
 splits = data.harder_grpo(splits, report, preset.data, preset.grpo.difficulty,
@@ -211,9 +206,8 @@ if splits.eval_hard:
 
 # %% [markdown]
 # ### The drop report
-# Every row that did not make it into a set is counted under the step and the reason,
-# with the first few ids (or `file:line`) to look at. Notes name the domains that missed
-# their target, and why.
+# Every row left out of a set is counted under its step and reason, with the first few ids
+# (or `file:line`) to look at. Notes name the domains that missed their target, and why.
 
 # %%
 display(Markdown(plots.drop_table(report)))
@@ -231,10 +225,10 @@ plt.show()
 # %% [markdown]
 # ## Write the splits
 # `runs/<run>/data/` gets `eval.jsonl`, `sft.jsonl`, `dpo.jsonl`, `grpo.jsonl` (and
-# `eval_hard.jsonl`), `data_report.json` and the two plots; `finished.json` marks the
-# stage done, and the next notebooks read from here. A finished data stage is never
-# replaced silently: this cell reads it back instead, and says so. Set `REBUILD = True`
-# to replace it.
+# `eval_hard.jsonl`), `data_report.json` and the two plots. `finished.json` marks the
+# stage done; the next notebooks read from here. A finished data stage is never replaced
+# silently: this cell reads it back instead, and says so. Set `REBUILD = True` to replace
+# it.
 
 # %%
 REBUILD = False  # True: replace splits an earlier run of this notebook wrote
@@ -244,9 +238,9 @@ print(sorted(p.name for p in run.stage("data").iterdir()))
 
 # %% [markdown]
 # ## What the next stages read
-# One record of the SFT set, as SFT will train on it, and one DPO pair: the same prompt
-# with a chosen and a rejected completion. Look at *why* the rejected one is worse
-# (`rejected_kind`): a wrong answer, missing tags, or the answer outside its tag.
+# One SFT record, as SFT will train on it, and one DPO pair: the same prompt with a chosen
+# and a rejected completion. Look at *why* the rejected one is worse (`rejected_kind`): a
+# wrong answer, missing tags, or the answer outside its tag.
 
 # %%
 sft = splits.sft[0]
@@ -263,9 +257,9 @@ print("rejected:", pair["rejected"])
 # The tiny preset's tasks are already balanced, so the chart above barely moves. Real
 # mixes are not: GSM8K alone adds 7,473 math problems. Here, in memory only (nothing is
 # written), we keep 30 summarization records and ask for more math and coding. Large
-# domains are down-sampled; summarization cannot reach its target without repeating
-# each record more than `max_repeats` times, and the notes say so. Its set is then
-# smaller than `train_size`, so the other domains' shares end up a little above target.
+# domains are down-sampled. Summarization cannot reach its target without repeating each
+# record more than `max_repeats` times, and the notes say so. Its set is then smaller than
+# `train_size`, so the other domains' shares end up a little above target.
 
 # %%
 lopsided = [r for r in records if r["domain"] != "summarization"]
@@ -281,12 +275,12 @@ print("\n".join(demo.notes))
 # %% [markdown]
 # ## Check: every row accounted for, every domain in every split
 # The last cell asserts what this notebook promises the next ones, on the splits it wrote
-# (or read back): every domain with a weight above 0 is in the evaluation split and in
-# each training set, and no row went missing without a reason. Each source kept or
-# dropped (with a reason) every row it read, and for the SFT and GRPO sets every record
-# read is held out for evaluation, dropped with a reason, or available to rebalancing.
-# (DPO's pairs are made after rebalancing, so its drops count pairs as well: it is left
-# out of that sum.) These are exact counts; no margin is needed.
+# or read back. Every domain with a weight above 0 is in the evaluation split and in each
+# training set. No row went missing without a reason. Each source kept or dropped (with a
+# reason) every row it read. For the SFT and GRPO sets, every record read is held out for
+# evaluation, dropped with a reason, or available to rebalancing. DPO is left out of that
+# sum: its pairs are made after rebalancing, so its drops count pairs as well. These are
+# exact counts; no margin is needed.
 
 # %%
 weighted = {d for d, w in report.settings["domain_weights"].items() if w > 0}
@@ -307,10 +301,10 @@ print(f"checked: {len(weighted)} domains in every split; {read} records read, ea
 # ## What next
 # - Run `03_sft` to teach the format on `runs/<run>/data/sft.jsonl`.
 # - Add GSM8K to the tiny run: `get_preset("tiny", **{"data.sources": ("gsm8k:hf",
-#   "tasks")})` (GSM8K is public: no `HF_TOKEN` needed, only network). Its math
-#   problems are longer than the tiny budgets, so watch the "too long" drops.
-# - Change the mix: `get_preset(name, **{"data.domain_weights": {"math": 2, ...}})`;
-#   a domain with weight 0 is left out. Then run this notebook with `REBUILD = True`,
-#   or with another run name (`REASONKIT_RUN=...`) to keep both.
-# - Your own data: `"jsonl:/path/file.jsonl"` (records or `instruction`/`output`
-#   rows), `"prefs:/path/pairs.jsonl"` (DPO pairs), `"hf:<dataset>"`.
+#   "tasks")})`. GSM8K is public: it needs network, not `HF_TOKEN`. Its math problems are
+#   longer than the tiny budgets, so watch the "too long" drops.
+# - Change the mix: `get_preset(name, **{"data.domain_weights": {"math": 2, ...}})`; a
+#   domain with weight 0 is left out. Then run this notebook with `REBUILD = True`, or
+#   under another run name (`REASONKIT_RUN=...`) to keep both.
+# - Your own data: `"jsonl:/path/file.jsonl"` (records or `instruction`/`output` rows),
+#   `"prefs:/path/pairs.jsonl"` (DPO pairs), `"hf:<dataset>"`.

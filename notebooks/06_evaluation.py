@@ -15,36 +15,26 @@
 # %% [markdown]
 # # 06 · Evaluation
 #
-# **What you will do:** evaluate the base model and every stage this run has finished
-# (SFT, DPO, GRPO) on the same held-out prompts with the same decoding settings; look at
-# the per-stage table, the per-domain breakdown, why answers failed to extract, and a few
-# completions side by side; and read, in words, what each stage improved and what it
-# regressed. On the Gemma presets every stage is also scored on GSM8K's test split, the
-# number published results use. Results go to `runs/<run>/eval/`.
+# **What you will do:** score the base model and each finished stage (SFT, DPO, GRPO) on
+# the same held-out prompts. See what each stage improved or regressed, by domain, failure
+# reason and answer. Gemma presets also score GSM8K's test split.
 #
-# **What you will learn:** why one fixed evaluation is the only fair way to compare
-# stages; what format pass, accuracy, pass@k and maj@k each measure; and that a stage
-# can make one thing better and another worse: in *Training Gemma 2 2B to Reason with
-# Tunix*, the write-up this pipeline follows, DPO lowered format pass from 89.5% to 76.8%.
-# This notebook is built to surface such things, not hide them.
+# **What you will learn:** why only one fixed evaluation compares stages fairly, and what
+# format pass, accuracy, pass@k and maj@k measure. And that a stage can help one thing and
+# hurt another: in *Training Gemma 2 2B to Reason with Tunix*, which this pipeline
+# follows, DPO cut format pass from 89.5% to 76.8%.
 #
-# **What you need:** the data splits from `02_dataset_rebalance`, and whichever of
-# `03_sft`, `04_dpo`, `05_grpo` you have run: stages that have not finished are skipped
-# with a note, so with data alone you get the base model's row. The `tiny` preset runs
-# on a CPU; the Gemma presets need the TPU they trained on.
+# **What you need:** the splits from `02_dataset_rebalance` and any finished `03_sft`,
+# `04_dpo`, `05_grpo` (others are skipped with a note). `tiny` runs on a CPU; Gemma
+# presets need the TPU they trained on.
 
 # %% [markdown]
 # ## Setup
-# The first cell is the same in every notebook. It finds reasonkit: installed (locally
-# `bash scripts/setup.sh` did it), a checkout of the repository (this folder's parent, a
-# clone in `./reasonkit`, which it makes from `$REASONKIT_REPO` on Colab, or a Kaggle
-# dataset made of it, in either of Kaggle's input layouts), the wheels dataset of
-# `scripts/kaggle_dataset.py` attached on Kaggle, or `$REASONKIT_PIP`; finding none, it
-# names the places it looked. It makes the JAX stack, Tunix and transformers the tested
-# versions (installing what differs, with pip's output shown; it says when the runtime
-# must restart), then starts the session: earlier runs attached on Kaggle are restored
-# (it says what each holds), compiled programs are kept under `runs/`, and the session's
-# deadline is set. Step by step for Kaggle and Colab: `docs/kaggle.md`.
+# The first cell is the same in every notebook. It finds reasonkit (installed, this
+# checkout, `$REASONKIT_REPO`, a Kaggle input or `$REASONKIT_PIP`), or says where it
+# looked. It installs the tested JAX, Tunix and transformers, and says if the runtime must
+# restart. It restores runs attached on Kaggle and sets the session's deadline. Kaggle and
+# Colab, step by step: `docs/kaggle.md`.
 
 # %%
 import glob
@@ -92,11 +82,11 @@ print(f"preset {preset.name!r}: {preset.description}")
 print(f"run {run.path}, outputs go to {run.stage('eval')}")
 
 # %% [markdown]
-# ## The held-out set and the decoding settings
-# `02_dataset_rebalance` held these prompts out *before* rebalancing, so none of them
-# (nor a duplicate) was trained on by any stage. Every stage is decoded the same way:
-# **greedy** for format pass, accuracy and the lengths, plus `num_samples` **sampled**
-# completions per prompt (fixed seeds) for pass@k and maj@k.
+# ## Held-out prompts and decoding
+# `02_dataset_rebalance` held these prompts out *before* rebalancing: no stage trained on
+# them or a duplicate. Decoding is shared: **greedy** for format pass, accuracy and
+# lengths; `num_samples` **sampled** completions per prompt (fixed seeds) for pass@k and
+# maj@k.
 
 # %%
 per_domain = collections.Counter(r["domain"] for r in splits.eval)
@@ -108,11 +98,10 @@ print(f"\n--- one held-out prompt ({example['domain']}, gold answer {example['an
 print(template.format_prompt(example["prompt"]))
 
 # %% [markdown]
-# ## Which stages are there?
-# The base model always; then each stage whose `finished.json` exists. A stage that
-# stopped early (a session deadline) has checkpoints but no `finished.json`: it is
-# skipped too, because its adapters are not what the stage set out to train. Run its
-# notebook again to resume it, then come back here.
+# ## Which stages?
+# The base model, then each stage with a `finished.json`. A stage stopped early (deadline)
+# has only checkpoints, so it is skipped: its adapters are not what it set out to train.
+# Rerun its notebook to resume.
 
 # %%
 stages = ["base"]
@@ -129,18 +118,15 @@ for name in ("sft", "dpo", "grpo"):
 print("evaluating:", " -> ".join(stages))
 
 # %% [markdown]
-# ## Tunix's sampler, on one prompt
-# Every completion below comes from Tunix's `Sampler`, built as Tunix's examples build
-# it: the model, its tokenizer and a `CacheConfig` (a KV cache long enough for a whole
-# prompt and answer). Calling it with prompts pads them to `max_prompt_length` and
-# decodes greedily (temperature 0) until a stop id or `max_generation_steps`; with
-# `temperature`, `top_p` and `top_k` it samples.
-# Here it answers the held-out prompt above with the last stage's model. One patch:
-# `tunix_patches.sampling.without_remat` gives the sampler the model with
-# rematerialisation off over the same arrays (Tunix's sampler traces the graph it is
-# given, and with `model.remat` on, as in every Gemma preset, that graph cannot decode).
-# `evaluate` builds the same sampler once per stage and calls it on batches of
-# prompts.
+# ## Tunix's sampler
+# Completions come from Tunix's `Sampler`, built as Tunix's examples do: model, tokenizer
+# and a `CacheConfig` (a KV cache for prompt plus answer). It pads prompts to
+# `max_prompt_length`, then decodes greedily (temperature 0) to a stop id or
+# `max_generation_steps`, or samples with `temperature`, `top_p`, `top_k`. Here the last
+# stage answers the prompt above. One patch, `tunix_patches.sampling.without_remat`,
+# passes the model with rematerialisation off (same arrays). The sampler traces its graph,
+# which cannot decode with `model.remat` on (every Gemma preset). `evaluate` builds one
+# per stage, for batches.
 
 # %%
 from tunix import CacheConfig, Sampler
@@ -161,14 +147,11 @@ models.free()
 
 # %% [markdown]
 # ## Generate and score
-# One stage at a time: load the base weights (plus the stage's LoRA adapters), generate
-# greedy and sampled completions for every held-out prompt, score them with the same
-# answer extraction the GRPO rewards use, then free the model before loading the next.
-# Evaluation runs on the mesh GRPO uses (`mesh.stage_mesh(preset, "eval")`): it is
-# generation, like GRPO's rollouts.
-#
-# Nothing here is cached: re-running recomputes every row from the checkpoints and gives
-# the same numbers (greedy decoding is deterministic, and the samples use fixed seeds).
+# Per stage: load the base plus its LoRA adapters, generate greedy and sampled completions
+# for every prompt, score them with the GRPO rewards' answer extraction, free the model.
+# It runs on GRPO's generation mesh (`mesh.stage_mesh(preset, "eval")`). Nothing is
+# cached; re-runs recompute every row identically (greedy is deterministic, samples
+# seeded).
 
 # %%
 models.read_platform_secrets()  # Gemma weights: HF_TOKEN or KAGGLE_* secrets, never printed
@@ -180,20 +163,17 @@ results, seconds = evaluate.evaluate_run(preset, run, stages, mesh=eval_mesh)
 
 # %% [markdown]
 # ## The stage table
-# - **format pass**: the greedy completion is exactly one `<reasoning>` block then one
-#   `<answer>` block, and nothing else;
-# - **accuracy**: the answer in the greedy completion's `<answer>` tags is right (it
-#   counts even when the rest of the format is off, e.g. no reasoning block, so the two
-#   columns measure different things);
-# - **lenient accuracy**: right either way: the tagged answer, or, when there is no
-#   usable `<answer>` tag, the final answer of the free text ("So the answer is 16", the
-#   last `\boxed{}` or number), as lm-evaluation-harness's "flexible-extract" reads GSM8K.
-#   A base model never taught the tags answers in prose, so its accuracy is near 0
-#   whatever it knows; this column is what it knows;
-# - **partial accuracy**: credit for near misses (numbers within 10%, overlapping items);
-# - **pass@k**: at least one of the k samples is right; **maj@k**: the most common
-#   sampled answer is right. A large gap between them means the model *can* find the
-#   answer but does not do so reliably: the room GRPO works in.
+# - **format pass**: the greedy completion is one `<reasoning>` block, one `<answer>`
+#   block, nothing else.
+# - **accuracy**: the `<answer>` tag's answer is right, even with the format otherwise off
+#   (no reasoning block, say).
+# - **lenient accuracy**: the tag's answer or, with no usable tag, the free text's final
+#   one is right ("So the answer is 16", the last `\boxed{}` or number).
+#   (lm-evaluation-harness's "flexible-extract" on GSM8K.) A base never taught the tags
+#   answers in prose: this column, not accuracy (near 0), shows what it knows.
+# - **partial accuracy**: credit for near misses (numbers within 10%, overlapping items).
+# - **pass@k**: one of k samples is right. **maj@k**: the most common sampled answer is
+#   right. A large gap: the model *can* find the answer, not reliably: GRPO's room.
 
 # %%
 k = preset.eval.num_samples
@@ -202,16 +182,13 @@ fig_stages = plots.plot_stages(results, k=k)
 plt.show()
 
 # %% [markdown]
-# Error bars are one binomial standard error. With a few hundred prompts a difference of
-# a couple of points is noise; the summary at the end of this notebook only calls a
-# change when it is larger than two standard errors.
+# Error bars: one binomial standard error. With a few hundred prompts, a couple of points
+# is noise.
 #
-# **What SFT gains, and what it costs.** Read the base row's lenient accuracy against
-# SFT's (strict) accuracy. SFT gains the format: answers a program can check, in one
-# place, every time. Whether it also gains correctness is the difference between those
-# two numbers, and it can be negative: a base that already solves a task in its own words
-# may solve fewer once it must write them in the tags. The cell below says which it is
-# here.
+# **What SFT gains, and what it costs.** Compare the base's lenient accuracy with SFT's
+# strict accuracy. SFT gains the format: checkable answers, in one place, every time. The
+# difference is the correctness gained, maybe negative: a base solving a task in its own
+# words may solve fewer in tags.
 
 # %%
 if "base" in results and "sft" in results:
@@ -224,18 +201,15 @@ if "base" in results and "sft" in results:
           f"({'within' if abs(gap) <= noise else 'beyond'} two standard errors, {noise:.1f} points)")
 
 # %% [markdown]
-# ## pass@k, and the answers GRPO changed
-# **pass@k**, from the samples: the chance that k sampled answers hold a right one. Where
-# a stage's curve rises above its pass@1, it can find answers it does not give reliably:
-# the room GRPO works in. GRPO's pass@1 moving up towards the earlier stages' pass@k is
-# GRPO turning *sometimes* into *reliably*. Then the greedy answers that changed from the
-# stage GRPO started from to GRPO.
+# ## pass@k and changed answers
+# GRPO's pass@1 rising towards earlier stages' pass@k is GRPO turning *sometimes* into
+# *reliably*. Then: greedy answers GRPO changed from its starting stage.
 #
-# With `grpo.difficulty` above the data's, GRPO trained on prompts one step harder than
-# SFT's gold traces (one more step or item), and only on those the policy got right
-# *sometimes* (`grpo.keep_contrast`): a group all right or all wrong teaches nothing
-# about correctness. `02_dataset_rebalance` then held out a block at that difficulty, and
-# this section measures there, where GRPO trained; otherwise on the held-out set above.
+# With `grpo.difficulty` above the data's, GRPO trained one step harder than SFT's gold
+# traces (one more step or item). It kept prompts the policy got right only *sometimes*
+# (`grpo.keep_contrast`): all-right or all-wrong groups teach nothing about correctness.
+# This section then measures on the block `02_dataset_rebalance` held out at that
+# difficulty; else on the held-out set.
 
 # %%
 hard = {s: results[s]["hard"] for s in results if "hard" in results[s]}
@@ -251,17 +225,14 @@ if "grpo" in block and before in block:
     display(Markdown(plots.changed_answers(block[before]["rows"], block["grpo"]["rows"], (before, "grpo"))))
 
 # %% [markdown]
-# ## Try it: GRPO on format rewards only
-# The last section of `05_grpo` trains GRPO once more in a branch of this run,
-# `<run>-format-only`, from the same adapters but rewarded for the format alone. If it
-# ran, here it is as one more row. GRPO knows the task only through its reward: with
-# format rewards alone, every push goes towards well-formed answers, so format pass holds
-# or rises while accuracy stays where the stage before left it, or drifts (nothing holds
-# it up). The model satisfies the reward without getting better at the task: reward
-# hacking in miniature, and why the answer rewards (`answer_correct`, `answer_close`,
-# `numeric_backup`) are in `grpo.rewards`. On `tiny` expect both GRPO rows within noise
-# of DPO's accuracy (its short GRPO gains little either way, as `05_grpo` says); with
-# Gemma and the full steps, the gap between the two GRPO rows is the lesson.
+# ## Try it: format-only GRPO
+# `05_grpo`'s last section retrains GRPO in a branch, `<run>-format-only`, from the same
+# adapters, rewarded for format alone. If it ran, it is a row here. GRPO knows the task
+# only through its reward. So format pass holds or rises; accuracy stays or drifts. The
+# reward is met, the task not: reward hacking in miniature, and why `grpo.rewards` has
+# answer rewards (`answer_correct`, `answer_close`, `numeric_backup`). On `tiny`, expect
+# both GRPO rows within noise of DPO's accuracy: short GRPO gains little. With Gemma and
+# full steps, their gap is the lesson.
 
 # %%
 FORMAT_ONLY_ROW = "grpo, format rewards only"
@@ -276,18 +247,14 @@ else:
         {s: results[s], FORMAT_ONLY_ROW: fmt_results["grpo"]})], "- nothing to compare it with")))
 
 # %% [markdown]
-# ## GSM8K test, strict / lenient
-# The held-out set is a slice of this run's own data; nobody else has numbers on it.
-# GSM8K's test split (1319 grade-school problems, apart from the train split `02` may
-# draw on) has published ones. Each stage answers every problem once, greedily, with
-# the prompt and settings above. **strict**: the answer in the `<answer>` tag is right
-# (the held-out accuracy's rule). **lenient**: the last `\boxed{}` or number anywhere in
-# the completion is right, tags or not, as lm-evaluation-harness's "flexible-extract"
-# reads GSM8K: a base model that never saw the tags scores only here. A prompt over
-# `eval.max_prompt_length` is not generated and counts as wrong ("too long").
-# `docs/gsm8k.md` lists published numbers and how they were measured: they are a range
-# to expect, not a like-for-like comparison. `eval.gsm8k_test` picks the
-# source (`"hf"` on the Gemma presets); the tiny preset skips it.
+# ## GSM8K test
+# This run's held-out set has no published numbers. GSM8K's test split does: 1319
+# grade-school problems, apart from the train split `02` may use. Each stage answers each
+# once, greedily, prompted as above. **strict**: the `<answer>` tag is right. **lenient**:
+# the last `\boxed{}` or number anywhere is right, tags or not. Prompts over
+# `eval.max_prompt_length` count as wrong, ungenerated ("too long"). `docs/gsm8k.md` lists
+# published numbers and their methods: a range, not like for like. `eval.gsm8k_test` picks
+# the source (`"hf"` on Gemma presets); `tiny` skips it.
 
 # %%
 if any("gsm8k" in res for res in results.values()):
@@ -298,8 +265,8 @@ else:
 
 # %% [markdown]
 # ## Per domain
-# The overall numbers average six domains that can move in opposite directions. Each
-# cell is *format pass / accuracy* of the greedy completions.
+# Overall numbers average six domains that can move oppositely. Cells: *format pass /
+# accuracy*, greedy.
 
 # %%
 display(Markdown(plots.domain_table(results)))
@@ -311,21 +278,20 @@ fig_domain_format = plots.plot_domains(results, metric="format_rate")
 plt.show()
 
 # %% [markdown]
-# ## Why answers failed to extract
-# A completion with no usable answer is counted under one reason (the same list the
-# rewards use). `ok` means an answer was extracted; it may still be wrong. A base model
-# that never saw the tags fails with `no_answer_tag`; a stage that learned the tags but
-# rambles past `max_generation_length` shows up as `unclosed_tag`; `text_after_answer`
-# means it did not stop after `</answer>`.
+# ## Extraction failures
+# Completions lacking a usable answer count under one reason, as in the rewards. `ok`:
+# answer extracted, maybe wrong. `no_answer_tag`: a base that never saw the tags.
+# `unclosed_tag`: a stage that learned the tags but rambles past `max_generation_length`.
+# `text_after_answer`: no stop after `</answer>`.
 
 # %%
 display(Markdown(plots.failure_table(results)))
 
 # %% [markdown]
-# ## How long are the answers?
-# Greedy completion lengths in tokens. A pile-up at `max_generation_length` means
-# completions were cut off before `</answer>`; a stage that got much shorter or longer
-# than the one before changed *how* the model answers, not only whether it is right.
+# ## Answer lengths
+# Greedy lengths in tokens. A pile-up at `max_generation_length` means answers cut before
+# `</answer>`. A stage much shorter or longer than the last changed *how* the model
+# answers, not only its correctness.
 
 # %%
 fig_lengths = plots.plot_lengths(results, max_length=preset.eval.max_generation_length)
@@ -337,11 +303,10 @@ print("completions at or near the length limit (likely cut off):",
 
 # %% [markdown]
 # ## Side by side
-# The first held-out prompt of three domains, with each stage's greedy completion
-# marked right (✓) or wrong (✗) twice: strictly (the answer tag) and leniently (an answer
-# in prose counts too), cut to 160 characters. The base model's prose answers are right
-# or wrong only leniently. Read a few before trusting any table: a
-# metric can improve for reasons you would not want. Raise `n` to see more.
+# The first held-out prompt of three domains, cut to 160 characters. Each stage's greedy
+# answer is marked right (✓) or wrong (✗) strictly (the tag) and leniently (prose counts).
+# Read a few before trusting a table: metrics can improve for unwanted reasons. Raise `n`
+# for more.
 
 # %%
 rows = results["base"]["rows"]
@@ -351,9 +316,9 @@ display(Markdown(plots.side_by_side(picked, n=3)))
 
 # %% [markdown]
 # ## What improved, what regressed
-# Each stage against the one before it, on format pass and accuracy. A move counts only
-# when it is larger than 2 points and two standard errors; otherwise it is reported as
-# unchanged. Regressions are printed in bold with ⚠.
+# Each stage against the one before, on format pass and accuracy. A move counts only
+# beyond 2 points and two standard errors; else it is "unchanged". Regressions: bold, with
+# ⚠.
 
 # %%
 changes = evaluate.describe_changes(results)
@@ -362,8 +327,8 @@ display(Markdown(plots.bullets(changes, "- only the base model was evaluated: "
 print(f"{sum('REGRESSED' in x for x in changes)} regression(s) between consecutive stages")
 
 # %% [markdown]
-# A stage can undo what an earlier one gained while each step looks small. The net
-# effect: the last stage against every stage before its predecessor.
+# Small steps can undo an earlier gain: the last stage against each stage before its
+# predecessor.
 
 # %%
 last = evaluate.ordered(results)[-1]
@@ -372,8 +337,8 @@ net = [x for s in evaluate.ordered(results)[:-2]
 display(Markdown(plots.bullets(net, "- nothing to add: fewer than three stages")))
 
 # %% [markdown]
-# The same, per domain, listing only what moved. A domain has a sixth of the prompts, so
-# here a move must also be at least 10 points (with 16 prompts, one prompt is 6 points).
+# The same per domain, moves only. A domain has a sixth of the prompts, so a move must
+# also reach 10 points (16 prompts: one is 6 points).
 
 # %%
 moved = []  # stays empty with the base model alone
@@ -386,11 +351,11 @@ display(Markdown(plots.bullets(moved, "- no domain moved beyond noise" if len(re
                                 else "- nothing to compare yet")))
 
 # %% [markdown]
-# ## Optional: an LLM judge
-# Format and accuracy are checked by code; the *quality* of the reasoning is not. If you
-# have access to a strong model, define `JUDGE` to score each greedy completion 1-10 for
-# reasoning and for the answer. It is off by default: it costs API calls (one per prompt
-# and stage, up to `JUDGE_MAX_ROWS` prompts each) and needs network. For example:
+# ## Optional: LLM judge
+# Code checks format and accuracy, not reasoning *quality*. With a strong model, define
+# `JUDGE` to score each greedy completion 1-10 for reasoning and answer. Off by default,
+# it needs network and costs API calls (per prompt and stage, up to `JUDGE_MAX_ROWS`
+# prompts each). For example:
 #
 # ```python
 # import json
@@ -408,8 +373,8 @@ display(Markdown(plots.bullets(moved, "- no domain moved beyond noise" if len(re
 #     return json.loads(reply.choices[0].message.content)
 # ```
 #
-# Scores outside 1-10 and calls that raise are skipped and counted, never averaged in.
-# Every stage is judged on the same first `JUDGE_MAX_ROWS` prompts.
+# Scores outside 1-10 and calls that raise are skipped and counted, never averaged. All
+# stages get the same first `JUDGE_MAX_ROWS` prompts.
 
 # %%
 JUDGE = None  # a function (prompt, completion, gold) -> {"reasoning": 1-10, "answer": 1-10}
@@ -425,21 +390,22 @@ else:
     display(Markdown(plots.judge_table(judged)))
 
 # %% [markdown]
-# ## Use the model elsewhere: the exports, and a push
-# `05_grpo` exported the GRPO model to `runs/<run>/grpo/`: `adapter` (PEFT), `merged`
-# (transformers, vLLM, Tunix) and, with `gguf="f16"`, `gguf` (one GGUF file and an Ollama
-# Modelfile, for llama.cpp, Ollama and LM Studio). What was checked, and how: reasonkit
-# reloads the merged model and reads the GGUF file back (every CI run); transformers
-# gives the same logits from the merged model and from an f16 GGUF file
-# (`benchmarks/hf_parity.py`, `benchmarks/gguf_export.py`: within 2e-3); Go's template
-# engine, Ollama's, renders the Modelfile's template as the chat template. llama.cpp,
-# Ollama and LM Studio themselves were not run (`docs/exports.md`).
+# ## Exports and push
+# `05_grpo` exported GRPO to `runs/<run>/grpo/`: `adapter` (PEFT), `merged` (safetensors +
+# tokenizer, for transformers, vLLM, Tunix, like any Gemma checkpoint;
+# `models.load_model(run.stage("grpo") / "merged", preset.model)` loads it) and, with
+# `gguf="f16"`, `gguf` (a GGUF file and an Ollama Modelfile, for llama.cpp, Ollama, LM
+# Studio). Every CI run reloads the merged model and reads the GGUF back. transformers
+# gets the same logits from merged and f16 GGUF, within 2e-3 (`benchmarks/hf_parity.py`,
+# `benchmarks/gguf_export.py`). Ollama's Go template engine renders the Modelfile's
+# template as the chat template. llama.cpp, Ollama and LM Studio themselves were not run
+# (`docs/exports.md`).
 #
-# `models.push` uploads an export to the Hugging Face Hub (`hf:<you>/<name>`) or Kaggle
-# Models (`kaggle:<you>/<model>/<framework>/<variation>`) with its model card and licence
-# file, once. Here it is a dry run: it checks the export is complete and lists what would
-# go where, with no network. To push, set `TO` and `DRY_RUN = False`, and add `HF_TOKEN`
-# (or `KAGGLE_USERNAME` and `KAGGLE_KEY`) as a notebook secret.
+# `models.push` uploads an export once, with model card and licence, to the Hugging Face
+# Hub (`hf:<you>/<name>`) or Kaggle Models
+# (`kaggle:<you>/<model>/<framework>/<variation>`). Here an offline dry run checks the
+# export is complete and lists what goes where. To push, set `TO`, `DRY_RUN = False` and a
+# notebook secret `HF_TOKEN` (or `KAGGLE_USERNAME`, `KAGGLE_KEY`).
 
 # %%
 TO = "hf:your-name/reasonkit-grpo"  # or "kaggle:your-name/reasonkit/transformers/tiny"
@@ -455,11 +421,10 @@ else:
 
 # %% [markdown]
 # ## Save
-# `runs/<run>/eval/` gets `results.json` (settings and every summary), one
-# `completions_<stage>.jsonl` per stage (every scored row, to grep), `stage_table.md`
-# and the plots; with GSM8K, `gsm8k_table.md` and `gsm8k_completions_<stage>.jsonl`.
-# Evaluation is derived from the checkpoints, not a training stage, so re-running this
-# notebook replaces these files instead of refusing.
+# `runs/<run>/eval/` gets `results.json` (settings, every summary),
+# `completions_<stage>.jsonl` (every scored row), `stage_table.md` and the plots. With
+# GSM8K, also `gsm8k_table.md` and `gsm8k_completions_<stage>.jsonl`. Evaluation derives
+# from checkpoints, not training, so re-runs replace these files instead of refusing.
 
 # %%
 out = evaluate.save_run(run, preset, results, seconds, files={
@@ -468,23 +433,18 @@ out = evaluate.save_run(run, preset, results, seconds, files={
 print(sorted(p.name for p in out.iterdir()))
 
 # %% [markdown]
-# ## Check: every stage changed the model, and SFT taught the format
-# The last cell asserts what this notebook delivers: a row for the base model and for
-# every stage that finished, each scored on every held-out prompt, with every rate
-# between 0 and 1 and a mean length within `eval.max_generation_length` tokens, and the
-# same rows in the `stage_table.md` it saved. Those are exact. Then `checks.check_stages`
-# fails when a stage did not do its job:
+# ## Check: stages changed the model; SFT taught the format
+# The last cell asserts the rows exactly: the base and each finished stage, every held-out
+# prompt, rates in [0, 1], mean lengths within `eval.max_generation_length`, the same rows
+# in `stage_table.md`. Then `checks.check_stages` fails a stage that did not do its job:
 #
-# - **Each stage differs from the one before it**: at least one held-out prompt gets
-#   another greedy completion. Greedy decoding is deterministic, so a stage whose
-#   adapters stayed where the stage before left them (a learning rate of 1e-12, say)
-#   writes exactly the same answers, and a stage that is secretly the base model too.
-# - **SFT beats the base on format**: its format pass is at least 20 points above the
-#   base's. A base model does not write the tags; an SFT that learned nothing would not
-#   either.
+# - **Each stage differs from the one before it**: some held-out prompt gets another
+#   greedy completion. Unmoved adapters (learning rate 1e-12, say) or a secret base model
+#   repeat the answers before.
+# - **SFT beats the base on format** by at least 20 points: a base does not write the
+#   tags, nor would an SFT that learned nothing.
 #
-# Whether GRPO beat SFT is not asserted: on `tiny` a point or two on these prompts is
-# noise (`docs/results.md`).
+# GRPO beating SFT is not asserted: on `tiny` a point or two is noise (`docs/results.md`).
 
 # %%
 table = (out / "stage_table.md").read_text()
@@ -500,22 +460,16 @@ print(checks.check_stages(results, stages))
 
 # %% [markdown]
 # ## What next
-# - **A bigger preset.** The `tiny` model shows the mechanics; real numbers need Gemma:
-#   `REASONKIT_PRESET=gemma3-1b` (Kaggle v5e-8) or `gemma3-270m` (Colab v5e-1), then run
-#   01-06 again under a new run name (`REASONKIT_RUN=...`) so both runs are kept.
-# - **More GRPO steps.** If pass@k is well above accuracy, GRPO has room left:
+# - **A bigger preset.** `tiny` shows the mechanics; real numbers need Gemma:
+#   `REASONKIT_PRESET=gemma3-1b` (Kaggle v5e-8) or `gemma3-270m` (Colab v5e-1). Rerun
+#   01-06 under a new `REASONKIT_RUN=...` to keep both.
+# - **More GRPO steps**, if pass@k is well above accuracy:
 #   `REASONKIT_OVERRIDES='{"grpo.max_steps": 1600}'` and `RETRAIN = True` in `05_grpo`
-#   (a finished stage is never extended silently: this trains GRPO again from its
-#   start), or the same overrides for 02-06 under a new run name to keep both.
-# - **The loss variants.** ORPO instead of DPO (`**{"dpo.algorithm": "orpo"}`), or another
-#   GRPO loss (`"grpo.loss"`: `"gspo-token"`, `"dapo"`, `"dr-grpo"`), in a new run; then
-#   compare the stage tables, and whether format pass still drops after the preference stage.
-# - **Tell a change from noise (tiny preset).** One run on these prompts cannot: a seed
-#   moves accuracy by a point or two. `python benchmarks/seeds.py` trains the three stages
-#   for seven seeds and scores them on 1036 and 5787 held-out prompts (`docs/results.md`);
-#   `--seeds 0 1 2` for fewer.
-# - **Use the model.** `05_grpo` merges the GRPO adapters into the base and saves them to
-#   `runs/<run>/grpo/merged` (Hugging Face safetensors + tokenizer): load that directory
-#   with `models.load_model(run.stage("grpo") / "merged", preset.model)`, or with
-#   transformers, and generate with it like any Gemma checkpoint; or run the GGUF file with
-#   llama.cpp or Ollama, and share it with the push above (`docs/exports.md`).
+#   retrain GRPO from its start (finished stages never extend silently). Or rerun 02-06
+#   with it under a new run name, keeping both.
+# - **The loss variants**, in a new run: ORPO for DPO (`**{"dpo.algorithm": "orpo"}`), or
+#   another `"grpo.loss"` (`"gspo-token"`, `"dapo"`, `"dr-grpo"`). Compare stage tables,
+#   and whether format pass still drops after the preference stage.
+# - **Tell a change from noise (tiny preset)**, where a seed moves accuracy a point or
+#   two. `python benchmarks/seeds.py` trains the three stages for seven seeds, scored on
+#   1036 and 5787 held-out prompts (`docs/results.md`); `--seeds 0 1 2` for fewer.
