@@ -120,21 +120,21 @@ _CHECKED = {
         "reasonkit (Tunix): reloaded, it gives the LoRA model's logits; transformers' AutoTokenizer "
         "encodes the chat as reasonkit does (reasonkit's tests, every CI run).",
         "transformers: the same logits as reasonkit on random Gemma 2 and Gemma 3 checkpoints, float32, "
-        "and `generate` stops at the turn end (reasonkit's `benchmarks/hf_parity.py`, run by hand: it "
-        "needs PyTorch).",
+        "and `generate` stops at the turn end (reasonkit's `benchmarks/exports/hf_parity.py`, run by "
+        "hand: it needs PyTorch).",
     ],
     "adapter": [
         "reasonkit: W + alpha / r * B @ A on the source's weights is the merged export (every CI run).",
         "PEFT: applied to the source checkpoint, it gives the merged model's logits (reasonkit's "
-        "`benchmarks/hf_parity.py`, run by hand: it needs PyTorch).",
+        "`benchmarks/exports/hf_parity.py`, run by hand: it needs PyTorch).",
     ],
     "gguf": [
         "reasonkit's own GGUF reader: the file converts back to the merged weights, to f16's or q8_0's "
         "rounding (every CI run).",
         "transformers' GGUF loader: an f16 file of a random Gemma 3 with head_dim 256 gives the LoRA "
         "model's logits within a relative error of 2e-3, and transformers and reasonkit read f16 and "
-        "q8_0 files alike (reasonkit's `benchmarks/gguf_export.py`, run by hand: it needs PyTorch). "
-        "transformers assumes query_pre_attn_scalar 256: for another head_dim, pass "
+        "q8_0 files alike (reasonkit's `benchmarks/exports/gguf_export.py`, run by hand: it needs "
+        "PyTorch). transformers assumes query_pre_attn_scalar 256: for another head_dim, pass "
         "`query_pre_attn_scalar=<head_dim>` to `from_pretrained` (checked on the tiny model, same "
         "benchmark).",
         "Ollama's template: Go's text/template, Ollama's engine, renders the Modelfile's TEMPLATE as the "
