@@ -31,16 +31,11 @@
 
 # %% [markdown]
 # ## Setup
-# The first cell is the same in every notebook. It finds reasonkit: installed (locally
-# `bash scripts/setup.sh` did it), a checkout of the repository (this folder's parent, a
-# clone in `./reasonkit`, which it makes from `$REASONKIT_REPO` on Colab, or a Kaggle
-# dataset made of it, in either of Kaggle's input layouts), the wheels dataset of
-# `scripts/kaggle_dataset.py` attached on Kaggle, or `$REASONKIT_PIP`; finding none, it
-# names the places it looked. It makes the JAX stack, Tunix and transformers the tested
-# versions (installing what differs, with pip's output shown; it says when the runtime
-# must restart), then starts the session: earlier runs attached on Kaggle are restored
-# (it says what each holds), compiled programs are kept under `runs/`, and the session's
-# deadline is set. Step by step for Kaggle and Colab: `docs/kaggle.md`.
+# The first cell is the same in every notebook. It finds reasonkit (installed, this
+# checkout, `$REASONKIT_REPO`, a Kaggle input or `$REASONKIT_PIP`), or says where it
+# looked. It installs the tested JAX, Tunix and transformers, and says if the runtime must
+# restart. It restores runs attached on Kaggle and sets the session's deadline. Kaggle and
+# Colab, step by step: `docs/kaggle.md`.
 
 # %%
 import glob
@@ -205,86 +200,45 @@ del model, base
 models.free()
 
 # %% [markdown]
-# ## Build Tunix's trainer
-# This is Tunix's own API, as its examples use it: a `PeftTrainer` from a model, an
-# optimizer and a `TrainingConfig`, then `with_gen_model_input_fn` (and `with_loss_fn`)
-# to say how a batch becomes the model's inputs and its loss. reasonkit supplies each
-# part with one call:
+# ## Train with Tunix's `PeftTrainer`
+# The cell below is Tunix's own API, as its examples write it. A `PeftTrainer` takes a
+# model, an optimizer and a `TrainingConfig`. `with_gen_model_input_fn` says how a batch
+# becomes the model's inputs. `trainer.train(train_batches, eval_batches)` is the whole
+# training loop.
 #
-# - **The model**: `train.build_models` puts fresh LoRA adapters on the base (here with
-#   abstract weights: shapes only, nothing is loaded, compiled or written).
-# - **The optimizer**: `train.make_optimizer`, AdamW with global-norm clipping and the
-#   warm-up + cosine schedule, its learning rate logged. Tunix applies it to the LoRA
-#   parameters only.
-# - **The config**: `train.sft_training_config`, the steps and a held-out evaluation at
-#   every checkpoint; given the run, it adds where checkpoints and metrics go.
-# - **The model inputs**: `train.gen_model_input_fn` turns a batch into the causal
-#   attention mask and positions from its padding (block-causal per example when
-#   `sft.packing` is on); Tunix leaves this to the user.
-# - **The patch**: `train.patch_sft_trainer` gives the trainer
-#   `tunix_patches.logprobs.sft_loss`. Tunix's default SFT loss builds
-#   `one_hot(target, vocab)` and a full-vocabulary `log_softmax`, several float32
-#   `[B, S, V]` buffers per step (4 GiB each for 4 rows of 1024 Gemma tokens); the patch
-#   computes the same cross-entropy a chunk of positions at a time.
+# `train.stage_run` opens the stage around it, and gives the cell its parts:
 #
-# Two more parts are not the trainer's: the batches (`reasonkit.collate.SFTCollator`,
-# static shapes with the loss mask on the completion, the batch above), and the
-# attention (`model.attention="chunked"`, `reasonkit.tunix_patches.attention`: the same
-# numbers as Tunix's Gemma, a block of queries at a time, each against only the keys it
-# can see). The tables show what each part is, and the config's fields that differ from
-# Tunix's defaults.
-
-# %%
-from tunix import PeftTrainer
-
-sft_mesh = mesh.stage_mesh(preset, "sft")  # FSDP: parameters, optimizer state and batch over all devices
-with sft_mesh:
-    _, policy, _, shape_tok, _ = train.build_models(preset, sft_mesh, "abstract")  # base + fresh LoRA
-    trainer = PeftTrainer(policy, train.make_optimizer(preset.sft), train.sft_training_config(preset))
-    trainer = trainer.with_gen_model_input_fn(train.gen_model_input_fn(shape_tok.pad_id()))
-    trainer = train.patch_sft_trainer(trainer)  # Tunix's loss, computed in chunks
-display(Markdown(plots.parts_table({
-    "trainer": trainer, "loss": trainer.loss_fn, "model inputs": trainer.gen_model_input_fn,
-    "batches": train.sft_collator(preset, tok), "optimizer state (LoRA params only)": trainer.optimizer})))
-display(Markdown(plots.config_table(trainer.config)))
-
-# %% [markdown]
-# ## Train
-# `trainer.train(train_batches, eval_batches)` is the whole of Tunix's training loop, and
-# the cell below calls it. The trainer above was built on shapes only, to read;
-# `train.stage_run` builds the same one on the real weights (`train.build_stage` calls the
-# constructors above with the same parts, and a test checks that the two agree), with
-# the run's checkpoint and metrics options, and hands it to the cell with its batches:
-# `r.train_batches`, the SFT batches, and `r.eval_batches`, two held-out batches Tunix
-# evaluates at every checkpoint. What the `with` block adds around the call is the run
-# directory's lifecycle:
+# - `r.policy`: the base with fresh LoRA adapters, on the stage's mesh (FSDP).
+# - `train.make_optimizer`: AdamW with clipping, warm-up and cosine decay. Tunix applies it
+#   to the LoRA parameters only.
+# - `r.run_options`: where checkpoints (every `checkpoint_every` steps) and metrics go.
+# - `train.gen_model_input_fn`: the causal mask and positions, from the padding. Tunix
+#   leaves this to the user.
+# - `r.patch(trainer)`: the preset's optimisations (`preset.optimisations`). For SFT, the
+#   same cross-entropy a chunk of positions at a time. Tunix's own loss builds several
+#   float32 `[B, S, V]` buffers: 4 GiB each for 4 rows of 1024 Gemma tokens.
+# - `r.batches(trainer)`: the SFT batches until the session's deadline. `r.eval_batches`:
+#   two held-out batches, evaluated at every checkpoint.
 #
-# - **Checkpoints and metrics**: every `checkpoint_every` steps an Orbax checkpoint
-#   (adapters, optimizer state, step) in `runs/<run>/sft/checkpoints`; every metric in
-#   `sft/metrics.jsonl` and TensorBoard.
-# - **Session ending?** Set `REASONKIT_DEADLINE_HOURS` (hours from now) and the batches
-#   stop before it, so training ends cleanly with a checkpoint. Run this notebook again to
-#   resume from the last checkpoint: the same batches follow, as if it had never stopped.
-#   In a new Kaggle / Colab session, put `runs/` back first (`01_hardware_check`, Setup).
-# - **Changed a setting in between?** The stage records what its adapters depend on
-#   (model, LoRA, this stage's settings, its data split, where it started) in
-#   `sft/settings.json`. A resume under other settings is refused with the list of what
-#   changed, since it would mix two runs; checkpoint and logging intervals may change.
-# - **Stopped the cell yourself?** The checkpoint being written when you stopped it is
-#   finished first, so running the notebook again resumes from it.
-# - **Already trained?** A finished stage is not trained again: `r.trains` is False, the
-#   block loads its adapters instead (with a warning if the settings changed since), and
-#   `r.result` holds them. Set `RETRAIN = True` to delete them and train from scratch.
+# Around the call, the `with` block keeps the run's lifecycle:
 #
-# After the block, `r.result` says how many steps ran and whether the stage finished,
-# and holds the trained policy. `train.train_or_load(preset, run, "sft")` is the same
-# block with the call made for you, for scripts.
+# - **Resume.** Tunix's trainer restores the last checkpoint as it is built. The same
+#   batches follow, as if training had never stopped.
+# - **Deadline.** Set `REASONKIT_DEADLINE_HOURS`: the batches stop in time for a clean
+#   checkpoint. Run the notebook again to resume. In a new Kaggle or Colab session, put
+#   `runs/` back first (`01_hardware_check`).
+# - **Settings.** `sft/settings.json` records what the adapters depend on. A resume under
+#   other settings is refused, with the list of what changed.
+# - **Interrupts.** A checkpoint being written when you stop the cell lands first.
+# - **Finished.** A finished stage is loaded, not trained again: `r.trains` is False.
+#   `RETRAIN = True` deletes it and trains from scratch.
 #
-# Watching it live: in Jupyter, Colab or Kaggle, a cell with the two lines below, placed
-# before the training cell, shows TensorBoard in the notebook and keeps refreshing while
-# SFT trains. It needs the `tensorboard` package (`%pip install tensorboard` where the
-# image lacks it; more in `docs/kaggle.md`). It is not run here, because the tests run
-# this notebook without TensorBoard:
+# After the block, `r.result` says how many steps ran and holds the trained policy.
+# Scripts call `train.train_or_load(preset, run, "sft")`: the same block, with the same
+# objects built by `train.sft_trainer`.
+#
+# To watch it live in Jupyter, Colab or Kaggle, run this in a cell before training (it
+# needs the `tensorboard` package; not run here, the tests have none):
 #
 # ```python
 # %load_ext tensorboard
@@ -292,18 +246,34 @@ display(Markdown(plots.config_table(trainer.config)))
 # ```
 
 # %%
-del trainer, policy  # built on shapes only, to read: stage_run builds it on the real weights
-models.free()
+from tunix import PeftTrainer, TrainingConfig
 
-# %%
 RETRAIN = False  # True: delete this run's SFT checkpoints and metrics, and train again
+print("optimisations in force:", list(preset.optimisations) or "none (Tunix as it ships)")
 
 # %%
 with train.stage_run(preset, run, "sft", retrain=RETRAIN, deadline=run.deadline()) as r:
     if r.trains:  # False: SFT already finished, and its adapters were loaded instead
-        r.trainer.train(r.train_batches, r.eval_batches)  # Tunix's PeftTrainer
+        cfg = preset.sft
+        config = TrainingConfig(max_steps=cfg.max_steps, eval_every_n_steps=cfg.checkpoint_every,
+                                pbar_description="SFT", **r.run_options)
+        trainer = PeftTrainer(r.policy, train.make_optimizer(cfg), config)
+        trainer = trainer.with_gen_model_input_fn(train.gen_model_input_fn(r.tokenizer.pad_id()))
+        trainer = r.patch(trainer)  # Tunix's loss, computed a chunk of positions at a time
+        trainer.train(r.batches(trainer), r.eval_batches)
 result = r.result
 policy, finished = result.policy, result.finished
+
+# %% [markdown]
+# What trained, part by part, and the config's fields that differ from Tunix's defaults:
+
+# %%
+if r.trains:
+    display(Markdown(plots.parts_table({
+        "trainer": trainer, "loss": trainer.loss_fn, "model inputs": trainer.gen_model_input_fn,
+        "batches": train.sft_collator(preset, tok),
+        "optimizer state (LoRA params only)": trainer.optimizer})))
+    display(Markdown(plots.config_table(trainer.config)))
 
 # %% [markdown]
 # ## The curves

@@ -31,16 +31,11 @@
 
 # %% [markdown]
 # ## Setup
-# The first cell is the same in every notebook. It finds reasonkit: installed (locally
-# `bash scripts/setup.sh` did it), a checkout of the repository (this folder's parent, a
-# clone in `./reasonkit`, which it makes from `$REASONKIT_REPO` on Colab, or a Kaggle
-# dataset made of it, in either of Kaggle's input layouts), the wheels dataset of
-# `scripts/kaggle_dataset.py` attached on Kaggle, or `$REASONKIT_PIP`; finding none, it
-# names the places it looked. It makes the JAX stack, Tunix and transformers the tested
-# versions (installing what differs, with pip's output shown; it says when the runtime
-# must restart), then starts the session: earlier runs attached on Kaggle are restored
-# (it says what each holds), compiled programs are kept under `runs/`, and the session's
-# deadline is set. Step by step for Kaggle and Colab: `docs/kaggle.md`.
+# The first cell is the same in every notebook. It finds reasonkit (installed, this
+# checkout, `$REASONKIT_REPO`, a Kaggle input or `$REASONKIT_PIP`), or says where it
+# looked. It installs the tested JAX, Tunix and transformers, and says if the runtime must
+# restart. It restores runs attached on Kaggle and sets the session's deadline. Kaggle and
+# Colab, step by step: `docs/kaggle.md`.
 
 # %%
 import glob
@@ -177,64 +172,50 @@ models.free()  # the trainer loads its own copy onto the DPO mesh
 # deadline, and running the notebook again (in a new session) resumes it.
 
 # %% [markdown]
-# ## Build Tunix's trainer
-# Tunix's `DPOTrainer` takes the policy, the frozen reference, an optimizer and a
-# `DPOTrainingConfig`; its `train(batches)` runs the loop. reasonkit supplies each part
-# with one call (here on abstract weights: shapes only, nothing is loaded, compiled or
-# written):
+# ## Train with Tunix's `DPOTrainer`
+# A `DPOTrainer` takes the policy, the frozen reference, an optimizer and a
+# `DPOTrainingConfig`; `trainer.train(batches)` runs the loop. The cell writes them out.
 #
-# - **The models**: `train.build_models(..., reference=True)`: the policy, and as the
-#   reference the same adapters frozen on the policy's own base arrays (`03_sft`,
-#   "LoRA"). ORPO (`dpo.algorithm = "orpo"`) has no reference; `train.stage_has_reference`
-#   says which.
-# - **The optimizer**: `train.make_optimizer`, as in SFT.
-# - **The config**: `train.dpo_training_config`: DPO or ORPO, `beta`, and the lengths the
-#   collator pads prompts and responses to.
-# - **The patch**: `train.patch_dpo_trainer`. Tunix computes each response's
-#   log-probability from the full-vocabulary logits upcast to float32 (`compute_logps`),
-#   in the loss and in the reference's forward. The patch swaps in
-#   `tunix_patches.logprobs.dpo_compute_logps` while those are traced: the same numbers,
-#   a chunk of positions at a time. That is the `chunked(...)` around the loss below.
-# - **The batches** (not the trainer's): `reasonkit.collate.DPOCollator`, the prompt
-#   left-padded and each response right-padded to fixed lengths (the pair above).
+# - `r.policy` starts from the SFT adapters. `r.reference` is the same adapters, frozen,
+#   on the policy's own base arrays (`03_sft`, "LoRA"). ORPO (`dpo.algorithm = "orpo"`)
+#   has no reference: `r.reference` is None.
+# - The config holds DPO or ORPO, `beta`, and the lengths the collator pads to.
+# - `r.patch(trainer)`: the preset's optimisations. Tunix computes each response's
+#   log-probability from float32 full-vocabulary logits, in the loss and in the
+#   reference's forward. The patch computes the same numbers a chunk of positions at a time.
+# - `r.batches(trainer)`: the pairs above, prompts left-padded, responses right-padded.
+#
+# The `with` block keeps the run's lifecycle as in `03_sft`: checkpoints, resume, the
+# settings record, the deadline. A finished stage is loaded (`r.trains` is False), not
+# retrained, unless you set `RETRAIN = True`. Scripts build the same trainer with
+# `train.dpo_trainer`.
 
 # %%
-from tunix import DPOTrainer
+from tunix import DPOTrainer, DPOTrainingConfig
 
-dpo_mesh = mesh.stage_mesh(preset, "dpo")
-with dpo_mesh:
-    _, policy, reference, shape_tok, _ = train.build_models(
-        preset, dpo_mesh, "abstract", reference=train.stage_has_reference(preset, "dpo"))
-    trainer = DPOTrainer(model=policy, ref_model=reference, optimizer=train.make_optimizer(preset.dpo),
-                         training_config=train.dpo_training_config(preset))
-    trainer = train.patch_dpo_trainer(trainer)  # log-probabilities a chunk of positions at a time
-display(Markdown(plots.parts_table({
-    "trainer": trainer, "loss": trainer.loss_fn, "batches": train.dpo_collator(preset, tok)})))
-display(Markdown(plots.config_table(trainer.config)))
-
-# %% [markdown]
-# ## Train
-# `trainer.train(train_batches)` runs Tunix's DPO loop, and the cell below calls it.
-# `train.stage_run` builds this same trainer on the real weights (`train.build_stage`
-# calls the constructors above with the same parts, and a test checks that the two
-# agree), with the run's checkpoint and metrics options, and hands it to the cell with
-# the DPO batches, `r.train_batches`. Around the call it keeps the run's lifecycle as in
-# `03_sft`: checkpoints, resume, the settings record, the deadline; a finished stage is
-# loaded (`r.trains` is False), not retrained, unless you set `RETRAIN = True`.
-
-# %%
-del trainer, policy, reference  # built on shapes only, to read
-models.free()
-
-# %%
 RETRAIN = False  # True: delete this run's DPO checkpoints and metrics, and train again
 
 # %%
 with train.stage_run(preset, run, "dpo", retrain=RETRAIN, deadline=run.deadline()) as r:
     if r.trains:  # False: DPO already finished, and its adapters were loaded instead
-        r.trainer.train(r.train_batches)  # Tunix's DPOTrainer
+        cfg = preset.dpo
+        config = DPOTrainingConfig(
+            algorithm=cfg.algorithm, beta=cfg.beta, lambda_orpo=cfg.lambda_orpo,
+            eval_every_n_steps=cfg.max_steps + 1, max_steps=cfg.max_steps,  # no held-out loss
+            max_prompt_length=cfg.max_prompt_length, max_response_length=cfg.max_response_length,
+            pbar_description=cfg.algorithm.upper(), **r.run_options)
+        trainer = DPOTrainer(model=r.policy, ref_model=r.reference, optimizer=train.make_optimizer(cfg),
+                             training_config=config)
+        trainer = r.patch(trainer)  # log-probabilities a chunk of positions at a time
+        trainer.train(r.batches(trainer))
 result = r.result
 policy, finished = result.policy, result.finished
+
+# %%
+if r.trains:
+    display(Markdown(plots.parts_table({
+        "trainer": trainer, "loss": trainer.loss_fn, "batches": train.dpo_collator(preset, tok)})))
+    display(Markdown(plots.config_table(trainer.config)))
 
 # %% [markdown]
 # ## The curves

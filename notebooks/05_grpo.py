@@ -35,16 +35,11 @@
 
 # %% [markdown]
 # ## Setup
-# The first cell is the same in every notebook. It finds reasonkit: installed (locally
-# `bash scripts/setup.sh` did it), a checkout of the repository (this folder's parent, a
-# clone in `./reasonkit`, which it makes from `$REASONKIT_REPO` on Colab, or a Kaggle
-# dataset made of it, in either of Kaggle's input layouts), the wheels dataset of
-# `scripts/kaggle_dataset.py` attached on Kaggle, or `$REASONKIT_PIP`; finding none, it
-# names the places it looked. It makes the JAX stack, Tunix and transformers the tested
-# versions (installing what differs, with pip's output shown; it says when the runtime
-# must restart), then starts the session: earlier runs attached on Kaggle are restored
-# (it says what each holds), compiled programs are kept under `runs/`, and the session's
-# deadline is set. Step by step for Kaggle and Colab: `docs/kaggle.md`.
+# The first cell is the same in every notebook. It finds reasonkit (installed, this
+# checkout, `$REASONKIT_REPO`, a Kaggle input or `$REASONKIT_PIP`), or says where it
+# looked. It installs the tested JAX, Tunix and transformers, and says if the runtime must
+# restart. It restores runs attached on Kaggle and sets the session's deadline. Kaggle and
+# Colab, step by step: `docs/kaggle.md`.
 
 # %%
 import glob
@@ -245,102 +240,99 @@ del model
 models.free()  # the trainer loads its own copy onto the GRPO mesh
 
 # %% [markdown]
-# ## Build Tunix's RL cluster and GRPO learner
-# Tunix's GRPO is two objects, as in its own GRPO example. An `RLCluster` holds the three
-# roles, each on a mesh: the **actor** (the policy being trained), the **reference** (the
-# policy GRPO started from, frozen) and the **rollout** (a sampler that writes the
-# answers). Its `ClusterConfig` carries an `RLTrainingConfig` (the actor's optimizer and
-# the steps) and a `RolloutConfig` (how answers are sampled). A `GRPOLearner` then takes
-# the cluster, the reward functions and a `GRPOConfig` (G, `beta`, `epsilon`, the KL
-# estimator, the loss), and its `train(batches)` runs the loop: sample, score, compute the
-# advantages, update. reasonkit supplies each part with one call (here on abstract
-# weights: shapes only, nothing is loaded, compiled or written):
+# ## Tunix's configs for GRPO
+# Tunix's GRPO is two objects, as in its own GRPO example. An `RLCluster` holds three
+# roles, each on a mesh: the **actor** (the policy that trains), the **reference** (the
+# policy GRPO started from, frozen) and the **rollout** (a sampler that writes answers).
+# A `GRPOLearner` takes the cluster, the reward functions and a `GRPOConfig`. Its
+# `train(batches)` runs the loop: sample, score, compute advantages, update.
 #
-# - **The models**: `train.build_models(..., reference=True)`: the policy and a frozen
-#   reference, two sets of adapters on one shared base.
-# - **The configs**: `train.grpo_training_config` (with `train.make_optimizer`) and
-#   `train.rollout_config`; `train.grpo_algorithm` gives the learner class and its config
-#   for `grpo.loss` (`GRPOLearner` and `GRPOConfig`; `"dapo"` and `"dr-grpo"` pick Tunix's
-#   `DAPOLearner` and `DrGRPOLearner`), with the `low_var_kl` estimator (above).
-# - **The rewards and metrics**: the reward functions above, which Tunix sums
-#   unweighted, and `train.grpo_metric_fns`, which logs the fraction of groups that teach
-#   nothing.
-# - **The patches**, each a call on the object Tunix built:
-#   - `train.patch_rl_cluster`: the rollout's sampler traces the policy with
-#     rematerialisation off (Tunix's sampler traces the training graph, which with
-#     `model.remat` on cannot decode), computes the prefill's output layer at the last
-#     prompt position only, and prefills each prompt once for its G answers instead of G
-#     times (`tunix_patches.sampling`).
-#   - `train.patch_grpo_learner`: each step samples with its own key (above); each
-#     step pads its prompts and cuts its answers to the smallest of
-#     `grpo.length_buckets` that holds them, where Tunix pads to the maximum
-#     lengths; with `grpo.share_prompts`, a step's G answers to one prompt share its
-#     positions, so the reference's forward and the update run each prompt once into
-#     a KV cache; and the log-probabilities are computed a chunk of positions at a
-#     time (`tunix_patches.logprobs`), with no `[B, S, V]` float32 logits.
-#
-# Tunix warns below that the reference and the actor "do not share the same backbone".
-# That is the abstract weights: shape-only stand-ins are separate objects, so its check
-# by identity fails. With real weights the two share every base array (`03_sft`, "LoRA").
+# Three configs say how. `RLTrainingConfig`: the actor's optimizer, the steps, where
+# checkpoints and metrics go. `RolloutConfig`: how answers are sampled, and the ids they
+# stop on. `GRPOConfig`: G, `beta`, `epsilon`, the KL estimator (`low_var_kl`, above) and
+# the loss. `"dapo"` and `"dr-grpo"` are Tunix's `DAPOLearner` and `DrGRPOLearner`, with
+# configs of their own: `train.grpo_algorithm` builds those.
 
 # %%
-from tunix import ClusterConfig, RLCluster, Role
+from tunix import ClusterConfig, GRPOConfig, GRPOLearner, RLCluster, RLTrainingConfig, Role, RolloutConfig
 
-from reasonkit.tunix_patches.rl_cluster import abstract_models_stay_put
-
-grpo_mesh = mesh.stage_mesh(preset, "grpo")
-with grpo_mesh:
-    _, policy, reference, shape_tok, _ = train.build_models(preset, grpo_mesh, "abstract", reference=True)
-    cluster_config = ClusterConfig(
-        role_to_mesh={Role.ACTOR: grpo_mesh, Role.REFERENCE: grpo_mesh, Role.ROLLOUT: grpo_mesh},
-        rollout_engine="vanilla", offload_to_cpu=False,
-        training_config=train.grpo_training_config(preset),  # RLTrainingConfig: optimizer, steps
-        rollout_config=train.rollout_config(preset, shape_tok))  # RolloutConfig: how answers are sampled
-    with abstract_models_stay_put():  # shape-only models: nothing to copy to host memory
-        cluster = RLCluster(actor=policy, reference=reference, tokenizer=shape_tok,
-                            cluster_config=cluster_config)
-    cluster = train.patch_rl_cluster(cluster, preset, policy)
-
-# %%
-Learner, algo_config = train.grpo_algorithm(preset)  # GRPOLearner and GRPOConfig for grpo.loss="grpo"
-with grpo_mesh:
-    learner = Learner(rl_cluster=cluster, reward_fns=reward_fns, algo_config=algo_config,
-                      metric_fns=train.grpo_metric_fns(cluster, preset, reward_fns))
-    learner = train.patch_grpo_learner(cluster, learner, preset, policy)
-display(Markdown(plots.parts_table({
-    "RL cluster": cluster, "learner": learner, "actor trainer": cluster.actor_trainer,
-    "policy loss": cluster.actor_trainer.loss_fn,
-    "reference log-probs": cluster.inference_worker.get_ref_per_token_logps,
-    "rollout": cluster.rollout, "rollout sampling": cluster.rollout.generate})))
-for part in (cluster_config, cluster_config.training_config, cluster_config.rollout_config, algo_config):
+cfg = preset.grpo
+training_config = RLTrainingConfig(
+    actor_optimizer=train.make_optimizer(cfg), max_steps=cfg.max_steps,
+    eval_every_n_steps=cfg.max_steps + 1,  # the held-out checks below, not Tunix's
+    mini_batch_size=cfg.batch_size, train_micro_batch_size=cfg.batch_size,
+    **train.run_options(run, "grpo", cfg))  # checkpoints and metrics in runs/<run>/grpo
+rollout_config = RolloutConfig(
+    max_tokens_to_generate=cfg.max_generation_length, max_prompt_length=cfg.max_prompt_length,
+    kv_cache_size=cfg.max_prompt_length + cfg.max_generation_length,  # a whole prompt and answer
+    temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, eos_tokens=models.stop_token_ids(tok))
+if cfg.loss in ("grpo", "gspo-token"):
+    algo_config = GRPOConfig(num_generations=cfg.num_generations, num_iterations=cfg.num_iterations,
+                             beta=cfg.beta, epsilon=cfg.epsilon, kl_loss_mode=cfg.kl_loss_mode,
+                             loss_algo=cfg.loss)
+for part in (training_config, rollout_config, *([algo_config] if cfg.loss in ("grpo", "gspo-token") else [])):
     display(Markdown(f"`{type(part).__name__}`\n\n{plots.config_table(part)}"))
 
 # %% [markdown]
 # ## Train
-# `learner.train(train_batches)` is the whole of Tunix's GRPO loop, and the cell below
-# calls it. `train.stage_run` builds this same cluster and learner on the real weights
-# (`train.build_stage` calls the constructors above with the same parts, and a test
-# checks that the two agree), with the run's checkpoint and metrics options, and hands
-# them to the cell with the GRPO batches, `r.train_batches`. Those batches also run the
-# held-out checks every `grpo.eval_every` steps (below). Around the call it keeps the
-# run's lifecycle as in `03_sft`: checkpoints, resume, the settings record, the
-# deadline; a finished stage is loaded (`r.trains` is False), not retrained, unless you
-# set `RETRAIN = True`. `r.trains` is also False when the session's deadline came before
-# the first step: then there is nothing to call, and the next session resumes.
-
-# %%
-del learner, cluster, policy, reference  # built on shapes only, to read
-models.free()
+# The cell below builds the cluster and the learner on the stage's models and trains them.
+# `train.stage_run` opens the stage and gives the cell its parts:
+#
+# - `r.policy` and `r.reference`: two sets of adapters on one shared base, on GRPO's mesh
+#   `r.mesh`. No second copy of the base is in memory.
+# - `r.reward_fns`: the reward functions above, which Tunix sums unweighted.
+#   `r.metric_fns(cluster)` logs the fraction of groups that teach nothing.
+# - `r.patch(learner)`: the patches, each a call on the object Tunix built.
+#   - The rollout's sampler traces the policy without remat (Tunix's sampler cannot decode
+#     a remat model), and computes the prefill's output layer at the last position only.
+#   - Each step samples with its own key, from `grpo.seed` and the step number (above).
+#   - The preset's optimisations (`preset.optimisations`): each prompt prefilled once for
+#     its G answers; each step padded to the smallest of `grpo.length_buckets` that holds
+#     it; with `grpo.share_prompts`, each prompt's positions run once in the update;
+#     log-probabilities a chunk of positions at a time, with no `[B, S, V]` float32 logits.
+# - `r.batches(learner)`: the GRPO batches until the deadline. They also run the held-out
+#   checks every `grpo.eval_every` steps (below).
+#
+# The `with` block keeps the run's lifecycle as in `03_sft`: checkpoints, resume, the
+# settings record, the deadline. A finished stage is loaded (`r.trains` is False), not
+# retrained, unless you set `RETRAIN = True`. When the deadline comes before the first
+# step, nothing trains and the next session resumes. Scripts build the same objects with
+# `train.grpo_learner`.
 
 # %%
 RETRAIN = False  # True: delete this run's GRPO checkpoints and metrics, and train again
 
 # %%
 with train.stage_run(preset, run, "grpo", retrain=RETRAIN, deadline=run.deadline()) as r:
-    if r.trains:  # False: GRPO already finished (its adapters were loaded instead), or no time left
-        r.learner.train(r.train_batches)  # Tunix's GRPOLearner, on its RLCluster
+    if r.trains:  # False: GRPO already finished, and its adapters were loaded instead
+        cluster_config = ClusterConfig(
+            role_to_mesh={Role.ACTOR: r.mesh, Role.REFERENCE: r.mesh, Role.ROLLOUT: r.mesh},
+            rollout_engine="vanilla", offload_to_cpu=False,
+            training_config=training_config, rollout_config=rollout_config)
+        cluster = RLCluster(actor=r.policy, reference=r.reference, tokenizer=r.tokenizer,
+                            cluster_config=cluster_config)
+        if cfg.loss in ("grpo", "gspo-token"):
+            learner = GRPOLearner(rl_cluster=cluster, reward_fns=r.reward_fns, algo_config=algo_config,
+                                  metric_fns=r.metric_fns(cluster))
+        else:  # Tunix's DAPOLearner or DrGRPOLearner, with its config
+            Learner, variant_config = train.grpo_algorithm(preset)
+            learner = Learner(rl_cluster=cluster, reward_fns=r.reward_fns, algo_config=variant_config,
+                              metric_fns=r.metric_fns(cluster))
+        learner = r.patch(learner)  # the sampler, fresh keys, the preset's optimisations
+        learner.train(r.batches(learner))
 result = r.result
 finished = result.finished
+
+# %% [markdown]
+# The cluster and learner, part by part:
+
+# %%
+if r.trains:
+    display(Markdown(plots.parts_table({
+        "RL cluster": cluster, "learner": learner, "actor trainer": cluster.actor_trainer,
+        "policy loss": cluster.actor_trainer.loss_fn,
+        "reference log-probs": cluster.inference_worker.get_ref_per_token_logps,
+        "rollout": cluster.rollout, "rollout sampling": cluster.rollout.generate})))
 
 # %% [markdown]
 # ## The curves

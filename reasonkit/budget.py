@@ -56,10 +56,10 @@ import math
 import re
 from typing import Any, NamedTuple
 
+from reasonkit import train
 from reasonkit.config import ModelConfig, Preset
 from reasonkit.runtime.hardware import HardwareInfo, detect, format_bytes
 from reasonkit.runtime.mesh import STAGES, factorizations, resolve_shape, stage_mesh_config
-from reasonkit.tunix_patches import attention, logprobs
 
 __all__ = ["ACT_D", "ACT_F", "ACT_HEADS", "ATTN_COPIES", "LOGIT_CHUNK_COPIES", "LORA_COPIES",
            "CPU_EMBED_COPIES", "CPU_CONSTANT_CHUNKS", "SHARED_KV_COPIES", "BACKENDS",
@@ -80,12 +80,12 @@ ACT_D, ACT_F, ACT_HEADS = 6, 3, 4
 # The attention matrix Tunix's Gemma materialises, [B, H, T, S] per layer: the softmax
 # output (used by both backward einsums) and the masked logits (between 1 and 2 copies).
 # With ``model.attention="chunked"`` (every preset) only one query block's [B, H, tq, S]
-# is live, recomputed in the backward (reasonkit.tunix_patches.attention).
+# is live, recomputed in the backward (the patch package's attention).
 ATTN_COPIES = 2
 # Under remat (``model.remat``) the backward keeps, per layer, the residual-stream-sized
 # tensors (ACT_D * D elements a token, in the model's dtype) and recomputes the F- and
 # head-sized ones a block at a time.
-# Log-probabilities are computed a chunk of positions at a time (reasonkit.tunix_patches.logprobs), all
+# Log-probabilities are computed a chunk of positions at a time (the patch package's logprobs), all
 # rows of the batch over each device's slice of the vocabulary, about logprobs.CHUNK_BYTES
 # of float32 logits a chunk; the step holds four such buffers at once: the one-hot's int32
 # iota and float32 zeros, the exponent and the quotient.
@@ -102,7 +102,7 @@ LORA_COPIES = 4
 # splits) and split over tp as the weight is. The copies depend on the parameters alone,
 # so XLA:CPU computes them all at the start of a program and every layer's stays live.
 # In a training step the embedding's copies are the device's vocabulary slice (the one
-# reasonkit.tunix_patches.logprobs multiplies with), whole along D: CPU_EMBED_COPIES of them.
+# the patch package's logprobs multiplies with), whole along D: CPU_EMBED_COPIES of them.
 # Beside them, at the same moment, the one-hot's iota (int32) and its float32 zeros for one
 # logits chunk, which depend on nothing and are computed early too: CPU_CONSTANT_CHUNKS
 # chunk-sized buffers.
@@ -194,10 +194,10 @@ def _sequences_and_lengths(preset: Preset, stage: str) -> dict[str, int]:
 
 
 def _chunk_bytes(m: ModelConfig, rows: int, positions: int, mesh: dict[str, int]) -> int:
-    """Float32 logits of one chunk of :func:`reasonkit.tunix_patches.logprobs.token_log_probs`, per device."""
+    """Float32 logits of one chunk of the patch package's ``logprobs.token_log_probs``, per device."""
     devices = math.prod(mesh.values())
     ways = devices if m.vocab_size % devices == 0 else 1  # the vocabulary over every device
-    chunk = logprobs.chunk_positions(rows, m.vocab_size // ways, positions)
+    chunk = train.logprob_chunk_positions(rows, m.vocab_size // ways, positions)
     return rows * chunk * (m.vocab_size // ways) * 4
 
 
@@ -224,7 +224,7 @@ def _training_items(m: ModelConfig, seqs: int, length: int, mesh: dict[str, int]
     # one query block at a time in the backward: [B, N, block, <= S], one block, one layer.
     rows = length
     if m.attention == "chunked":
-        rows, score_layers = attention.block_size(length), 1
+        rows, score_layers = train.attention_block_size(length), 1
     scores = (local * score_layers * ATTN_COPIES * m.num_heads * rows * length * nbytes
               / tp)
     logits = (LOGIT_CHUNK_COPIES * _chunk_bytes(m, seqs, scored or length, mesh)
@@ -278,7 +278,7 @@ def _generation_items(m: ModelConfig, seqs: int, cache_len: int,
     nbytes = _dtype_bytes(m)
     local = math.ceil(seqs / mesh["fsdp"])
     cache = local * 2 * m.num_layers * m.num_kv_heads * m.head_dim * cache_len * nbytes
-    # reasonkit's sampling model (reasonkit.tunix_patches.sampling) computes the prefill's output layer at
+    # reasonkit's sampling model (the patch package's sampling) computes the prefill's output layer at
     # the last position only, [B, 1, V] in the model dtype (Tunix 0.1.7's Gemma: [B, prompt, V])
     prefill = local * 1 * m.vocab_size * nbytes / _split(m.vocab_size, "tp", mesh)
     return {"KV cache": math.ceil(cache / _kv_split(m, mesh)), "prefill logits": math.ceil(prefill)}
@@ -444,7 +444,7 @@ def memory_budget(preset: Preset, stage: str, n_devices: int | None = None,
       layer, plus the materialised ``[B, H, T, T]`` attention (``ATTN_COPIES`` copies):
       Tunix's Gemma has no flash attention. ``model.remat`` keeps ``ACT_D*D`` elements
       a token per layer in the model's dtype and one layer's attention matrix.
-    - Log-probabilities are chunked over positions (:mod:`reasonkit.tunix_patches.logprobs`):
+    - Log-probabilities are chunked over positions (the patch package's ``logprobs``):
       ``LOGIT_CHUNK_COPIES`` float32 buffers of one chunk's logits, every row over the
       device's slice of the vocabulary (at most ``logprobs.CHUNK_BYTES`` each), never
       the whole ``[B, S, V]``, plus that slice of the embedding, whole along D (on more
@@ -462,7 +462,7 @@ def memory_budget(preset: Preset, stage: str, n_devices: int | None = None,
       policy step on those rollouts (as SFT). The peak is the larger; the reference
       model shares the backbone. Evaluation generates ``eval.batch_size`` sequences.
     - With ``grpo.share_prompts`` GRPO's step runs each prompt once per group
-      (:func:`reasonkit.tunix_patches.logprobs.shared_prompt_hidden`): it holds every row's KV cache
+      (the patch package's ``logprobs.shared_prompt_hidden``): it holds every row's KV cache
       over prompt + answer, and its gradient (``SHARED_KV_COPIES``), through the step.
     - ``backend="cpu"``: in training, the float32 copies of the output layer's slice,
       and of every weight at the step's start (:func:`_cpu_training_items`); in

@@ -122,7 +122,7 @@ class ModelConfig:
     # --- how it runs
     dtype: str = "bfloat16"  # parameter and compute dtype
     remat: bool = False  # rematerialise each decoder block in training
-    # full-sequence attention (training, reference forwards): "chunked" is reasonkit.tunix_patches.attention's
+    # full-sequence attention (training, reference forwards): "chunked" is the patch package's attention
     # query blocks that skip the keys they cannot see, "tunix" Tunix 0.1.7's own (its [B, T, N, S]
     # logits), "dense" ours in one block. Same numbers (1e-5); the sampler's cached path is Tunix's.
     attention: str = "chunked"

@@ -59,7 +59,6 @@ from reasonkit.config import Preset
 from reasonkit.presets import get_preset
 from reasonkit.runtime import hardware
 from reasonkit.runtime import mesh as mesh_lib
-from reasonkit.tunix_patches import sampling, sharding
 
 __all__ = ["CHECK_STAGES", "CPU_XLA_FLAGS", "BUDGET_STAGE", "PHASE", "Memory", "check", "estimate",
            "device_count", "check_in_subprocess", "describe", "main"]
@@ -117,8 +116,8 @@ def _sampler_programs(sampler, batch: int, prompt_len: int, gen_len: int, sampli
     # a static field holding an array: concrete in a real call, a leaked tracer here
     state = state.replace(num_input_tokens=jnp.array(prompt_len, dtype=jnp.int32))
     sampler.eos_ids = jnp.array([1])
-    params, prefill_fn, decode_fn = sampling.sampler_programs(sampler)
-    if isinstance(prefill_fn, sampling.SharedPrefill):  # GRPO's rollout: both of its prefills
+    params, prefill_fn, decode_fn = train.sampler_programs(sampler)
+    if isinstance(prefill_fn, train.SharedPrefill):  # GRPO's rollout: both of its prefills
         _compile(prefill_fn.shared.lower(params, state, None, echo=False), f"{prefix}shared prefill",
                  programs)
         prefill_fn = prefill_fn.every_row
@@ -136,7 +135,7 @@ def _generation_programs(preset: Preset, stage: str, programs: dict[str, Any]) -
         built = train.build_stage(preset, "grpo", weights="abstract")
         cfg = preset.grpo
         with built.mesh:
-            _sampler_programs(sampling.sampler_of(built.cluster.rollout),
+            _sampler_programs(train.sampler_of(built.cluster.rollout),
                               cfg.batch_size * cfg.num_generations, cfg.max_prompt_length,
                               cfg.max_generation_length,
                               dict(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k),
@@ -171,7 +170,7 @@ def check(preset: Preset, stage: str, hw: hardware.HardwareInfo | None = None) -
         hw = hardware.detect() if preset.hardware == "cpu" else hardware.from_name(preset.hardware)
     t0 = time.time()
     programs: dict[str, Any] = {}
-    with sharding.tpu_sharding_constraints():
+    with train.tpu_sharding_constraints():
         if stage in train.TRAIN_STAGES:
             _compile(train.build_stage(preset, stage, weights="abstract").lower(), "step", programs)
         else:

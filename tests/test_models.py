@@ -514,7 +514,7 @@ def test_flat_lora_delta_equals_qwixs_and_takes_bs_gradient_without_copying_the_
 
     from reasonkit.tunix_patches import lora_delta
 
-    models.apply_lora(models.new_model(G3), LORA)  # puts the flat delta in place
+    models.use_optimisations(("flat LoRA delta",))  # what a preset with it puts in place
     assert qwix_lora._compute_lora_delta is lora_delta.flat_lora_delta
     qwix_own = lora_delta.qwix_own()
     assert qwix_own is not None and qwix_own.__module__ == qwix_lora.__name__

@@ -4,7 +4,6 @@ cell, ends with a check that fails a stage that did not learn; and scripts/refre
 Cheap (no notebook is executed): nbval runs them in scripts/test.sh.
 """
 
-import dataclasses
 import doctest
 import importlib.util
 import pathlib
@@ -16,7 +15,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from reasonkit import checks, plots
+from reasonkit import checks
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PYS = sorted((ROOT / "notebooks").glob("[0-9]*.py"))
@@ -217,8 +216,10 @@ def test_markdown_cells_do_not_count():
 
 STAGE_NOTEBOOKS = {"sft": "03_sft", "dpo": "04_dpo", "grpo": "05_grpo"}
 # Each stage notebook builds its Tunix objects in a cell of its own, with these constructors.
-CONSTRUCTORS = {"03_sft": ["PeftTrainer(", ".with_gen_model_input_fn("],
-                "04_dpo": ["DPOTrainer("], "05_grpo": ["RLCluster(", "ClusterConfig(", "Learner("],
+CONSTRUCTORS = {"03_sft": ["PeftTrainer(", "TrainingConfig(", ".with_gen_model_input_fn("],
+                "04_dpo": ["DPOTrainer(", "DPOTrainingConfig("],
+                "05_grpo": ["RLCluster(", "ClusterConfig(", "RLTrainingConfig(", "RolloutConfig(",
+                            "GRPOLearner(", "GRPOConfig("],
                 "06_evaluation": ["Sampler("]}
 # The function of reasonkit.checks each notebook's last code cell calls.
 FINAL_CHECKS = {"03_sft": "checks.check_sft(", "04_dpo": "checks.check_dpo(",
@@ -237,18 +238,24 @@ def test_each_stage_notebook_builds_its_tunix_objects_in_a_cell(name):
     assert all(c in code for c in CONSTRUCTORS[name]), [c for c in CONSTRUCTORS[name] if c not in code]
 
 
-# Each stage notebook makes the stage's Tunix call itself, in train.stage_run's block.
-TUNIX_CALLS = {"03_sft": "r.trainer.train(r.train_batches, r.eval_batches)",
-               "04_dpo": "r.trainer.train(r.train_batches)", "05_grpo": "r.learner.train(r.train_batches)"}
+# Each stage notebook builds the stage's Tunix object in train.stage_run's block and trains that
+# very object: what it constructs, then what it calls.
+TUNIX_CALLS = {"03_sft": ("trainer = PeftTrainer(", "trainer.train(r.batches(trainer), r.eval_batches)"),
+               "04_dpo": ("trainer = DPOTrainer(", "trainer.train(r.batches(trainer))"),
+               "05_grpo": ("learner = GRPOLearner(", "learner.train(r.batches(learner))")}
 
 
 @pytest.mark.parametrize("name", sorted(TUNIX_CALLS))
-def test_each_stage_notebook_calls_tunix_train_in_a_cell(name):
+def test_each_stage_notebook_builds_and_trains_the_tunix_object_in_one_cell(name):
     stage = {v: k for k, v in STAGE_NOTEBOOKS.items()}[name]
-    cells = [c for c in _code_cells(name) if TUNIX_CALLS[name] in c]
-    assert len(cells) == 1, f"{name}: no cell calls {TUNIX_CALLS[name]}"
+    built, called = TUNIX_CALLS[name]
+    cells = [c for c in _code_cells(name) if called in c]
+    assert len(cells) == 1, f"{name}: no cell calls {called}"
+    assert built in cells[0] and cells[0].index(built) < cells[0].index(called), cells[0]
     assert f'train.stage_run(preset, run, "{stage}", retrain=RETRAIN' in cells[0], cells[0]
-    assert f'train.train_or_load(preset, run, "{stage}"' not in "\n".join(_code_cells(name))
+    code = "\n".join(_code_cells(name))
+    assert f'train.train_or_load(preset, run, "{stage}"' not in code
+    assert "del trainer" not in code and "del learner" not in code and '"abstract"' not in code
 
 
 @pytest.mark.parametrize("py", PYS, ids=lambda p: p.stem)
@@ -311,71 +318,3 @@ def test_a_format_only_grpo_fails_its_check():
     with pytest.raises(checks.StageDidNotLearn, match="answer_correct"):
         checks.check_grpo({"actor/train/kl": (steps, [0.0001 * s for s in steps]),
                            "rewards/train/format_exact": (steps, [2.9] * 40)})
-
-
-def _built_as_the_notebook_builds(stage: str) -> dict:
-    """Run the cells of ``stage``'s notebook that build its Tunix objects; their namespace."""
-    from IPython.display import Markdown
-
-    from reasonkit import models, plots, presets, rewards, train
-    from reasonkit.runtime import mesh
-
-    preset = presets.get_preset("tiny")
-    tok = models.load_tokenizer(train.policies.SHAPE_TOKENIZER)
-    ns = {"preset": preset, "train": train, "mesh": mesh, "models": models, "plots": plots, "tok": tok,
-          "Markdown": Markdown, "display": lambda *a, **k: None,
-          "reward_fns": rewards.from_config(preset.grpo.rewards)}
-    marks = CONSTRUCTORS[STAGE_NOTEBOOKS[stage]]
-    cells = [c for c in _code_cells(STAGE_NOTEBOOKS[stage]) if any(m in c for m in marks)]
-    assert cells, f"no cell of {STAGE_NOTEBOOKS[stage]} builds {marks}"
-    for cell in cells:
-        exec(compile(cell, STAGE_NOTEBOOKS[stage], "exec"), ns)  # noqa: S102 - the notebook's own code
-    return ns
-
-
-def _same(a, b, path="") -> list[str]:
-    """Where two Tunix configs differ, field by field (optimizers and meshes by what they are)."""
-    if dataclasses.is_dataclass(a) and not isinstance(a, type):
-        if type(a) is not type(b):
-            return [f"{path}: {type(a).__name__} vs {type(b).__name__}"]
-        return [d for f in dataclasses.fields(a)
-                for d in _same(getattr(a, f.name), getattr(b, f.name), f"{path}.{f.name}")]
-    if isinstance(a, dict) and isinstance(b, dict):
-        return [d for k in a.keys() | b.keys() for d in _same(a.get(k), b.get(k), f"{path}[{k!r}]")]
-    if callable(a) and callable(b) or hasattr(a, "init") and hasattr(a, "update"):
-        return [] if plots.qualified_name(a) == plots.qualified_name(b) else [f"{path}: {a} vs {b}"]
-    return [] if a == b else [f"{path}: {a!r} vs {b!r}"]
-
-
-def _optimizer_numbers(trainer) -> dict:
-    """The learning-rate schedule's numbers in the optimizer's state (under GRPO's MultiSteps)."""
-    state = trainer.optimizer.opt_state
-    state = getattr(state, "inner_opt_state", state)
-    return {k: float(v) for k, v in state.hyperparams.items()}
-
-
-@pytest.mark.parametrize("stage", ["sft", pytest.param("dpo", marks=pytest.mark.slow),
-                                   pytest.param("grpo", marks=pytest.mark.slow)])
-def test_the_notebook_builds_what_build_stage_builds(stage):
-    from reasonkit import presets, train
-
-    ns = _built_as_the_notebook_builds(stage)
-    built = train.build_stage(presets.get_preset("tiny"), stage, None, weights="abstract")
-    if stage in ("sft", "dpo"):
-        mine, theirs = ns["trainer"], built.trainer
-        assert type(mine) is type(theirs)
-        assert _same(mine.config, theirs.config) == []
-        parts = ("loss_fn", "gen_model_input_fn")
-    else:
-        mine, theirs = ns["cluster"].actor_trainer, built.trainer
-        assert type(ns["learner"]) is type(built.learner)
-        assert _same(ns["cluster"].cluster_config, built.cluster.cluster_config) == []
-        assert _same(ns["learner"].algo_config, built.learner.algo_config) == []
-        assert ([f.__name__ for f in ns["learner"].reward_manager.reward_fns]
-                == [f.__name__ for f in built.learner.reward_manager.reward_fns])
-        parts = ("loss_fn",)
-        assert (plots.qualified_name(ns["cluster"].rollout.generate)
-                == plots.qualified_name(built.cluster.rollout.generate))
-    for part in parts:
-        assert plots.qualified_name(getattr(mine, part)) == plots.qualified_name(getattr(theirs, part)), part
-    assert _optimizer_numbers(mine) == _optimizer_numbers(theirs)

@@ -1,5 +1,6 @@
 """train.stage_run: a notebook cell builds Tunix's object and trains it; the run directory's rules hold."""
 
+import pathlib
 import time
 
 import jax
@@ -18,15 +19,24 @@ def test_an_unknown_stage_is_refused_before_anything_runs(tmp_path):
             pass
 
 
-def _sft_cell(r, preset, optimizer=None):
-    """03_sft's training cell: Tunix's trainer built on the stage's models, patched, trained."""
-    cfg = preset.sft
-    trainer = PeftTrainer(r.policy, optimizer or train.make_optimizer(cfg), TrainingConfig(
-        max_steps=cfg.max_steps, eval_every_n_steps=cfg.checkpoint_every, **r.run_options))
-    trainer = trainer.with_gen_model_input_fn(train.gen_model_input_fn(r.tokenizer.pad_id()))
-    trainer = r.patch(trainer)
-    trainer.train(r.batches(trainer), r.eval_batches)
-    return trainer
+NOTEBOOK = pathlib.Path(__file__).resolve().parents[1] / "notebooks" / "03_sft.py"
+
+
+def _training_cell() -> str:
+    """03_sft's training cell, as the notebook holds it: the one that builds a PeftTrainer."""
+    cells = NOTEBOOK.read_text().split("\n# %%")
+    return next(c.split("\n", 1)[1] for c in cells if "PeftTrainer(" in c and "stage_run(" in c)
+
+
+def _run_cell(preset, run, *, retrain=False, deadline=None, edit=("", "")):
+    """Run 03_sft's training cell on ``run``, with ``edit`` (old, new) made to its text first."""
+    cell = _training_cell()
+    assert edit[0] in cell, edit
+    cell = cell.replace(*edit).replace("deadline=run.deadline()", "deadline=DEADLINE")
+    space = dict(train=train, preset=preset, run=run, RETRAIN=retrain, DEADLINE=deadline, optax=optax,
+                 PeftTrainer=PeftTrainer, TrainingConfig=TrainingConfig)
+    exec(compile(cell, str(NOTEBOOK), "exec"), space)
+    return space["r"]
 
 
 def _adapters(policy):
@@ -37,13 +47,12 @@ def _adapters(policy):
 def test_the_notebook_cell_trains_then_loads_then_retrains(tmp_path, capsys):
     preset = small_preset(**{"sft.max_steps": 2, "sft.checkpoint_every": 1})
     run = make_run(tmp_path, "cell", preset)
-    with train.stage_run(preset, run, "sft") as r:
-        assert r.trains and r.policy is not None and r.reference is None and len(r.eval_batches) == 2
-        start = _adapters(r.policy)
-        trainer = _sft_cell(r, preset)
+    start = _adapters(models.load_policy(preset, None, None, None)[1])  # fresh adapters
+    r = _run_cell(preset, run)
+    assert r.trains and r.reference is None and len(r.eval_batches) == 2
     result = r.result
     assert result.finished and result.steps == 2 and run.is_finished("sft")
-    assert result.policy is trainer.model  # the cell's own trainer trained
+    assert result.policy is r.trainer.model  # the cell's own trainer trained
     assert any(not np.array_equal(a, b) for a, b in zip(start, _adapters(result.policy), strict=True))
     assert "sft: 2 steps in" in capsys.readouterr().out  # one line, not a dict
     assert len(train.read_metrics(run, "sft")) > 0
@@ -56,8 +65,7 @@ def test_the_notebook_cell_trains_then_loads_then_retrains(tmp_path, capsys):
     with pytest.raises(FileExistsError, match="already finished"):  # train_sft refuses, as before
         train.train_sft(preset, run)
 
-    with train.stage_run(preset, run, "sft", retrain=True, deadline=time.time() - 1) as late:
-        _sft_cell(late, preset)  # out of time: no step
+    late = _run_cell(preset, run, retrain=True, deadline=time.time() - 1)  # out of time: no step
     assert not late.result.finished and not run.is_finished("sft")  # cleared, then stopped
     assert train.train_or_load(preset, run, "sft").finished  # resumes and completes
 
@@ -68,9 +76,8 @@ def test_an_argument_edited_in_the_cell_changes_what_trains(tmp_path):
     adapters where they started."""
     preset = small_preset(**{"sft.max_steps": 2, "sft.checkpoint_every": 2})
     run = make_run(tmp_path, "edited", preset)
-    with train.stage_run(preset, run, "sft") as r:
-        start = _adapters(r.policy)
-        _sft_cell(r, preset, optimizer=optax.sgd(0.0))
+    r = _run_cell(preset, run, edit=("train.make_optimizer(cfg)", "optax.sgd(0.0)"))
+    start = _adapters(models.load_policy(preset, None, None, None)[1])  # fresh adapters
     assert r.result.steps == 2
     assert all(np.array_equal(a, b) for a, b in zip(start, _adapters(r.result.policy), strict=True))
 

@@ -854,21 +854,22 @@ def test_every_stage_trains_on_plain_tunix(tmp_path, preset):
     """With every optimisation patch off, SFT, DPO and GRPO are Tunix's as shipped, and learn."""
     from qwix._src.providers import lora as qwix_lora
 
-    from reasonkit import tunix_patches
     from reasonkit.tunix_patches import attention, lora_delta
 
-    p = preset.replace(**{"sft.max_steps": 2, "dpo.max_steps": 2, "grpo.max_steps": 1})
+    p = preset.replace(**{"sft.max_steps": 2, "dpo.max_steps": 2, "grpo.max_steps": 1, "optimisations": []})
     run = make_run(tmp_path, "plain", p)
-    with tunix_patches.plain_tunix():
-        assert qwix_lora._compute_lora_delta is not lora_delta.flat_lora_delta
-        base = models.base_params(models.load_model(models.resolve_source(p.model), p.model))
-        fresh = models.lora_params(models.load_policy(p, None, None, None)[1])
+    base = models.base_params(models.load_model(models.resolve_source(p.model), p.model))
+    fresh = models.lora_params(models.load_policy(p, None, None, None)[1])
+    assert qwix_lora._compute_lora_delta is not lora_delta.flat_lora_delta
+    try:
         for stage in ("sft", "dpo", "grpo"):
             result = train.train_or_load(p, run, stage)
             assert result.finished and attention.impl_of(result.policy) == "tunix"
             assert changed(fresh, models.lora_params(result.policy)) > 0, stage
             assert_base_untouched(result.policy, base)
             assert qwix_lora._compute_lora_delta is not lora_delta.flat_lora_delta
+    finally:
+        models.use_optimisations(preset.optimisations)  # the process-wide patch back for later tests
 
 
 def test_held_out_check_logs_keeps_the_best_and_warns_when_reward_and_accuracy_part(

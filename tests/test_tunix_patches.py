@@ -223,31 +223,38 @@ def test_every_patch_names_its_module_and_a_test_that_exists():
         tunix_patches.by_name("nope")
 
 
-def test_plain_switch_reads_its_setting_and_keeps_the_needed_patches(monkeypatch):
-    monkeypatch.delenv(tunix_patches.PLAIN_ENV, raising=False)
-    assert not tunix_patches.plain() and tunix_patches.enabled("attention")
-    monkeypatch.setenv(tunix_patches.PLAIN_ENV, "1")
-    assert tunix_patches.plain() and not tunix_patches.enabled("attention")
-    assert tunix_patches.enabled("reseeded rollouts")  # a stage needs it: never off
-    with tunix_patches.plain_tunix(False):  # the block decides, inside it
-        assert tunix_patches.enabled("attention")
-    monkeypatch.setenv(tunix_patches.PLAIN_ENV, "yes")
-    with pytest.raises(ValueError, match="REASONKIT_PLAIN_TUNIX='yes'"):
-        tunix_patches.plain()
+def test_one_preset_field_switches_the_optimisations_and_keeps_the_needed_patches():
+    from reasonkit.config import OPTIMISATIONS
+    from reasonkit.presets import get_preset
+
+    assert tuple(p.name for p in tunix_patches.PATCHES if p.optimisation) == OPTIMISATIONS
+    assert get_preset("tiny").optimisations == OPTIMISATIONS  # every optimisation in force by default
+    assert tunix_patches.in_force(OPTIMISATIONS, "attention")
+    assert not tunix_patches.in_force((), "attention")
+    assert tunix_patches.in_force((), "reseeded rollouts")  # a stage needs it: never off
+    plain = get_preset("tiny", optimisations=[])
+    assert plain.optimisations == () and plain.model.attention == "tunix"  # Tunix's own attention
+    with pytest.raises(ValueError, match=r"Preset.optimisations=\['fast'\]: \['fast'\] unknown"):
+        get_preset("tiny", optimisations=["fast"])
+    with pytest.raises(ValueError, match="must be a list of names"):
+        get_preset("tiny", optimisations="attention")
+    for patch in tunix_patches.PATCHES:  # each says when it can go, and where it was reported
+        assert patch.remove_when and patch.upstream, patch.name
 
 
-def test_the_qwix_patch_installs_once_and_comes_out_for_plain_tunix():
+def test_the_qwix_patch_follows_the_presets_optimisations():
     from qwix._src.providers import lora as qwix_lora
 
+    from reasonkit import models
     from reasonkit.tunix_patches import lora_delta
 
-    lora_delta.install()
+    models.use_optimisations(("flat LoRA delta",))
     assert qwix_lora._compute_lora_delta is lora_delta.flat_lora_delta
     assert "already installed" in lora_delta.install()
-    with tunix_patches.plain_tunix():
-        assert qwix_lora._compute_lora_delta is not lora_delta.flat_lora_delta
+    models.use_optimisations(())  # a preset without it: qwix's own
+    assert qwix_lora._compute_lora_delta is not lora_delta.flat_lora_delta
+    models.use_optimisations(("flat LoRA delta",))
     assert qwix_lora._compute_lora_delta is lora_delta.flat_lora_delta
-    assert "REASONKIT_FLAT_LORA=0" in lora_delta.install(env={"REASONKIT_FLAT_LORA": "0"})
 
 
 def test_the_progress_bar_shows_recent_values_to_3_significant_digits(capsys):

@@ -16,6 +16,14 @@ Loading a trained stage's model for use outside training is :func:`reasonkit.mod
 """
 
 from reasonkit.train import generation, held_out
+from reasonkit.train._seam import (
+    SharedPrefill,
+    attention_block_size,
+    logprob_chunk_positions,
+    sampler_of,
+    sampler_programs,
+    tpu_sharding_constraints,
+)
 from reasonkit.train.batches import (
     dpo_batches,
     dpo_collator,
@@ -71,4 +79,7 @@ __all__ = ["generation", "held_out", "schedule", "make_optimizer", "read_metrics
            "grpo_algorithm", "grpo_reward_fns", "grpo_metric_fns", "run_options", "stage_models",
            "sft_trainer", "dpo_trainer", "grpo_learner", "stage_has_reference", "Stage", "build_stage",
            "StageResult", "StageRun", "stage_run", "train_sft", "train_dpo", "train_grpo",
-           "train_with_recipe", "export", "exported", "export_once", "train_or_load"]
+           "train_with_recipe", "export", "exported", "export_once", "train_or_load",
+           # what the memory model and the real-shape checks read of the patched programs
+           "attention_block_size", "logprob_chunk_positions", "sampler_of", "sampler_programs",
+           "SharedPrefill", "tpu_sharding_constraints"]

@@ -28,7 +28,7 @@ from reasonkit.tunix_patches import (
 __all__ = ["PATCHES", "patch_sft_trainer", "patch_dpo_trainer", "patch_rl_cluster", "patch_grpo_learner",
            "without_remat", "show_recent", "detached_after", "rl_metrics_logger", "dpo_prepared_inputs",
            "abstract_models_stay_put", "sampler_of", "sampler_programs", "SharedPrefill",
-           "tpu_sharding_constraints"]
+           "tpu_sharding_constraints", "attention_block_size", "logprob_chunk_positions"]
 
 without_remat = sampling.without_remat
 show_recent = progress.show_recent
@@ -40,6 +40,8 @@ sampler_of = sampling.sampler_of
 sampler_programs = sampling.sampler_programs
 SharedPrefill = sampling.SharedPrefill
 tpu_sharding_constraints = sharding.tpu_sharding_constraints
+attention_block_size = attention.block_size  # the sizes the patched programs compute in
+logprob_chunk_positions = logprobs.chunk_positions
 
 
 def patch_sft_trainer(trainer, preset: Preset):
