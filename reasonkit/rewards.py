@@ -28,7 +28,7 @@ answer_close    [1.5, 0.79, 0.0, 0.0]
 numeric_backup  [0.0, 0.0, 0.0, 1.5]
 
 Tag parsing is linear in the completion's length and answers longer than
-``answers.MAX_PARSE_CHARS`` are never read as numbers, so a 100 KB degenerate
+the checker's ``MAX_PARSE_CHARS`` are never read as numbers, so a 100 KB degenerate
 completion scores in milliseconds; symbolic answers reach sympy only under a size cap
 and a time limit, and each reward call's sympy work stops at ``SYMBOLIC_BUDGET_SECONDS``
 (answers left unjudged score 0 and count in ``SYMBOLIC_SKIPS``). No reward raises on a
@@ -124,7 +124,7 @@ def verdict(found: Extraction, gold: Any, domain: Any = "math") -> bool:
 
 def is_verified(completion: Any, gold: Any, domain: Any = "math") -> bool:
     r""":func:`is_correct`, and the reasoning supports the answer: its conclusion names
-    it and its checkable steps hold (:func:`reasonkit.answers.steps.supports`). A right
+    it and its checkable steps hold (:func:`reasonkit.answers.supports`). A right
     answer after a wrong sum, or after a conclusion that names another, is not verified.
 
     >>> ok = "<reasoning>14 + 3 = 17. 2 * 6 = 12. 17 + 12 = 29.</reasoning>\n<answer>29</answer>"

@@ -14,6 +14,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from reasonkit import answers, rewards
+from reasonkit.answers import _symbolic as answers_symbolic
 from reasonkit.answers import (
     canonical,
     check_answer,
@@ -23,10 +24,9 @@ from reasonkit.answers import (
     is_hedged,
     read_answer,
 )
-from reasonkit.answers import symbolic as answers_symbolic
-from reasonkit.answers.check import normalize_number
-from reasonkit.answers.closed import _closed_apart, _closed_form
-from reasonkit.answers.symbolic import (
+from reasonkit.answers._check import normalize_number
+from reasonkit.answers._closed import _closed_apart, _closed_form
+from reasonkit.answers._symbolic import (
     _limited,
     _OutOfTime,
     _points_apart,
@@ -46,7 +46,7 @@ def strict():
 
 
 def test_strict_makes_a_bug_raise_and_restores_what_it_found(monkeypatch):
-    from reasonkit.answers import check
+    from reasonkit.answers import _check as check
 
     def bug(*args):
         raise RuntimeError("a bug in the checker")
@@ -64,7 +64,7 @@ def test_answers_imports_only_the_template_and_loads_sympy_only_when_needed():
     code = ("import sys, reasonkit.answers; "
             "print(sorted(m for m in sys.modules if m.startswith('reasonkit')), 'sympy' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    package = [f"reasonkit.answers.{m}" for m in ("check", "closed", "numeric", "steps", "symbolic", "text")]
+    package = [f"reasonkit.answers._{m}" for m in ("check", "closed", "numeric", "steps", "symbolic", "text")]
     assert out.stdout.strip() == f"{['reasonkit', 'reasonkit.answers', *package, 'reasonkit.template']} False"
 
 
@@ -600,10 +600,10 @@ def test_the_point_check_rejects_only_plain_expressions_that_differ():
     assert not _points_apart(parse("9\\%"), parse("9"), sympy)
 
 
-# --- whether a reasoning trace supports its answer (answers.steps) ---------------------
+# --- whether a reasoning trace supports its answer (answers._steps) ---------------------
 
 from reasonkit import tasks as _tasks  # noqa: E402
-from reasonkit.answers import conclusion_agrees, steps_hold, supports  # noqa: E402
+from reasonkit.answers._steps import conclusion_agrees, steps_hold, supports  # noqa: E402
 
 
 @pytest.mark.parametrize("difficulty", [1, 2, 3])

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from reasonkit import answers, template
 from reasonkit import rewards as R
-from reasonkit.answers import check as answers_check
-from reasonkit.answers.symbolic import _symbolic_tools
+from reasonkit.answers import _check as answers_check
+from reasonkit.answers._symbolic import _symbolic_tools
 from reasonkit.config import DOMAINS
 from reasonkit.presets import get_preset
 from reasonkit.template import FAILURE_REASONS, TAGS, format_completion

@@ -73,18 +73,18 @@ surrogates), never raises, and returns within the time limits: text longer than
 of the text (a 100 KB answer takes milliseconds).
 
 The package, one way from the bottom (each module imports only those before it):
-:mod:`~reasonkit.answers.text` (text, normalised words, LaTeX clean-up, boxes),
-:mod:`~reasonkit.answers.numeric` (one exact value, units, equality of values),
-:mod:`~reasonkit.answers.closed` (interval arithmetic on closed forms),
-:mod:`~reasonkit.answers.symbolic` (the LaTeX for sympy, time limits, the budget,
-math-verify), :mod:`~reasonkit.answers.check` (the decisions) and, beside them on
-:mod:`~reasonkit.answers.text` alone, :mod:`~reasonkit.answers.steps` (whether a reasoning
-trace supports its answer). This face re-exports
-their public names. Tests run the checker inside :func:`strict`, where a bug raises
+:mod:`~reasonkit.answers._text` (text, normalised words, LaTeX clean-up, boxes),
+:mod:`~reasonkit.answers._numeric` (one exact value, units, equality of values),
+:mod:`~reasonkit.answers._closed` (interval arithmetic on closed forms),
+:mod:`~reasonkit.answers._symbolic` (the LaTeX for sympy, time limits, the budget,
+math-verify), :mod:`~reasonkit.answers._check` (the decisions) and, beside them on
+:mod:`~reasonkit.answers._text` alone, :mod:`~reasonkit.answers._steps` (whether a reasoning
+trace supports its answer). The modules are private; this face re-exports what the rest
+of reasonkit uses. Tests run the checker inside :func:`strict`, where a bug raises
 instead of reading as "no answer".
 """
 
-from reasonkit.answers.check import (
+from reasonkit.answers._check import (
     NUMERIC_DOMAINS,
     Answer,
     boxed_answer,
@@ -97,12 +97,11 @@ from reasonkit.answers.check import (
     read_answer,
     strict,
 )
-from reasonkit.answers.numeric import FLOAT_ARTEFACT, terminates
-from reasonkit.answers.steps import conclusion_agrees, steps_hold, supports
-from reasonkit.answers.symbolic import symbolic_budget
-from reasonkit.answers.text import MAX_PARSE_CHARS, normalize_text
+from reasonkit.answers._numeric import FLOAT_ARTEFACT, terminates
+from reasonkit.answers._steps import supports
+from reasonkit.answers._symbolic import symbolic_budget
+from reasonkit.answers._text import normalize_text
 
-__all__ = ["NUMERIC_DOMAINS", "MAX_PARSE_CHARS", "Answer", "read_answer", "canonical", "check_answer",
-           "closeness", "normalize_text", "is_hedged", "boxed_answer", "final_answer", "gold_problem",
-           "symbolic_budget", "terminates", "FLOAT_ARTEFACT", "strict", "supports",
-           "conclusion_agrees", "steps_hold"]
+__all__ = ["NUMERIC_DOMAINS", "Answer", "read_answer", "canonical", "check_answer", "closeness",
+           "normalize_text", "is_hedged", "boxed_answer", "final_answer", "gold_problem",
+           "symbolic_budget", "terminates", "FLOAT_ARTEFACT", "strict", "supports"]

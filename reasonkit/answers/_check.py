@@ -2,7 +2,7 @@ r"""The checker's decisions: read an answer, compare it with the gold, find it i
 
 :func:`read_answer` reads an answer under its domain's rule (a number, math, text, an
 equation that contradicts itself, or nothing), :func:`check_answer` compares two of them
-(numbers by exact value, math through sympy, text as :func:`~reasonkit.answers.text.normalize_text`),
+(numbers by exact value, math through sympy, text as :func:`~reasonkit.answers._text.normalize_text`),
 and :func:`closeness`, :func:`normalize_number`, :func:`canonical` and
 :func:`gold_problem` answer the other questions the data filters, the rewards and
 evaluation ask. :func:`final_answer`, :func:`boxed_answer` and :func:`is_hedged` read free
@@ -21,7 +21,7 @@ import re
 from fractions import Fraction
 from typing import Any, Hashable, Iterator
 
-from reasonkit.answers.numeric import (
+from reasonkit.answers._numeric import (
     _INVALID,
     _NUM,
     _NUMBER_RE,
@@ -30,7 +30,7 @@ from reasonkit.answers.numeric import (
     _same_value,
     _value_of,
 )
-from reasonkit.answers.symbolic import (
+from reasonkit.answers._symbolic import (
     _BUDGET,
     _EQUALS_RE,
     _KEY_ONLY_RE,
@@ -42,7 +42,7 @@ from reasonkit.answers.symbolic import (
     _sympy_of,
     _value_side,
 )
-from reasonkit.answers.text import (
+from reasonkit.answers._text import (
     MAX_PARSE_CHARS,
     _answer_text,
     _box_run,

@@ -6,7 +6,7 @@ latex2sympy load on first use (``_symbolic_tools``). Each parse (cached) and eac
 comparison gets :data:`SYMBOLIC_SECONDS` of CPU time, enforced by a watchdog thread in
 whatever thread the checker runs (``_limited``), and :func:`symbolic_budget` bounds the
 uncached sympy work of a block. ``_symbolic`` compares two prepared answers: closed
-forms that clearly differ (:mod:`reasonkit.answers.closed`) and expressions that differ
+forms that clearly differ (:mod:`reasonkit.answers._closed`) and expressions that differ
 at a sample point are rejected before math-verify's verdict, which alone confirms
 equality.
 """
@@ -25,9 +25,9 @@ import threading
 import time
 from typing import Any, Callable, Iterator
 
-from reasonkit.answers.closed import CLOSED_APART, _closed_apart
-from reasonkit.answers.numeric import _is_label, _unit
-from reasonkit.answers.text import _LATEX_COMMA_RE, MAX_PARSE_CHARS, _ascii_digits, _clean, _compact
+from reasonkit.answers._closed import CLOSED_APART, _closed_apart
+from reasonkit.answers._numeric import _is_label, _unit
+from reasonkit.answers._text import _LATEX_COMMA_RE, MAX_PARSE_CHARS, _ascii_digits, _clean, _compact
 
 __all__ = ["MAX_SYMBOLIC_CHARS", "SYMBOLIC_SECONDS", "POINT_CHECK_SECONDS", "SymbolicBudget",
            "symbolic_budget"]

@@ -32,7 +32,7 @@ import re
 from fractions import Fraction
 from typing import Any
 
-from reasonkit.answers.text import normalize_text
+from reasonkit.answers._text import normalize_text
 from reasonkit.template import as_text
 
 __all__ = ["supports", "conclusion_agrees", "steps_hold", "MAX_STEP_CHARS", "MAX_DIGITS"]

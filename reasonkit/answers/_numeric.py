@@ -16,7 +16,7 @@ import re
 from fractions import Fraction
 from typing import Any
 
-from reasonkit.answers.text import MAX_PARSE_CHARS
+from reasonkit.answers._text import MAX_PARSE_CHARS
 
 __all__ = ["MAX_POWER_BITS", "FLOAT_ARTEFACT", "terminates"]
 
