@@ -15,12 +15,12 @@ from hypothesis import strategies as st
 from reasonkit import answers, config, data, plots, tasks, template
 from reasonkit.config import DOMAINS, DataConfig
 from reasonkit.data import Limits
-from reasonkit.data import pairs as data_pairs
-from reasonkit.data import records as data_records
-from reasonkit.data import sources as data_sources
-from reasonkit.data import splits as data_splits
-from reasonkit.data.records import Drops
-from reasonkit.data.sources import _gsm8k_parser  # TFDS's bytes rows: no public way without TFDS
+from reasonkit.data import _pairs as data_pairs
+from reasonkit.data import _records as data_records
+from reasonkit.data import _sources as data_sources
+from reasonkit.data import _splits as data_splits
+from reasonkit.data._records import Drops
+from reasonkit.data._sources import _gsm8k_parser  # TFDS's bytes rows: no public way without TFDS
 from reasonkit.presets import get_preset
 from reasonkit.template import END_OF_TURN, format_completion, format_prompt, normalize_prompt, split_tagged
 
@@ -863,7 +863,7 @@ def test_the_package_layers_one_way():
     import ast
     import pathlib
 
-    order = ["records", "sources", "pairs", "splits", "__init__"]
+    order = ["_records", "_sources", "_pairs", "_splits", "__init__"]
     allowed = {"reasonkit.config", "reasonkit.template", "reasonkit.answers", "reasonkit.tasks"}
     for i, name in enumerate(order):
         tree = ast.parse((pathlib.Path(data.__file__).parent / f"{name}.py").read_text())

@@ -6,7 +6,7 @@ import pytest
 from reasonkit import budget, evaluate, plots
 from reasonkit.config import DOMAINS
 from reasonkit.data import DataReport
-from reasonkit.data.records import Drops
+from reasonkit.data._records import Drops
 from reasonkit.presets import get_preset
 from reasonkit.runtime import hardware
 from reasonkit.testing import fake_results

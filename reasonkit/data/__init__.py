@@ -15,10 +15,10 @@ dropped on the way, by reason. Every stage formats records with the one template
 (:mod:`reasonkit.template`), and every gold answer is judged by the one checker
 (:mod:`reasonkit.answers`).
 
-- :mod:`.records`: the schema, the drop reports, JSONL on disk.
-- :mod:`.sources`: JSONL, preference pairs, GSM8K (TFDS, Hugging Face, JSONL), any HF dataset.
-- :mod:`.pairs`: rejected responses for DPO pairs.
-- :mod:`.splits`: stage limits, filters, rebalancing, the evaluation split, the splits on disk.
+- :mod:`._records`: the schema, the drop reports, JSONL on disk.
+- :mod:`._sources`: JSONL, preference pairs, GSM8K (TFDS, Hugging Face, JSONL), any HF dataset.
+- :mod:`._pairs`: rejected responses for DPO pairs.
+- :mod:`._splits`: stage limits, filters, rebalancing, the evaluation split, the splits on disk.
 
 >>> from reasonkit.config import DataConfig
 >>> recs = [{"id": str(i), "domain": "math", "source": "demo", "prompt": f"{i} + 1?",
@@ -30,9 +30,9 @@ dropped on the way, by reason. Every stage formats records with the one template
 ({'eval': 4, 'sft': 30, 'dpo': 30, 'grpo': 30}, {'duplicate prompt': 1})
 """
 
-from reasonkit.data.records import DataReport, SourceReport, gold_problem
-from reasonkit.data.sources import load_gsm8k, load_sources
-from reasonkit.data.splits import (
+from reasonkit.data._records import DataReport, SourceReport, gold_problem, read_jsonl, write_jsonl
+from reasonkit.data._sources import load_gsm8k, load_sources
+from reasonkit.data._splits import (
     Limits,
     Splits,
     build_splits,
@@ -43,9 +43,9 @@ from reasonkit.data.splits import (
     write_splits,
 )
 
-__all__ = ["gold_problem", "SourceReport", "DataReport", "load_gsm8k", "load_sources", "Limits",
-           "stage_limits", "too_long", "Splits", "build_splits", "harder_grpo", "write_splits",
-           "read_splits"]
+__all__ = ["gold_problem", "SourceReport", "DataReport", "read_jsonl", "write_jsonl", "load_gsm8k",
+           "load_sources", "Limits", "stage_limits", "too_long", "Splits", "build_splits", "harder_grpo",
+           "write_splits", "read_splits"]
 
 # The public classes are named as this package's (reasonkit.data.DataReport, ...): that is
 # where callers import them from, what pickle records and what plots.qualified_name shows.

@@ -18,7 +18,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any, Sequence
 
 from reasonkit import models, rewards, template
-from reasonkit.data.records import read_jsonl, write_jsonl
+from reasonkit.data import read_jsonl, write_jsonl
 from reasonkit.runtime import runs
 from reasonkit.runtime.processes import is_writer
 from reasonkit.train import generation

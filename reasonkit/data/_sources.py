@@ -1,7 +1,7 @@
 """Sources: JSONL in the schema or a known layout, preference pairs, GSM8K, any HF dataset.
 
-Each loader turns its rows into records (:mod:`reasonkit.data.records`) and returns them
-with a :class:`~reasonkit.data.records.SourceReport` of what it read, kept and dropped,
+Each loader turns its rows into records (:mod:`reasonkit.data._records`) and returns them
+with a :class:`~reasonkit.data._records.SourceReport` of what it read, kept and dropped,
 by reason and with the row's place (``file:line``). :func:`load_source` reads one
 ``DataConfig.sources`` string; :func:`load_sources` all of them.
 """
@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from reasonkit import answers, tasks
 from reasonkit.config import DOMAINS, DataConfig
-from reasonkit.data.records import (
+from reasonkit.data._records import (
     FIELDS,
     PAIR_FIELDS,
     Row,

@@ -11,7 +11,7 @@ from fractions import Fraction
 from typing import Sequence
 
 from reasonkit import answers
-from reasonkit.data.records import FIELDS
+from reasonkit.data._records import FIELDS
 from reasonkit.template import END_OF_TURN, REASONING_END, REASONING_START, format_completion
 
 __all__ = ["REJECTED_KINDS", "wrong_answer", "preference_pair"]

@@ -3,7 +3,7 @@
 :func:`build_splits` filters records for each stage (malformed, duplicate, too long for
 the stage's :class:`Limits`, a gold the checker cannot score), holds out an evaluation
 set per domain, rebalances each stage's set to the target domain mix and builds DPO
-pairs; its :class:`~reasonkit.data.records.DataReport` counts every row dropped on the
+pairs; its :class:`~reasonkit.data._records.DataReport` counts every row dropped on the
 way. :func:`write_splits` and :func:`read_splits` keep the result in a directory.
 """
 
@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from reasonkit import tasks
 from reasonkit.config import DOMAINS, DataConfig, check_weights
-from reasonkit.data.pairs import preference_pair
-from reasonkit.data.records import (
+from reasonkit.data._pairs import preference_pair
+from reasonkit.data._records import (
     DataReport,
     Drops,
     SourceReport,
