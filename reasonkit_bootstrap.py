@@ -27,9 +27,14 @@ depends on; plus libtpu on a TPU VM) must be those versions, whatever the image 
 differs is installed (offline from an attached wheels dataset when there is one, else
 from the package index, with pip's progress shown) and checked again, and the cell stops
 naming anything still different. If one of them was imported before the install, the
-cell stops and says to restart the runtime. Last,
-:func:`reasonkit.runtime.session.start_session` restores earlier runs from the Kaggle
-inputs, fixes the session's deadline and turns on the compilation cache.
+cell stops and says to restart the runtime.
+
+Its job ends there, with reasonkit importable and the stack the tested one: this module is a
+standard-library leaf that imports nothing of reasonkit (in statements or by name), and
+reasonkit does not import it. The notebook's next cell imports reasonkit and starts the
+session (``reasonkit.runtime.start_session()``: restored runs, the deadline, the
+compilation cache). What this module knows of Kaggle's inputs, the package keeps its own
+copy of (``reasonkit.runtime.platform``; tests/test_session.py checks the two agree).
 
 Kaggle mounts what a notebook attaches (*Add Input*) under ``/kaggle/input`` in two
 layouts: ``<slug>/`` (older sessions, some kinds of input) and, since 2026,
@@ -89,12 +94,15 @@ MODULES = {"jax": "jax", "jaxlib": "jaxlib", "flax": "flax", "qwix": "qwix", "op
            "orbax-checkpoint": "orbax.checkpoint", "google-tunix": "tunix", "libtpu": "libtpu",
            "transformers": "transformers", "math-verify": "math_verify",
            "latex2sympy2-extended": "latex2sympy2_extended", "gguf": "gguf"}
+# The project set up here, named by this file (<project>_bootstrap.py): its distribution, its
+# package, the folder a clone makes. A name to look for and install, never imported here.
+PROJECT = pathlib.Path(__file__).stem.removesuffix("_bootstrap")
 KAGGLE_INPUT = "/kaggle/input"
 KAGGLE_INPUT_ENV = "REASONKIT_KAGGLE_INPUT"  # another root in its place (tests, simulations)
 # Where Kaggle mounts an attached input, as globs under its input root: <slug>/ (older
 # sessions, some kinds of input) and datasets/<owner>/<slug>/ or notebooks/<owner>/<slug>/
 # (2026's layout), each also one folder deeper (a zip's top folder). The notebooks' first
-# cell spells the same list (tests/test_bootstrap.py checks it).
+# cell and reasonkit.runtime.platform spell the same list (tests check it).
 INPUT_LAYOUTS = ("*", "*/*", "datasets/*/*", "datasets/*/*/*", "notebooks/*/*", "notebooks/*/*/*")
 # The repository's git address: the one setting (a cell ``%env REASONKIT_REPO=...`` above the
 # first). The first cell clones it where nothing else is found (Colab); docs/kaggle.md shows it,
@@ -158,15 +166,15 @@ def on_tpu_vm(env: Mapping[str, str] | None = None, root: str = "/") -> bool:
 
 
 def is_checkout(folder: str | os.PathLike) -> bool:
-    """``folder`` holds this repository: a pyproject.toml naming reasonkit and the package."""
+    """``folder`` holds this repository: a pyproject.toml naming :data:`PROJECT`, and its package."""
     folder = pathlib.Path(folder)
     project = folder / "pyproject.toml"
     try:
         text = project.read_text()
     except OSError:
         return False
-    return (folder / "reasonkit" / "__init__.py").is_file() and re.search(
-        r'(?m)^name\s*=\s*"reasonkit"', text) is not None
+    return (folder / PROJECT / "__init__.py").is_file() and re.search(
+        rf'(?m)^name\s*=\s*"{PROJECT}"', text) is not None
 
 
 def input_root(given: str | os.PathLike | None = None,
@@ -215,7 +223,7 @@ def wheel_version(path: str | os.PathLike) -> str:
 
 def find_wheel(kaggle_input: str | os.PathLike) -> pathlib.Path | None:
     """The newest ``reasonkit-*.whl`` in an attached input (its folder holds the stack too)."""
-    wheels = [w for d in input_folders(kaggle_input) for w in d.glob("reasonkit-*.whl")]
+    wheels = [w for d in input_folders(kaggle_input) for w in d.glob(f"{PROJECT}-*.whl")]
     return max(wheels, key=lambda w: [int(x) for x in re.findall(r"\d+", wheel_version(w))],
                default=None)
 
@@ -239,7 +247,7 @@ def locate(*, cwd: str | os.PathLike | None = None, kaggle_input: str | os.PathL
         if is_checkout(pathlib.Path(found).parent):
             return Source("checkout", str(pathlib.Path(found).parent))
         return Source("installed", found)
-    for folder in (cwd.parent, cwd, cwd / "reasonkit", *input_folders(inputs)):
+    for folder in (cwd.parent, cwd, cwd / PROJECT, *input_folders(inputs)):
         if is_checkout(folder):
             return Source("checkout", str(folder))
     wheel = find_wheel(inputs)
@@ -248,12 +256,12 @@ def locate(*, cwd: str | os.PathLike | None = None, kaggle_input: str | os.PathL
     if env.get("REASONKIT_PIP"):
         return Source("pip", env["REASONKIT_PIP"])
     raise SetupError(f"reasonkit is not installed, and there is no checkout in {cwd.parent}, {cwd} "
-                     f"or {cwd / 'reasonkit'}, nor a checkout or a reasonkit-*.whl in the Kaggle "
+                     f"or {cwd / PROJECT}, nor a checkout or a reasonkit-*.whl in the Kaggle "
                      f"inputs ({looked_in(inputs)}), nor a REASONKIT_PIP.\n" + WAYS)
 
 
 def _import_folder() -> str | None:
-    spec = importlib.util.find_spec("reasonkit")
+    spec = importlib.util.find_spec(PROJECT)  # where it is; finding a top-level package runs none of it
     if spec is None or not spec.submodule_search_locations:
         return None
     return str(pathlib.Path(list(spec.submodule_search_locations)[0]).resolve())
@@ -328,7 +336,7 @@ def dependencies(source: Source) -> list[str]:
             return list(tomllib.load(f)["project"].get("dependencies", []))
     if source.kind == "installed":
         try:
-            reqs = importlib.metadata.requires("reasonkit") or []
+            reqs = importlib.metadata.requires(PROJECT) or []
         except importlib.metadata.PackageNotFoundError:
             return []
         return [r for r in reqs if "extra ==" not in r.replace("extra==", "extra ==")]
@@ -365,7 +373,7 @@ def _pip(runner: Callable[[Sequence[str]], int], args: list[str], what: str) -> 
 
 def _copy_out(folder: str) -> str:
     """A copy of a source folder pip may build in (a Kaggle input is read-only)."""
-    return shutil.copytree(folder, os.path.join(tempfile.mkdtemp(), "reasonkit"),
+    return shutil.copytree(folder, os.path.join(tempfile.mkdtemp(), PROJECT),
                            ignore=shutil.ignore_patterns(".git", ".venv", "runs", "build", ".cache"))
 
 
@@ -376,7 +384,7 @@ def install_args(source: Source | None, reqs: Sequence[str], wheels: str | None)
     if wheels:
         args += ["--no-index", "--find-links", wheels]
     if source is not None and source.kind == "wheel":
-        args.append(f"reasonkit=={wheel_version(source.where)}")
+        args.append(f"{PROJECT}=={wheel_version(source.where)}")
     elif source is not None and source.kind == "pip":
         args.append(_copy_out(source.where) if os.path.isdir(source.where) else source.where)
     return args + list(reqs)
@@ -387,12 +395,13 @@ def setup(*, cwd: str | os.PathLike | None = None, kaggle_input: str | os.PathLi
           pip: Callable[[Sequence[str]], int] = run_pip,
           importable: Callable[[], str | None] | None = None,
           look: Callable[[str], tuple[str | None, str | None]] = installed,
-          modules: Mapping[str, object] | None = None, session: bool = True) -> Source:
-    """Find or install reasonkit, make the stack the tested one, then start the session.
+          modules: Mapping[str, object] | None = None) -> Source:
+    """Find or install reasonkit and make the stack the tested one; where reasonkit comes from.
 
-    ``pip(args)`` runs pip and returns its exit code; ``look(name)`` reads what is
-    installed (:func:`installed`); the other arguments locate things (:func:`locate`).
-    Tests replace them; nothing else needs to.
+    It imports nothing of reasonkit: the notebook's next cell does, and starts the session
+    there (``reasonkit.runtime.start_session()``). ``pip(args)`` runs pip and returns its exit
+    code; ``look(name)`` reads what is installed (:func:`installed`); the other arguments
+    locate things (:func:`locate`). Tests replace them; nothing else needs to.
     """
     env = os.environ if env is None else env
     check_python(sys.version_info[:2])
@@ -438,10 +447,7 @@ def setup(*, cwd: str | os.PathLike | None = None, kaggle_input: str | os.PathLi
                          f"the tested versions are installed now, but this process still runs the "
                          f"old code: {RESTART}.")
     print("tested stack: " + ", ".join(f"{n} {v}" for n, v in wanted.items()), flush=True)
-    if session:
-        importlib.invalidate_caches()
-        session = importlib.import_module("reasonkit.runtime.session")
-        session.start_session()
+    importlib.invalidate_caches()  # what pip installed, importable from the next cell on
     return source
 
 

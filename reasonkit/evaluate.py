@@ -36,8 +36,8 @@ from reasonkit import rewards as rewards_lib
 from reasonkit.config import EvalConfig, ModelConfig, Preset
 from reasonkit.rewards import extract
 from reasonkit.runtime import mesh as mesh_lib
+from reasonkit.runtime.processes import is_writer
 from reasonkit.runtime.runs import RunDir, write_files
-from reasonkit.runtime.session import is_writer
 from reasonkit.train.generation import generate, make_sampler, prompt_lengths
 
 __all__ = ["STAGE_ORDER", "NUMERIC", "METRICS", "LABELS", "make_sampler", "prompt_lengths",

@@ -6,6 +6,7 @@ No test installs anything into this environment: pip is replaced at its one seam
 """
 
 import doctest
+import inspect
 import json
 import os
 import pathlib
@@ -25,6 +26,10 @@ PINS = boot.requirements(tpu=False)
 
 def test_doctests():
     assert doctest.testmod(boot, optionflags=doctest.ELLIPSIS).failed == 0
+
+
+def test_the_project_is_named_by_the_bootstraps_file():
+    assert boot.PROJECT == "reasonkit" and pathlib.Path(boot.__file__).name == "reasonkit_bootstrap.py"
 
 
 def pinned(path: pathlib.Path) -> dict[str, str]:
@@ -228,8 +233,7 @@ def run_setup(fake, tmp_path, source, **kw):
     kw.setdefault("kaggle_input", tmp_path / "none")
     kw.setdefault("env", {})
     return boot.setup(cwd=kw.pop("cwd", tmp_path), tpu=kw.pop("tpu", False), pip=fake.pip,
-                      look=fake.look, importable=importable, modules=kw.pop("modules", {}),
-                      session=False, **kw)
+                      look=fake.look, importable=importable, modules=kw.pop("modules", {}), **kw)
 
 
 def test_the_tested_stack_installs_nothing(tmp_path, capsys):
@@ -318,7 +322,7 @@ def test_a_checkout_on_pythonpath_for_subprocesses(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "path", list(sys.path))
     monkeypatch.setenv("PYTHONPATH", "/elsewhere")
     repo = make_checkout(tmp_path / "repo")
-    boot.setup(cwd=repo / "notebooks", kaggle_input=tmp_path / "none", tpu=False, session=False,
+    boot.setup(cwd=repo / "notebooks", kaggle_input=tmp_path / "none", tpu=False,
                pip=FakeEnv({}).pip, look=FakeEnv({**TESTED, **DEPS}).look,
                importable=nothing_importable, modules={})
     assert os.environ["PYTHONPATH"] == os.pathsep.join([str(repo), "/elsewhere"])
@@ -402,12 +406,19 @@ def test_every_notebook_opens_with_the_same_setup_cell():
     assert boot.KAGGLE_INPUT_ENV in cell and boot.REPO_ENV in cell
 
 
-def run_cell(tmp_path, cwd, env, *, until_import=True, site=False):
+# What the notebooks' next cell does once the setup cell made reasonkit importable: start the
+# session (the bootstrap imports nothing of reasonkit, so the setup cell starts nothing).
+START_SESSION = "from reasonkit.runtime import start_session\nstart_session()\n"
+
+
+def run_cell(tmp_path, cwd, env, *, until_import=True, site=False, then=""):
     """The setup cell as a script in ``cwd`` (up to its import of the bootstrap, which it then
-    prints), with ``env`` and without site-packages (``-S``: nothing installed to find)."""
+    prints), with ``env`` and without site-packages (``-S``: nothing installed to find);
+    ``then``: code run after the whole cell."""
     cell = setup_cell(ROOT / "notebooks" / "01_hardware_check.py")
     if until_import:
         cell = cell.split("source = ")[0] + "print(reasonkit_bootstrap.__file__)\n"
+    cell += then
     (tmp_path / "cell.py").write_text(cell)
     base = {k: v for k, v in os.environ.items()
             if k not in ("PYTHONPATH", "REASONKIT_PIP", "REASONKIT_REPO", boot.KAGGLE_INPUT_ENV)}
@@ -446,10 +457,10 @@ def test_the_setup_cell_clones_reasonkit_repo_beside_the_notebook(tmp_path):
 
 @pytest.mark.slow
 def test_the_setup_cell_runs_here(tmp_path):
-    """In notebooks/ of this checkout: nothing to install, a session."""
+    """In notebooks/ of this checkout: nothing to install; then, as the next cell does, a session."""
     env = {"REASONKIT_RUNS": str(tmp_path / "runs"), "PYTHONPATH": str(ROOT),
            boot.KAGGLE_INPUT_ENV: str(tmp_path / "none")}
-    out = run_cell(tmp_path, ROOT / "notebooks", env, until_import=False, site=True)
+    out = run_cell(tmp_path, ROOT / "notebooks", env, until_import=False, site=True, then=START_SESSION)
     assert out.returncode == 0, out.stderr
     assert f"reasonkit: checkout ({ROOT})" in out.stdout and "tested stack: jax 0.10.2" in out.stdout
     assert f"runs in {tmp_path / 'runs'}" in out.stdout and "$ " not in out.stdout  # no pip
@@ -476,11 +487,29 @@ def test_kaggle_from_working_imports_the_attached_checkout_and_restores_the_earl
     working.mkdir()
     env = {boot.KAGGLE_INPUT_ENV: str(inputs), "REASONKIT_RUNS": str(working / "runs"),
            "REASONKIT_DEADLINE_HOURS": "1", "JAX_PLATFORMS": "cpu"}
-    out = run_cell(tmp_path, working, env, until_import=False, site=True)
+    out = run_cell(tmp_path, working, env, until_import=False, site=True, then=START_SESSION)
     assert out.returncode == 0, out.stderr
     assert f"reasonkit: checkout ({repo})" in out.stdout, out.stdout
     assert f"restored run 'demo' from {earlier}: it holds data finished; copied data" in out.stdout
     assert (working / "runs" / "demo" / "data" / "finished.json").is_file()
+
+
+def test_setup_imports_nothing_of_reasonkit_and_starts_no_session(tmp_path):
+    """The bootstrap is a standard-library leaf: after setup() (here with the tested stack
+    installed, as this environment has it) no module of reasonkit is loaded, and nothing was
+    written; the session is the next cell's (tests/test_layout.py reads the source too)."""
+    code = (
+        "import sys, reasonkit_bootstrap as boot\n"
+        "source = boot.setup(cwd=sys.argv[1], kaggle_input=sys.argv[2], env={}, tpu=False, modules={},\n"
+        "                    look=lambda name: (boot.TESTED.get(name, '1.0'), None), pip=None)\n"
+        "print(source.kind, sorted(m for m in sys.modules if m.split('.')[0] == boot.PROJECT))\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "REASONKIT_RUNS": str(tmp_path / "runs")}
+    out = subprocess.run([sys.executable, "-c", code, str(ROOT / "notebooks"), str(tmp_path / "none")],
+                         cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-1] == "checkout []", out.stdout
+    assert "runs in" not in out.stdout and not (tmp_path / "runs").exists()
+    assert "session" not in inspect.signature(boot.setup).parameters
 
 
 def test_the_setup_cell_with_nothing_to_find_names_the_places_and_the_ways(tmp_path):

@@ -19,7 +19,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 _STEP_MEMORY = """
 import json, resource, sys
 from reasonkit.tunix_patches import cpu_memory
-said = cpu_memory.keep_step_memory(env={"REASONKIT_KEEP_STEP_MEMORY": sys.argv[1]})
+said = cpu_memory.keep_step_memory() if sys.argv[1] == "kept" else "left to glibc"
 import jax, jax.numpy as jnp
 
 @jax.jit
@@ -46,9 +46,8 @@ def test_kept_step_memory_ends_the_page_faults_of_each_call_and_changes_no_numbe
                              capture_output=True, text=True, check=True).stdout
         return json.loads(out.splitlines()[-1])
 
-    kept, fresh = process("1"), process("0")
+    kept, fresh = process("kept"), process("fresh")
     assert kept["said"].startswith("step memory: kept between steps"), kept["said"]
-    assert fresh["said"] == "step memory: left to glibc (REASONKIT_KEEP_STEP_MEMORY=0)"
     assert kept["temp"] > 64 * 2**20  # over what glibc would keep without being asked
     pages = kept["temp"] / 4096
     assert fresh["faults"] > pages / 2  # glibc maps the block fresh for every call...
@@ -73,10 +72,8 @@ def test_keep_step_memory_leaves_a_process_whose_backends_already_started():
     jax.config.update("jax_cpu_enable_async_dispatch", True)
     try:
         libc = _Libc()
-        said = cpu_memory.keep_step_memory(env={}, libc=libc)
+        said = cpu_memory.keep_step_memory(libc=libc)
         assert "backends started before keep_step_memory" in said and libc.calls == []
-        said = cpu_memory.keep_step_memory(env={"REASONKIT_KEEP_STEP_MEMORY": "0"}, libc=libc)
-        assert said.endswith("(REASONKIT_KEEP_STEP_MEMORY=0)") and libc.calls == []
     finally:
         jax.config.update("jax_cpu_enable_async_dispatch", async_dispatch)
 
@@ -89,3 +86,12 @@ def test_cpu_only_without_a_setting_looks_for_an_accelerator_runtime(monkeypatch
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "libtpu"
                         else real(name, *a))
     assert cpu_memory.cpu_only("") is False and cpu_memory.cpu_only("cpu") is True
+
+
+def test_no_environment_variable_switches_it():
+    """Whether it runs is the preset's (``optimisations``; runtime.processes.keep_step_memory
+    asks), not an environment variable's."""
+    import inspect
+
+    assert list(inspect.signature(cpu_memory.keep_step_memory).parameters) == ["libc"]
+    assert "environ" not in inspect.getsource(cpu_memory)

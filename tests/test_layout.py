@@ -2,12 +2,13 @@
 
 import ast
 import pathlib
+import re
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PKG = ROOT / "reasonkit"
 # Each unit (a top-level module or a sub-package) imports only units before it.
 ORDER = ["config", "presets", "template", "answers", "tasks", "data", "masks", "collate", "tunix_patches",
-         "runtime", "models", "budget", "rewards", "train", "evaluate", "shapes", "plots", "checks",
+         "runtime", "models", "rewards", "train", "budget", "evaluate", "shapes", "plots", "checks",
          "testing", "__main__"]
 
 
@@ -16,20 +17,35 @@ def unit_of(path: pathlib.Path) -> str:
     return rel.parts[0] if len(rel.parts) > 1 else rel.stem
 
 
-def imported_units(path: pathlib.Path) -> set[str]:
-    """The reasonkit units a file imports (absolute imports; the package uses no relative ones)."""
-    found = set()
+BOOTSTRAP = ROOT / "reasonkit_bootstrap.py"
+DYNAMIC = ("import_module", "__import__")  # importlib.import_module("x"), __import__("x")
+
+
+def imported_modules(path: pathlib.Path) -> list[str]:
+    """The modules a file imports: in import statements, and by name in
+    ``importlib.import_module("...")`` or ``__import__("...")`` (absolute imports; the
+    package uses no relative ones). ``from reasonkit import x`` counts as ``reasonkit.x``."""
+    found = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
+            found += [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module:
             assert not node.level, f"{path}: relative import"
-            names = [node.module] if node.module != "reasonkit" else \
+            found += [node.module] if node.module != "reasonkit" else \
                 [f"reasonkit.{a.name}" for a in node.names]
-        else:
-            continue
-        found |= {n.split(".")[1] for n in names if n.startswith("reasonkit.")}
+        elif isinstance(node, ast.Call) and _dynamic(node.func) and node.args and \
+                isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+            found.append(node.args[0].value)
     return found
+
+
+def _dynamic(func: ast.expr) -> bool:
+    return (func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)) in DYNAMIC
+
+
+def imported_units(path: pathlib.Path) -> set[str]:
+    """The reasonkit units a file imports (:func:`imported_modules`)."""
+    return {n.split(".")[1] for n in imported_modules(path) if n.startswith("reasonkit.")}
 
 
 def sources() -> list[pathlib.Path]:
@@ -57,3 +73,33 @@ def test_every_public_module_declares_its_public_names():
                if p.name != "__main__.py" and not p.name.startswith("_") or p.name == "__init__.py"
                if "__all__" not in p.read_text()]
     assert missing == []
+
+
+def test_imports_by_name_count_as_imports(tmp_path):
+    code = ("import importlib\nfrom importlib import import_module\n"
+            "a = importlib.import_module('reasonkit.train.stages')\n"
+            "b = import_module('reasonkit.models')\nc = __import__('reasonkit.plots')\n"
+            "d = importlib.import_module(name)\n")
+    (tmp_path / "m.py").write_text(code)
+    assert imported_units(tmp_path / "m.py") == {"train", "models", "plots"}
+
+
+def test_the_bootstrap_imports_nothing_of_reasonkit():
+    """The notebooks' first cell runs reasonkit_bootstrap before reasonkit is importable: it
+    imports nothing of reasonkit, in statements, by name, or by a name built at run time (it
+    calls no import_module or __import__ at all), and names no reasonkit module in a string."""
+    text = BOOTSTRAP.read_text()
+    tree = ast.parse(text)
+    assert [m for m in imported_modules(BOOTSTRAP) if m.split(".")[0] == "reasonkit"] == []
+    calls = [ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Call) and _dynamic(n.func)]
+    assert calls == []
+    assert not re.search(r"^\s*(from reasonkit[\s.]|import reasonkit\b)", text, re.M)
+    assert not re.search(r"[\"']reasonkit[.\"']", text)
+
+
+def test_the_package_does_not_import_the_bootstrap():
+    """The runtime is a leaf: what it needs of the bootstrap (where Kaggle mounts inputs) is
+    its own (runtime.platform); the bootstrap is the notebooks' first cell, not a library."""
+    found = [str(p.relative_to(ROOT)) for p in PKG.rglob("*.py")
+             if any(m.split(".")[0] == BOOTSTRAP.stem for m in imported_modules(p))]
+    assert found == []

@@ -1,4 +1,5 @@
-"""The session: runs root, session id and deadline, restored runs, compilation cache, start-up."""
+"""The session: runs root, session id and deadline, restored runs, compilation cache, start-up;
+the host it runs on (runtime.platform) and the step memory it keeps (runtime.processes)."""
 
 import json
 import os
@@ -10,8 +11,10 @@ import time
 
 import pytest
 
-from reasonkit.runtime import session
-from reasonkit.runtime.session import default_root
+import reasonkit_bootstrap as boot
+from reasonkit.runtime import platform, processes, session
+from reasonkit.runtime.platform import default_root
+from reasonkit.tunix_patches import cpu_memory
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -146,10 +149,11 @@ def test_the_input_root_comes_from_the_environment(tmp_path, monkeypatch, capsys
 
 
 def start(root, inputs, **env):
-    """:func:`session.start_session` without touching JAX's compilation cache."""
+    """:func:`session.start_session` without touching JAX's compilation cache or this process's
+    memory settings."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(session, "use_compilation_cache", lambda root: pathlib.Path(root) / ".jax_cache")
-        return session.start_session(root, inputs=inputs, env={"REASONKIT_KEEP_STEP_MEMORY": "0", **env})
+        return session.start_session(root, inputs=inputs, env=env, optimisations=())
 
 
 def test_compilation_cache_under_the_runs_root(tmp_path, monkeypatch):
@@ -207,18 +211,19 @@ def test_start_session_restores_then_caches_then_fixes_the_deadline(tmp_path, mo
     make_run_tree(tmp_path / "input" / "prev" / "runs", "r", finished=("data",))
     monkeypatch.setattr(session, "use_compilation_cache", lambda root: pathlib.Path(root) / ".jax_cache")
     s = session.start_session(tmp_path / "runs", inputs=tmp_path / "input",
-                           env={"REASONKIT_DEADLINE_HOURS": "1", "REASONKIT_KEEP_STEP_MEMORY": "0"})
+                              env={"REASONKIT_DEADLINE_HOURS": "1"}, optimisations=())
     assert s.root == tmp_path / "runs" and (tmp_path / "runs" / "r" / "data" / "finished.json").is_file()
     assert abs(s.deadline - (time.time() + 3600)) < 60
     out = capsys.readouterr().out
     assert out.index("restored r") < out.index("runs in") < out.index("session deadline")
-    assert "step memory: left to glibc (REASONKIT_KEEP_STEP_MEMORY=0)" in out  # the env it was given
+    assert out.index("session deadline") < out.index(  # the optimisations it was given
+        "step memory: left to glibc (optimisation 'cpu step memory' is not among the preset's optimisations)")
 
 
 @pytest.fixture
 def drive(tmp_path, monkeypatch):
     """Colab's Drive mount point, here under tmp_path; ``mount`` makes MyDrive appear."""
-    monkeypatch.setattr(session, "COLAB_DRIVE", tmp_path / "content" / "drive")
+    monkeypatch.setattr(platform, "COLAB_DRIVE", tmp_path / "content" / "drive")
     calls = []
 
     def mount(point):
@@ -230,19 +235,20 @@ def drive(tmp_path, monkeypatch):
 
 def test_colab_drive_is_mounted_when_the_runs_root_is_on_it(tmp_path, drive):
     calls, mount = drive
-    assert session.mount_drive(session.COLAB_DRIVE / "MyDrive" / "runs", mount)
-    assert calls == [str(session.COLAB_DRIVE)]
-    assert not session.mount_drive(session.COLAB_DRIVE / "MyDrive" / "runs", mount)  # mounted already
-    assert not session.mount_drive(tmp_path / "runs", mount) and len(calls) == 1
+    assert platform.mount_drive(platform.COLAB_DRIVE / "MyDrive" / "runs", mount)
+    assert calls == [str(platform.COLAB_DRIVE)]
+    assert not platform.mount_drive(platform.COLAB_DRIVE / "MyDrive" / "runs", mount)  # mounted already
+    assert not platform.mount_drive(tmp_path / "runs", mount) and len(calls) == 1
 
 
 def test_on_colab_the_runs_live_on_drive(tmp_path, drive, monkeypatch):
-    monkeypatch.setattr(session, "KAGGLE_WORKING", tmp_path / "no-kaggle")
+    monkeypatch.setattr(platform, "KAGGLE_WORKING", tmp_path / "no-kaggle")
     colab = {"COLAB_RELEASE_TAG": "release-colab-20260801"}
-    assert session.on_colab(colab) and not session.on_colab({})
-    assert session.default_root(colab) == session.COLAB_DRIVE / "MyDrive" / "reasonkit-runs"
-    assert session.default_root({**colab, "REASONKIT_RUNS": "/content/runs"}) == pathlib.Path("/content/runs")
-    assert session.default_root({}) == pathlib.Path("runs")
+    assert platform.on_colab(colab) and not platform.on_colab({})
+    assert platform.default_root(colab) == platform.COLAB_DRIVE / "MyDrive" / "reasonkit-runs"
+    elsewhere = {**colab, "REASONKIT_RUNS": "/content/runs"}
+    assert platform.default_root(elsewhere) == pathlib.Path("/content/runs")
+    assert platform.default_root({}) == pathlib.Path("runs")
 
 
 @pytest.mark.parametrize("mount", [None, "refused"])
@@ -253,8 +259,8 @@ def test_drive_not_mounted_stops_with_what_to_do(tmp_path, drive, mount):
         raise ValueError("mount failed")
 
     with pytest.raises(RuntimeError) as e:
-        session.mount_drive(session.COLAB_DRIVE / "MyDrive" / "reasonkit-runs",
-                            refuse if mount else None)
+        platform.mount_drive(platform.COLAB_DRIVE / "MyDrive" / "reasonkit-runs",
+                             refuse if mount else None)
     msg = str(e.value)
     why = "mounting it failed: ValueError: mount failed" if mount else "google.colab is not importable"
     assert why in msg
@@ -294,7 +300,7 @@ def test_the_stacks_noise_is_silenced_and_nothing_else(caplog):
 
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        session.quiet_infrastructure(env={})
+        platform.quiet_infrastructure(env={})
         for category, message in [(UserWarning, "IProgress not found. Please update jupyter"),
                                   (DeprecationWarning, "`with mesh:` context manager has been deprecated"),
                                   (DeprecationWarning, "`with mesh:` something else"),
@@ -307,12 +313,106 @@ def test_the_stacks_noise_is_silenced_and_nothing_else(caplog):
         absl.warning("Reference model and actor model are colocated but do not share the same backbone.")
     assert [r.getMessage()[:9] for r in caplog.records] == ["Reference"]
     env = {"TF_CPP_MIN_LOG_LEVEL": "0"}
-    session.quiet_infrastructure(env=env)  # what the user set stays
+    platform.quiet_infrastructure(env=env)  # what the user set stays
     assert env == {"TF_CPP_MIN_LOG_LEVEL": "0", "GRPC_VERBOSITY": "ERROR"}
     assert sum(isinstance(f, logging.Filter) for f in absl.filters) == 1  # once, however often called
 
 
-def test_importing_the_session_prints_no_warning_of_the_stack():
-    out = subprocess.run([sys.executable, "-W", "default", "-c", "import reasonkit.runtime.session"],
+@pytest.mark.parametrize("module", ["session", "processes"])
+def test_importing_the_runtime_prints_no_warning_of_the_stack(module):
+    """Whichever runtime module comes first (the notebooks import the session, the trainers
+    the processes), the runtime package quiets the stack before Tunix loads."""
+    out = subprocess.run([sys.executable, "-W", "default", "-c", f"import reasonkit.runtime.{module}"],
                          capture_output=True, text=True, cwd=ROOT, check=True)
     assert "IProgress" not in out.stderr and "absl" not in out.stderr, out.stderr
+
+
+def test_the_package_knows_kaggles_inputs_as_the_bootstrap_does(tmp_path):
+    """Two copies, so that neither imports the other: the bootstrap runs before reasonkit is
+    installed, and the package never imports the bootstrap."""
+    assert (platform.INPUT_LAYOUTS, str(platform.KAGGLE_INPUT), platform.KAGGLE_INPUT_ENV) == \
+        (boot.INPUT_LAYOUTS, boot.KAGGLE_INPUT, boot.KAGGLE_INPUT_ENV)
+    for d in ("old/zip/runs", "datasets/me/new/zip/deeper", "notebooks/me/nb/runs", "a/b/c/d/e"):
+        (tmp_path / d).mkdir(parents=True)
+    assert platform.input_folders(tmp_path) == boot.input_folders(tmp_path)
+    assert platform.looked_in(tmp_path) == boot.looked_in(tmp_path)
+    env = {boot.KAGGLE_INPUT_ENV: str(tmp_path)}
+    assert platform.input_root(None, env) == boot.input_root(None, env) == tmp_path
+    assert platform.input_root(None, {}) == boot.input_root(None, {}) == pathlib.Path("/kaggle/input")
+
+
+# --- the step memory: the preset's optimisation "cpu step memory", for the whole process ------
+
+
+@pytest.fixture
+def step_memory(monkeypatch):
+    """cpu_memory.keep_step_memory replaced by one that records its calls and says it kept
+    the memory (this test process's allocator is left alone); no preset chosen yet."""
+    calls = []
+
+    def keep(libc=None):
+        calls.append(libc)
+        return "step memory: kept between steps (a stand-in)"
+
+    monkeypatch.setattr(cpu_memory, "keep_step_memory", keep)
+    for name in ("REASONKIT_PRESET", "REASONKIT_OVERRIDES"):
+        monkeypatch.delenv(name, raising=False)
+    return calls
+
+
+def test_the_step_memory_follows_the_presets_optimisations(step_memory, monkeypatch):
+    monkeypatch.setenv("REASONKIT_PRESET", "tiny")
+    said = processes.keep_step_memory()  # tiny's optimisations: config.OPTIMISATIONS, with it
+    assert step_memory == [None] and said.startswith("step memory: kept between steps (a stand-in); "
+                                                     "optimisation 'cpu step memory', for this whole process")
+    assert "a preset chosen later cannot undo it" in said and "optimisations=[]" in said
+    monkeypatch.setenv("REASONKIT_OVERRIDES", '{"optimisations": []}')  # plain Tunix and JAX
+    said = processes.keep_step_memory()
+    assert said == ("step memory: left to glibc (optimisation 'cpu step memory' is not among the "
+                    "preset's optimisations)") and len(step_memory) == 1
+    monkeypatch.setenv("REASONKIT_OVERRIDES", '{"optimisations": ["attention"]}')
+    assert processes.keep_step_memory().startswith("step memory: left to glibc") and len(step_memory) == 1
+    # given, the optimisations win over the environment's preset
+    assert processes.keep_step_memory(["cpu step memory"]).startswith("step memory: kept")
+    assert len(step_memory) == 2
+    monkeypatch.delenv("REASONKIT_OVERRIDES")
+    assert processes.keep_step_memory(()).startswith("step memory: left to glibc") and len(step_memory) == 2
+
+
+def test_auto_finds_its_optimisations_without_starting_jax(step_memory, monkeypatch):
+    """"auto" picks from JAX's devices, which would start the backends the step memory must
+    come before: on a CPU alone it is the CPU's preset (tiny); where JAX may use an
+    accelerator the step memory does not apply, and auto's preset is not asked for."""
+    monkeypatch.setattr(cpu_memory, "backends_started", lambda: False)
+    monkeypatch.setattr(cpu_memory, "cpu_only", lambda: True)
+    monkeypatch.setenv("REASONKIT_OVERRIDES", '{"optimisations": []}')
+    assert processes.keep_step_memory().startswith("step memory: left to glibc") and step_memory == []
+    monkeypatch.setattr(cpu_memory, "cpu_only", lambda: False)
+    monkeypatch.setenv("REASONKIT_OVERRIDES", '{"no such field": 1}')  # might suit auto's TPU preset
+    assert processes.keep_step_memory().startswith("step memory: kept") and step_memory == [None]
+
+
+def test_the_session_starts_with_the_presets_step_memory(step_memory, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("REASONKIT_PRESET", "tiny")
+    monkeypatch.setattr(session, "use_compilation_cache", lambda root: pathlib.Path(root) / ".jax_cache")
+    session.start_session(tmp_path / "runs", inputs=tmp_path / "none", env={})
+    out = capsys.readouterr().out
+    assert step_memory == [None] and out.index("runs in") < out.index("step memory: kept")
+    monkeypatch.setenv("REASONKIT_OVERRIDES", '{"optimisations": []}')
+    session.start_session(tmp_path / "runs", inputs=tmp_path / "none", env={})
+    assert "step memory: left to glibc" in capsys.readouterr().out and len(step_memory) == 1
+
+
+@pytest.mark.parametrize("preset, overrides, says", [
+    ("gemma9", "", "unknown preset 'gemma9'"),
+    ("tiny", '{"optimisations": ["warp drive"]}', "['warp drive'] unknown"),
+    ("tiny", "[1]", "REASONKIT_OVERRIDES must be a JSON object")])
+def test_a_preset_that_cannot_be_stops_the_session_before_it_writes(step_memory, tmp_path, monkeypatch,
+                                                                   preset, overrides, says):
+    """As the notebook's get_preset() would a moment later: clearly, and before anything is
+    restored or written."""
+    monkeypatch.setenv("REASONKIT_PRESET", preset)
+    monkeypatch.setenv("REASONKIT_OVERRIDES", overrides)
+    with pytest.raises(ValueError, match=re.escape(says)):
+        session.start_session(tmp_path / "runs", inputs=tmp_path / "none", env={})
+    assert not (tmp_path / "runs").exists() and step_memory == []

@@ -1,15 +1,15 @@
 """A CPU process whose steps reuse their temporaries: JAX's dispatch and glibc's allocator.
 
-:func:`keep_step_memory` is the one process-wide setting reasonkit changes on a CPU, called
-by :func:`reasonkit.runtime.session.start_session` (every notebook's first cell), printed
-there, and off with ``REASONKIT_KEEP_STEP_MEMORY=0``. It reads ``jax._src.xla_bridge``
-(JAX 0.10.2) to know whether the backends started, which JAX has no public way to ask.
+:func:`keep_step_memory` is the one process-wide setting reasonkit changes on a CPU: the
+optimisation ``"cpu step memory"`` of a preset's ``optimisations``, made when the session
+starts (:func:`reasonkit.runtime.processes.keep_step_memory`, from
+:func:`reasonkit.runtime.session.start_session`, printed there). It reads
+``jax._src.xla_bridge`` (JAX 0.10.2) to know whether the backends started, which JAX has no
+public way to ask.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -57,7 +57,7 @@ def cpu_only(platforms: str | None = None) -> bool:
     return not any(pkgutil.iter_modules(jax_plugins.__path__))
 
 
-def keep_step_memory(env: Mapping[str, str] | None = None, libc: Any = None) -> str:
+def keep_step_memory(libc: Any = None) -> str:
     """On a CPU, let each step reuse the last step's temporaries; returns what it did.
 
     XLA:CPU allocates a program's temporaries in one block per call (661 MiB for the tiny
@@ -78,16 +78,13 @@ def keep_step_memory(env: Mapping[str, str] | None = None, libc: Any = None) -> 
 
     The numbers computed are the same, bit for bit. The flag must be set before JAX
     starts its backends, so call this first in a process (:func:`reasonkit.runtime.session.start_session`
-    does); it never starts them itself. A process where JAX may use an accelerator
-    (:func:`cpu_only`), whose backends started first, without glibc, or with
-    ``REASONKIT_KEEP_STEP_MEMORY=0`` is left as it is. ``libc`` is for tests.
+    does, when the preset's optimisations include ``"cpu step memory"``); it never starts them
+    itself. A process where JAX may use an accelerator (:func:`cpu_only`), whose backends
+    started first, or without glibc is left as it is. ``libc`` is for tests.
     """
     import ctypes
     import platform as host
 
-    env = os.environ if env is None else env
-    if env.get("REASONKIT_KEEP_STEP_MEMORY", "1") == "0":
-        return "step memory: left to glibc (REASONKIT_KEEP_STEP_MEMORY=0)"
     if backends_started():
         if jax.default_backend() != "cpu":
             return f"step memory: left as it is on {jax.default_backend()}"
