@@ -32,8 +32,8 @@
 # The first cell is the same in every notebook. It finds reasonkit (installed, this
 # checkout, `$REASONKIT_REPO`, a Kaggle input or `$REASONKIT_PIP`), or says where it
 # looked. It installs the tested JAX, Tunix and transformers, and says if the runtime must
-# restart. It restores runs attached on Kaggle and sets the session's deadline. Kaggle and
-# Colab, step by step: `docs/kaggle.md`.
+# restart. The next cell starts the session: it restores runs attached on Kaggle and sets
+# the session's deadline. Kaggle and Colab, step by step: `docs/kaggle.md`.
 
 # %%
 import glob
@@ -59,7 +59,7 @@ elif missing:
 sys.path[:0] = [os.path.dirname(os.path.abspath(found[0]))] if found else []
 import reasonkit_bootstrap
 
-source = reasonkit_bootstrap.setup()  # reasonkit, the tested JAX stack, this session's runs and deadline
+source = reasonkit_bootstrap.setup()  # reasonkit and the tested JAX stack
 
 # %%
 import matplotlib.pyplot as plt
@@ -67,8 +67,10 @@ from IPython.display import Markdown, display
 
 from reasonkit import data, models, plots, template
 from reasonkit.presets import get_preset
+from reasonkit.runtime import start_session
 from reasonkit.runtime.runs import RunDir, finish_data
 
+session = start_session()  # earlier Kaggle runs restored, compiled programs kept, the deadline set
 preset = get_preset()  # $REASONKIT_PRESET (default "auto": tiny on a CPU), $REASONKIT_OVERRIDES
 run = RunDir.create()
 print(f"preset {preset.name!r}: {preset.description}")

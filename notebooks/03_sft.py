@@ -34,8 +34,8 @@
 # The first cell is the same in every notebook. It finds reasonkit (installed, this
 # checkout, `$REASONKIT_REPO`, a Kaggle input or `$REASONKIT_PIP`), or says where it
 # looked. It installs the tested JAX, Tunix and transformers, and says if the runtime must
-# restart. It restores runs attached on Kaggle and sets the session's deadline. Kaggle and
-# Colab, step by step: `docs/kaggle.md`.
+# restart. The next cell starts the session: it restores runs attached on Kaggle and sets
+# the session's deadline. Kaggle and Colab, step by step: `docs/kaggle.md`.
 
 # %%
 import glob
@@ -61,7 +61,7 @@ elif missing:
 sys.path[:0] = [os.path.dirname(os.path.abspath(found[0]))] if found else []
 import reasonkit_bootstrap
 
-source = reasonkit_bootstrap.setup()  # reasonkit, the tested JAX stack, this session's runs and deadline
+source = reasonkit_bootstrap.setup()  # reasonkit and the tested JAX stack
 
 # %%
 import dataclasses
@@ -72,10 +72,11 @@ from IPython.display import Markdown, display
 from reasonkit import checks, data, evaluate, models, plots, train
 from reasonkit.budget import memory_budget
 from reasonkit.presets import get_preset
-from reasonkit.runtime import hardware, mesh
+from reasonkit.runtime import hardware, mesh, start_session
 from reasonkit.runtime.runs import RunDir, checkpoint_dir
 
 mesh.init_distributed()  # a no-op on one host; joins the pod on several
+session = start_session()  # earlier Kaggle runs restored, compiled programs kept, the deadline set
 preset = get_preset()  # $REASONKIT_PRESET (default "auto": tiny on a CPU), $REASONKIT_OVERRIDES
 run = RunDir.create()
 splits, _ = data.read_splits(run.require("data"))  # raises if 02 has not run: says so
