@@ -7,7 +7,7 @@ import pytest
 
 from reasonkit import data
 from reasonkit.presets import get_preset
-from reasonkit.runtime import runs, session
+from reasonkit.runtime import processes, runs, session
 from reasonkit.runtime.runs import RunDir, open_jsonl
 from reasonkit.testing import make_run, small_preset
 
@@ -100,17 +100,17 @@ def test_build_data_writes_once_then_reads_back(tmp_path):
 
 def test_only_process_0_writes_the_run_files(tmp_path, monkeypatch):
     run = RunDir.create("multi", root=tmp_path)
-    assert session.process_index() == 0 and session.is_writer()  # one process (this one)
-    assert session.from_writer(True) is True and session.sync("nothing to wait for") is None
-    monkeypatch.setattr(session, "process_index", lambda: 1)  # as process 1 of a multi-host run
-    assert not session.is_writer()
+    assert processes.process_index() == 0 and processes.is_writer()  # one process (this one)
+    assert processes.from_writer(True) is True and processes.sync("nothing to wait for") is None
+    monkeypatch.setattr(processes, "process_index", lambda: 1)  # as process 1 of a multi-host run
+    assert not processes.is_writer()
     run.write_json("sft", "settings.json", {"lr": 1})
     run.append_metrics("sft", {"event": "train/loss", "step": 1, "value": 2.0})
     run.mark_finished("sft", steps=1)
     session.session_deadline(tmp_path, env={"REASONKIT_DEADLINE_HOURS": "1"}, session=1, now=0.0,
                           kaggle=False, quiet=True)
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
-    monkeypatch.setattr(session, "process_index", lambda: 0)
+    monkeypatch.setattr(processes, "process_index", lambda: 0)
     run.mark_finished("sft", steps=1)
     assert run.finished_info("sft")["steps"] == 1
 

@@ -45,14 +45,9 @@ from typing import IO, Any, Callable, Mapping, Sequence, TypeVar
 from reasonkit import data
 from reasonkit.config import DEFAULT_REWARDS, Preset
 from reasonkit.presets import PRESETS, preset_name
-from reasonkit.runtime.session import (
-    STAGES,
-    default_root,
-    holds_no_file,
-    is_writer,
-    session_deadline,
-    sync,
-)
+from reasonkit.runtime.platform import default_root
+from reasonkit.runtime.processes import is_writer, sync
+from reasonkit.runtime.session import STAGES, holds_no_file, session_deadline
 
 __all__ = ["STAGES", "NOTEBOOK_OF", "open_jsonl", "RunDir", "PREVIOUS", "load_or_build", "write_files",
            "checkpoint_dir", "latest_step", "start_from", "SETTINGS_FILE", "CONTRAST_FILES", "LAYOUT_ONLY",

@@ -20,8 +20,8 @@ import numpy as np
 from reasonkit import rewards, template
 from reasonkit.config import GRPOConfig, Preset
 from reasonkit.runtime import compiles
+from reasonkit.runtime.processes import is_writer
 from reasonkit.runtime.runs import RunDir, open_jsonl
-from reasonkit.runtime.session import is_writer
 from reasonkit.train import _seam
 
 __all__ = ["JsonlBackend", "metrics_options", "read_metrics", "log_compiles", "Recorded",

@@ -29,8 +29,8 @@ from reasonkit import collate, data, models
 from reasonkit.config import Preset, TrainConfig
 from reasonkit.runtime import compiles, runs
 from reasonkit.runtime import mesh as mesh_lib
+from reasonkit.runtime.processes import is_writer, sync
 from reasonkit.runtime.runs import RunDir
-from reasonkit.runtime.session import is_writer, sync
 from reasonkit.train import _seam, clock, contrast, held_out
 from reasonkit.train._seam import (
     patch_dpo_trainer,
