@@ -15,31 +15,27 @@
 # %% [markdown]
 # # 05 · Group relative policy optimisation (GRPO)
 #
-# **What you will do:** train the adapters further with reinforcement learning: the model
-# writes several answers to each prompt of the GRPO split, plain Python functions score
-# them (format and correctness against the gold answer), and the policy moves towards the
-# better ones. You will look at one training row and the reward functions, score the
-# starting model's answers with them, train with live metrics, plot each reward and the
-# KL, compare answers before and after, and export the final model.
+# **What you will do:** train the adapters by reinforcement learning. The model answers
+# each GRPO prompt several times, Python functions score the answers, and the policy moves
+# towards the better ones. Then plot rewards and KL, compare answers, export the model.
 #
-# **What you will learn:** how group-relative advantages replace a learned critic, why
-# each reward is logged on its own, what the KL curve tells you, and how to switch the
-# policy-loss variant (GRPO, GSPO, DAPO, Dr. GRPO) with one config field.
+# **What you will learn:** how group advantages replace a learned critic, why each reward
+# is logged alone, what the KL says. And how to switch the policy loss (GRPO, GSPO, DAPO,
+# Dr. GRPO).
 #
-# **What you need:** the data splits (`02_dataset_rebalance`) and the DPO adapters
-# (`04_dpo`), or the SFT adapters (`03_sft`) if you skipped DPO, in the same run
-# directory. For Gemma a TPU (Kaggle *TPU v5e-8*, Cloud TPU v3-8, Colab *v5e-1*): GRPO spends
-# most of its time generating. On this project's 2-core CPU machine the `tiny` preset
-# trains in about 5 minutes (200 steps; GRPO needs that many to gain more than the spread
-# between seeds); the training cell's progress bar gives the time on yours.
+# **What you need:** the splits (`02_dataset_rebalance`) and, in the same run, the DPO
+# adapters (`04_dpo`), or else the SFT ones (`03_sft`). Gemma needs a TPU (Kaggle *TPU
+# v5e-8*, Cloud TPU v3-8, Colab *v5e-1*): GRPO mostly generates. On this project's 2-core
+# CPU, `tiny` trains 200 steps in about 5 minutes (fewer do not beat the seed spread); the
+# progress bar gives yours.
 
 # %% [markdown]
 # ## Setup
 # The first cell is the same in every notebook. It finds reasonkit (installed, this
 # checkout, `$REASONKIT_REPO`, a Kaggle input or `$REASONKIT_PIP`), or says where it
 # looked. It installs the tested JAX, Tunix and transformers, and says if the runtime must
-# restart. The next cell starts the session: it restores runs attached on Kaggle and sets
-# the session's deadline. Kaggle and Colab, step by step: `docs/kaggle.md`.
+# restart. It restores runs attached on Kaggle and sets the session's deadline. Kaggle and
+# Colab, step by step: `docs/kaggle.md`.
 
 # %%
 import glob
@@ -65,7 +61,7 @@ elif missing:
 sys.path[:0] = [os.path.dirname(os.path.abspath(found[0]))] if found else []
 import reasonkit_bootstrap
 
-source = reasonkit_bootstrap.setup()  # reasonkit and the tested JAX stack
+source = reasonkit_bootstrap.setup()  # reasonkit, the tested JAX stack, this session's runs and deadline
 
 # %%
 import dataclasses
@@ -77,11 +73,10 @@ from IPython.display import Markdown, display
 from reasonkit import checks, data, evaluate, models, plots, rewards, train
 from reasonkit.budget import memory_budget
 from reasonkit.presets import get_preset
-from reasonkit.runtime import hardware, mesh, runs, start_session
+from reasonkit.runtime import hardware, mesh, runs
 from reasonkit.runtime.runs import RunDir, start_from
 
 mesh.init_distributed()  # a no-op on one host; joins the pod on several
-session = start_session()  # earlier Kaggle runs restored, compiled programs kept, the deadline set
 preset = get_preset()  # $REASONKIT_PRESET (default "auto": tiny on a CPU), $REASONKIT_OVERRIDES
 run = RunDir.create()
 splits, _ = data.read_splits(run.require("data"))  # raises if 02 has not run: says so
@@ -92,11 +87,10 @@ print(f"run {run.path}: {len(splits.grpo)} GRPO prompts; GRPO starts from the "
 
 # %% [markdown]
 # ## The stage's settings
-# `num_generations` is the group size (answers per prompt), `beta` the weight of the KL
-# penalty, `epsilon` the clipping range, `loss` the policy-loss variant. GRPO has two
-# phases, generating (rollouts: a KV cache per answer) and training on what was
-# generated; the memory line names the larger one. GRPO's mesh favours tensor
-# parallelism, which keeps weights resident while generating token by token.
+# `num_generations` is the group size (answers per prompt), `beta` the KL penalty's
+# weight, `epsilon` the clipping range, `loss` the policy-loss variant. GRPO generates (a
+# KV cache per answer), then trains; the memory line names the larger phase. Its mesh
+# favours tensor parallelism: weights stay resident while generating token by token.
 
 # %%
 for key, value in dataclasses.asdict(preset.grpo).items():
@@ -108,7 +102,7 @@ print(f"memory: about {hardware.format_bytes(budget.total)} per device of "
 
 # %% [markdown]
 # ## The model we start from
-# The base weights with the adapters of the stage before, restored from its checkpoints.
+# The base weights, with the previous stage's adapters from its checkpoints.
 
 # %%
 _, model, tok, _ = models.load_policy(preset, run, start, mesh=None)
@@ -117,10 +111,9 @@ print(f"{preset.model.num_params / 1e6:.1f}M base parameters + LoRA rank {preset
 
 # %% [markdown]
 # ## One training row, and the reward functions
-# GRPO needs no completions in its data, only prompts and a way to check answers. Each
-# row carries the formatted prompt, the gold answer and the domain. A batch is a dict of
-# 1-D numpy arrays, one per column; Tunix passes every column except the prompts to the
-# reward functions as keyword arguments.
+# GRPO's data has no completions. A row is the formatted prompt, gold answer and domain. A
+# batch is a dict of 1-D numpy arrays, one per column. The reward functions get every
+# column but the prompts as keyword arguments.
 
 # %%
 rows = train.grpo_records(splits.grpo)
@@ -131,12 +124,11 @@ print(f"--- row 0: domain {str(batch['domain'][0])!r}, gold answer {str(batch['a
 print(batch["prompts"][0])
 
 # %% [markdown]
-# Reward functions are plain Python functions, `fn(prompts, completions, answer=...,
-# domain=..., ...) -> one float per completion`, passed to the trainer as a list. Tunix
-# adds them up. Which ones, and their weights, is one config field, `grpo.rewards`: pairs
-# of a function of `reasonkit.rewards` and its weight, e.g. `get_preset(name,
-# **{"grpo.rewards": [["format_exact", 1.0], ["answer_correct", 2.0]]})` (a weight other
-# than 1 wraps the function in `rewards.weighted`). The preset's five, unweighted:
+# A reward function is plain Python: `fn(prompts, completions, answer=..., domain=...,
+# ...)` returns a float per completion. Tunix sums them. `grpo.rewards` pairs a
+# `reasonkit.rewards` function with a weight, e.g. `get_preset(name, **{"grpo.rewards":
+# [["format_exact", 1.0], ["answer_correct", 2.0]]})`. A weight other than 1 wraps it in
+# `rewards.weighted`. The preset's five, unweighted:
 
 # %%
 reward_fns = rewards.from_config(preset.grpo.rewards)
@@ -145,8 +137,8 @@ for fn in reward_fns:  # the first line of each docstring, without its reST mark
 
 # %% [markdown]
 # ## Before: the starting model on three held-out questions
-# The same three held-out prompts as in `03_sft` and `04_dpo`, greedy, scored by
-# `evaluate.score`; then what each reward function gives those three answers.
+# The three held-out prompts of `03_sft` and `04_dpo`, greedy, scored by `evaluate.score`;
+# then each reward function's score.
 
 # %%
 EXAMPLES = evaluate.pick_examples(splits.eval)  # math, coding, summarization if present
@@ -161,52 +153,38 @@ display(Markdown(plots.reward_table(EXAMPLES, scored)))
 
 # %% [markdown]
 # ## How GRPO learns, and what it logs
-# For every prompt of a batch the policy samples a **group** of `num_generations`
-# answers at temperature `temperature`. Each answer's reward is the sum of the functions
-# above, and its **advantage** is how much better it did than its own group:
-# $A_i = (r_i - \text{mean}(r_{\text{group}})) / \text{std}(r_{\text{group}})$. The
-# group is the baseline, so GRPO needs no learned value model (PPO's critic): no second
-# large network to train and keep in memory. Answers better than their siblings are made more
-# likely, worse ones less; a group whose answers all score the same teaches nothing.
-# The update is clipped as in PPO (`epsilon`) and penalised by `beta` times the KL.
+# The policy samples a **group** of answers per prompt at `temperature`. An answer's
+# reward is the sum of the functions above. Its **advantage** is how much it beat its
+# group (formula below). The group is the baseline: no learned value model (PPO's critic),
+# no second large network in memory. The update is clipped as in PPO and penalised by the
+# KL.
 #
-# - **Each reward is logged on its own** (`rewards/train/<name>`, plus their total
-#   `rewards/train/sum`) because the total hides trade-offs: it can rise while
-#   `answer_correct` stays flat, because the model is only polishing its tags, or
-#   while a format reward falls. Reward hacking shows up here first.
-# - **KL** (`actor/train/kl`) estimates, per token, how far the policy has moved from
-#   the reference model on the answers it sampled. The reference is the policy GRPO
-#   started from (the same adapters, frozen, on the same backbone: no second copy of the
-#   base in memory), so the KL starts near 0 and measures how far GRPO alone has moved
-#   the model; `beta` weighs it as a penalty in the loss. A KL that climbs steeply means
-#   the policy is drifting fast, often towards something the rewards over-pay.
-#   We use the `low_var_kl` estimator (`grpo.kl_loss_mode`, the GRPO paper's
-#   `exp(ref - logp) - (ref - logp) - 1`): Tunix 0.1.7's default `kl` is `logp - ref`,
-#   whose gradient does not depend on the reference at all, so it never pulls back.
-# - **Every step samples with fresh noise.** Tunix 0.1.7's sampler falls back to
-#   `PRNGKey(0)` when the rollout config has no seed, so every step would draw the same
-#   random numbers and each group would explore the same few deviations forever.
-#   `tunix_patches.grpo.patch_grpo_step` gives each step its own key from `grpo.seed` and the step
-#   number, so a resumed run still samples what an uninterrupted one would.
-# - **The loss variant is one config field**, `grpo.loss`: `"grpo"` (the default),
-#   `"gspo-token"` (GSPO: sequence-level importance ratios), `"dapo"` (no KL term,
-#   asymmetric clipping, token-mean loss) or `"dr-grpo"` (no length or std
-#   normalisation), e.g. `get_preset(name, **{"grpo.loss": "dapo"})`.
+# - **Each reward is logged alone** (`rewards/train/<name>`, total `rewards/train/sum`).
+#   The total hides trade-offs: it can rise while `answer_correct` stays flat (the model
+#   polishes its tags) or a format reward falls. Reward hacking shows here first.
+# - **KL** (`actor/train/kl`): per token, how far the policy has moved from the reference
+#   (the starting policy, so near 0 at first) on its own answers. A steep climb is fast
+#   drift, often towards what the rewards over-pay. The estimator is `low_var_kl`
+#   (`grpo.kl_loss_mode`), the GRPO paper's `exp(ref - logp) - (ref - logp) - 1`. Tunix
+#   0.1.7's default `kl`, `logp - ref`, has a gradient free of the reference: it never
+#   pulls back.
+# - **The loss**, `grpo.loss`: `"grpo"` (default), `"gspo-token"` (GSPO: sequence-level
+#   importance ratios), `"dapo"` (no KL term, asymmetric clipping, token-mean loss) or
+#   `"dr-grpo"` (no length or std normalisation). E.g. `get_preset(name, **{"grpo.loss":
+#   "dapo"})`.
 
 # %% [markdown]
 # ## One group, by the numbers
-# What one GRPO step sees, before any training. The starting policy answers the first
-# prompts of the first training batch `num_generations` times each, sampled the way the
-# rollouts sample (a Tunix sampler at GRPO's temperature, top-p, top-k and lengths); the
-# reward functions above score every answer; and each answer's advantage is computed as
-# Tunix 0.1.7's GRPO computes it (`evaluate.group_advantages`; the tests check it against
-# Tunix's own), with the group's sample standard deviation:
+# The starting policy answers the first prompts of the first batch `num_generations` times
+# each, sampled like the rollouts (a Tunix sampler, GRPO's temperature, top-p, top-k and
+# lengths). The rewards score each answer. Advantages are Tunix 0.1.7's, with the group's
+# sample standard deviation (`evaluate.group_advantages`, tested against Tunix's own):
 #
 # $$A_i = \frac{r_i - \operatorname{mean}(r_1, \dots, r_G)}{\operatorname{std}(r_1, \dots, r_G) + 10^{-6}}$$
 #
-# A group's advantages sum to zero: the policy loss makes each token of an answer above
-# its group's mean more likely and each token of an answer below it less likely, in
-# proportion to $A_i$. The table shows the first group whose rewards differ.
+# They sum to zero in a group. The loss makes each token of an answer above the mean more
+# likely, below it less, in proportion to $A_i$. The table shows the first group whose
+# rewards differ.
 
 # %%
 G = preset.grpo.num_generations
@@ -223,14 +201,12 @@ display(Markdown(plots.advantage_table(groups["completions"][part], {
     name: values[part] for name, values in groups["rewards"].items()}, groups["advantages"][part])))
 
 # %% [markdown]
-# A group whose answers all score the same has a standard deviation of 0, so every
-# advantage is 0 (the $10^{-6}$ is there for exactly this): the group adds nothing to the
-# policy gradient, and only the KL term acts on it. That is common. On `tiny`, 8 answers
-# of the SFT model at temperature 0.9 are all wrong on 33% of the GRPO prompts and all
-# right on 6% (`docs/experiments.md`): on about 39% of the groups `answer_correct` cannot
-# tell the answers apart, and unless the format or partial-credit rewards do, the group
-# teaches nothing. Larger groups make such groups rarer; so do prompts of the right
-# difficulty. A constructed one:
+# If all answers score the same, the standard deviation is 0 and so is every advantage
+# (hence the $10^{-6}$): only the KL term acts. That is common. On `tiny`, 8 SFT answers
+# at temperature 0.9 are all wrong on 33% of GRPO prompts, all right on 6%
+# (`docs/experiments.md`). So on about 39% of groups `answer_correct` cannot tell answers
+# apart; unless the format or partial-credit rewards do, they teach nothing. Larger groups
+# make this rarer, as do prompts of the right difficulty. A constructed one:
 
 # %%
 same = [5.0] * G  # every answer well-formed (format_exact 3 + format_approx 2) and wrong
@@ -242,17 +218,15 @@ models.free()  # the trainer loads its own copy onto the GRPO mesh
 
 # %% [markdown]
 # ## Tunix's configs for GRPO
-# Tunix's GRPO is two objects, as in its own GRPO example. An `RLCluster` holds three
-# roles, each on a mesh: the **actor** (the policy that trains), the **reference** (the
-# policy GRPO started from, frozen) and the **rollout** (a sampler that writes answers).
-# A `GRPOLearner` takes the cluster, the reward functions and a `GRPOConfig`. Its
-# `train(batches)` runs the loop: sample, score, compute advantages, update.
+# As in Tunix's example, GRPO is two objects. An `RLCluster` puts three roles on meshes:
+# the **actor** (trains), the **reference** (the starting policy, frozen) and the
+# **rollout** (a sampler). A `GRPOLearner` takes the cluster, the reward functions and a
+# `GRPOConfig`; `train(batches)` loops: sample, score, compute advantages, update.
 #
-# Three configs say how. `RLTrainingConfig`: the actor's optimizer, the steps, where
-# checkpoints and metrics go. `RolloutConfig`: how answers are sampled, and the ids they
-# stop on. `GRPOConfig`: G, `beta`, `epsilon`, the KL estimator (`low_var_kl`, above) and
-# the loss. `"dapo"` and `"dr-grpo"` are Tunix's `DAPOLearner` and `DrGRPOLearner`, with
-# configs of their own: `train.grpo_algorithm` builds those.
+# Three configs: `RLTrainingConfig` (the actor's optimizer, steps, checkpoints, metrics),
+# `RolloutConfig` (sampling, stop ids) and `GRPOConfig` (G, `beta`, `epsilon`, KL
+# estimator, loss). For `"dapo"` and `"dr-grpo"`, `train.grpo_algorithm` builds Tunix's
+# `DAPOLearner` or `DrGRPOLearner` and its config.
 
 # %%
 from tunix import ClusterConfig, GRPOConfig, GRPOLearner, RLCluster, RLTrainingConfig, Role, RolloutConfig
@@ -276,29 +250,27 @@ for part in (training_config, rollout_config, *([algo_config] if cfg.loss in ("g
 
 # %% [markdown]
 # ## Train
-# The cell below builds the cluster and the learner on the stage's models and trains them.
-# `train.stage_run` opens the stage and gives the cell its parts:
+# `train.stage_run` opens the stage and gives the cell below its parts:
 #
-# - `r.policy` and `r.reference`: two sets of adapters on one shared base, on GRPO's mesh
-#   `r.mesh`. No second copy of the base is in memory.
-# - `r.reward_fns`: the reward functions above, which Tunix sums unweighted.
-#   `r.metric_fns(cluster)` logs the fraction of groups that teach nothing.
-# - `r.patch(learner)`: the patches, each a call on the object Tunix built.
-#   - The rollout's sampler traces the policy without remat (Tunix's sampler cannot decode
-#     a remat model), and computes the prefill's output layer at the last position only.
-#   - Each step samples with its own key, from `grpo.seed` and the step number (above).
-#   - The preset's optimisations (`preset.optimisations`): each prompt prefilled once for
-#     its G answers; each step padded to the smallest of `grpo.length_buckets` that holds
-#     it; with `grpo.share_prompts`, each prompt's positions run once in the update;
-#     log-probabilities a chunk of positions at a time, with no `[B, S, V]` float32 logits.
-# - `r.batches(learner)`: the GRPO batches until the deadline. They also run the held-out
-#   checks every `grpo.eval_every` steps (below).
+# - `r.policy`, `r.reference`: two sets of adapters on one shared base, on GRPO's mesh
+#   `r.mesh`.
+# - `r.reward_fns`: the rewards above. `r.metric_fns(cluster)` logs the share of groups
+#   that teach nothing.
+# - `r.patch(learner)`: patches, each a call on Tunix's object.
+#   - The rollout traces the policy without remat (Tunix's sampler cannot decode a remat
+#     model). Prefill computes the output layer at the last position only.
+#   - Fresh noise. With no rollout seed, Tunix 0.1.7 samples every step with `PRNGKey(0)`,
+#     exploring the same few deviations. `tunix_patches.grpo.patch_grpo_step` keys each
+#     step from `grpo.seed` and the step number, so a resume samples alike.
+#   - `preset.optimisations`: each prompt prefilled once for its G answers. Steps padded
+#     to the smallest fitting `grpo.length_buckets`. With `grpo.share_prompts`, a prompt's
+#     positions run once in the update. Log-probabilities a chunk of positions at a time,
+#     with no `[B, S, V]` float32 logits.
+# - `r.batches(learner)`: GRPO batches until the deadline, plus held-out checks (below).
 #
-# The `with` block keeps the run's lifecycle as in `03_sft`: checkpoints, resume, the
-# settings record, the deadline. A finished stage is loaded (`r.trains` is False), not
-# retrained, unless you set `RETRAIN = True`. When the deadline comes before the first
-# step, nothing trains and the next session resumes. Scripts build the same objects with
-# `train.grpo_learner`.
+# The `with` block keeps `03_sft`'s lifecycle: checkpoints, resume, settings record,
+# deadline, `RETRAIN`. A deadline before the first step trains nothing; the next session
+# resumes. Scripts use `train.grpo_learner`.
 
 # %%
 RETRAIN = False  # True: delete this run's GRPO checkpoints and metrics, and train again
@@ -337,13 +309,10 @@ if r.trains:
 
 # %% [markdown]
 # ## The curves
-# One point per step (`batch_size` prompts x `num_generations` answers). Left: the mean
-# of each reward over the step's answers; middle: their total; right: the KL. The same
-# metrics, and more (`completions/train/mean_length`, `actor/train/pg_clipfrac`), are in
-# TensorBoard; in Jupyter, Colab or Kaggle with the `tensorboard` package (not run here),
-# a cell with `%load_ext tensorboard` and
-# `%tensorboard --logdir {run.stage("grpo") / "tensorboard"}` shows them, and, placed
-# before the training cell, keeps refreshing while GRPO trains.
+# One point per step (`batch_size` prompts x `num_generations` answers). Left: each
+# reward's mean over the step's answers. Middle: their total. Right: the KL. TensorBoard
+# adds `completions/train/mean_length`, `actor/train/pg_clipfrac` and more. `03_sft`'s
+# `%tensorboard` cell shows it, with `run.stage("grpo")`.
 
 # %%
 fig = plots.plot_grpo(train.read_metrics(run, "grpo"), reward_fns, beta=preset.grpo.beta)
@@ -352,12 +321,11 @@ plt.show()
 
 # %% [markdown]
 # ## The truth during RL: held-out accuracy beside the reward
-# The reward is what GRPO optimises; accuracy on prompts it never trains on is what we
-# want. Every `grpo.eval_every` steps (and at the first and last) GRPO answers
-# `grpo.eval_prompts` held-out prompts greedily, scored by the checker 06 uses. It keeps
-# the adapters of the best check in `grpo/best` (`held_out.load_best(preset, run)`) beside
-# the last, and prints a warning when the reward rose while the accuracy fell (a reward
-# being gamed). One standard error on 32 prompts is about 8 points: read the trend.
+# Every `grpo.eval_every` steps, and at the first and last, GRPO answers
+# `grpo.eval_prompts` held-out prompts greedily, scored by 06's checker. The best check's
+# adapters stay in `grpo/best` (`held_out.load_best(preset, run)`) beside the last. A
+# warning flags reward rising as accuracy falls: a gamed reward. One standard error on 32
+# prompts is about 8 points: read the trend.
 
 # %%
 from reasonkit.train import held_out
@@ -384,18 +352,19 @@ else:
 
 # %% [markdown]
 # ## Export the final model
-# `runs/<run>/grpo/checkpoints` holds Orbax checkpoints of the LoRA adapters (and
-# optimizer state): Tunix's `CheckpointManager` restores them onto a LoRA model, which
-# is how `models.load_policy(preset, run, "grpo", mesh)` and `06_evaluation` load them.
-# For everything outside JAX, `train.export` writes three directories:
-# `grpo/adapter`, the adapters in PEFT's format (exact, applied to the base model; 100 MB
-# for gemma3-1b), and `grpo/merged`, the base with the adapters merged in (2 GB for
-# gemma3-1b): config, generation config (it stops at `<end_of_turn>`), tokenizer with the
-# chat template, and a model card saying how to load it and which runtimes were checked;
-# and, with `gguf="f16"`, `grpo/gguf`: the merged model as one GGUF file (2 GB for
-# gemma3-1b; `"q8_0"` halves it) with an Ollama Modelfile, for llama.cpp, Ollama and LM
-# Studio (`docs/exports.md`). Only the final stage is exported; `train.export(train.train_or_load(
-# preset, run, "sft"), preset, run, merged=False)` exports another stage's adapters.
+# `runs/<run>/grpo/checkpoints` holds Orbax checkpoints (adapters, optimizer state). As in
+# `03_sft`, `models.load_policy(preset, run, "grpo", mesh)` and `06_evaluation` restore
+# them. Outside JAX, `train.export` writes (sizes for gemma3-1b):
+#
+# - `grpo/adapter`: the adapters in PEFT's format, exact, on the base (100 MB).
+# - `grpo/merged`: the merged model (2 GB), with config, generation config (stops at
+#   `<end_of_turn>`), chat-template tokenizer and a model card (how to load it, which
+#   runtimes were checked).
+# - `grpo/gguf`, with `gguf="f16"`: one GGUF file (2 GB; `"q8_0"` halves it) and an Ollama
+#   Modelfile, for llama.cpp, Ollama and LM Studio (`docs/exports.md`).
+#
+# Only the final stage is exported. `train.export(train.train_or_load(preset, run, "sft"),
+# preset, run, merged=False)` exports another's adapters.
 
 # %%
 if not finished:
@@ -407,23 +376,19 @@ else:
 
 # %% [markdown]
 # ## Try it: format rewards only
-# What does GRPO learn when its reward checks only the format? The cell below branches this
-# run (`runs.branch`: a new run `<run>-format-only` beside it, starting with copies of its
-# data, SFT and DPO stages; this run is left as it is) and trains GRPO there with
-# `grpo.rewards` set to the two format rewards, for an eighth of the steps (25 on `tiny`,
-# about a minute on 2 cores: its programs are the main run's, from the compilation cache).
-# It runs when the time model (`python -m reasonkit plan`'s: steps x FLOPs per step /
-# (peak x an assumed utilisation)) gives it under 5 minutes, or when you set
-# `TRY_IT = True`; otherwise the cell says what it would cost and skips it.
+# The cell below branches this run (`runs.branch`) into `<run>-format-only`, copying its
+# data, SFT and DPO stages; this run is untouched. There GRPO trains on the two format
+# rewards for an eighth of the steps. That is 25 on `tiny`: about a minute on 2 cores,
+# reusing the main run's compiled programs. It runs if `TRY_IT = True` or the time model
+# gives under 5 minutes; else it prints the cost. That model is `python -m reasonkit
+# plan`'s: steps x FLOPs per step / (peak x assumed utilisation).
 #
-# What to expect: nothing pays for a right answer any more, so nothing pushes accuracy
-# up; `06_evaluation` shows the branch as one more row of its stage table. On `tiny` SFT
-# has already taught the format (about 98% of greedy answers), so the format rewards have
-# little left to pay for: in half or more of the groups all G answers score alike (the
-# right-hand curve) and teach nothing; the rest reward the odd sampled answer that broke
-# the format. Format pass stays at the top, accuracy within noise of DPO's. A reward the
-# model can max out without solving the task is what reward hacking exploits: harmless
-# here; with a real model and a checker with a loophole, it is how GRPO learns to game it.
+# Nothing pays for right answers, so nothing pushes accuracy up (`06_evaluation` adds a
+# row). On `tiny` SFT already taught the format (about 98% of greedy answers), leaving
+# little to pay for. In half or more of the groups all G answers score alike (right-hand
+# curve) and teach nothing. The rest reward odd samples that broke the format. Format pass
+# stays top; accuracy, within noise of DPO's. Reward hacking exploits a reward maxed
+# without solving the task: harmless here, how GRPO games a leaky checker on a real model.
 
 # %%
 FORMAT_ONLY = [["format_exact", 1.0], ["format_approx", 1.0]]
@@ -447,31 +412,23 @@ else:
 
 # %% [markdown]
 # ## Check: GRPO moved the policy, for the right answers
-# The last cell calls `checks.check_grpo` on GRPO's own metrics, comparing the means of
-# the first and the last quarter of its steps. It fails when GRPO did not do its job
-# (a learning rate of 1e-12, adapters left at their start, a reward that does not pay
-# for right answers), with these margins:
+# The last cell calls `checks.check_grpo`, comparing the first and last quarter of GRPO's
+# steps. It fails a GRPO that did not do its job (a learning rate of 1e-12, adapters left
+# at their start, a reward not paying for right answers):
 #
-# - **The policy moved**: the KL to the reference (0 at the first step, where policy and
-#   reference are the same) is at least 0.0001 in the last quarter, and above the first
-#   quarter's.
-# - **It was paid for right answers**: `answer_correct` is among the logged rewards.
-#   The format rewards alone also move the policy and raise the KL; a run on them only
-#   fails here.
-# - **Right answers did not fall**: `answer_correct`'s last-quarter mean is no more than
-#   three standard errors below the first quarter's (the step-to-step spread over a
-#   quarter of the steps). A collapse (a learning rate too high, a reward the model
-#   games) fails here.
+# - **The policy moved**: the KL (0 at the first step) is at least 0.0001 in the last
+#   quarter, and above the first quarter's.
+# - **It was paid for right answers**: `answer_correct` is among the logged rewards. A run
+#   on format rewards alone, which also move the policy and KL, fails here.
+# - **Right answers did not fall**: `answer_correct`'s last-quarter mean is at most three
+#   standard errors (its step-to-step spread over a quarter) below the first's. A collapse
+#   (too high a learning rate, a gamed reward) fails here.
+# - **Held-out accuracy did not fall**: the last `held_out/accuracy` check is at most two
+#   binomial standard errors of its block below the first.
 #
-# - **Held-out accuracy did not fall**: GRPO checks its greedy accuracy on
-#   `grpo.eval_prompts` held-out prompts as it trains (`held_out/accuracy`); the last
-#   check is no more than two binomial standard errors of that block below the first.
-#
-# Not asserted: that `answer_correct` or the held-out accuracy rises. On `tiny` their
-# change over a run is smaller than their noise (the curves above;
-# `docs/experiments.md`): GRPO's gain shows on thousands of held-out prompts, not in one
-# run's training curve or a block of 32 (`docs/results.md`). The cell prints each change
-# and its noise band.
+# Not asserted: a rise in `answer_correct` or held-out accuracy. On `tiny` it is below
+# their noise over a run (the curves; `docs/experiments.md`; "What next"). The cell prints
+# each change and its noise band.
 
 # %%
 if finished:
@@ -481,30 +438,25 @@ else:
 
 # %% [markdown]
 # ## What next
-# - Run `06_evaluation` to compare base, SFT, DPO and GRPO on the whole held-out set with
-#   the same decoding: format pass, accuracy, pass@k, maj@k, and what regressed.
-# - Switch the loss variant: `get_preset(name, **{"grpo.loss": "dr-grpo"})` (or
-#   `"gspo-token"`, `"dapo"`), in a new run (`REASONKIT_RUN=...`) to compare them.
-# - Change the rewards: weigh them with `grpo.rewards` (`[["answer_correct", 2.0], ...]`),
-#   try `["multi_domain", 1.0]` for the non-math domains, or pass functions of your own,
-#   `train.train_grpo(preset, run, reward_fns=[...])`.
-# - Larger groups (`grpo.num_generations`) give steadier advantages; more steps let the
+# - Run `06_evaluation`: base, SFT, DPO and GRPO on the whole held-out set, same decoding.
+#   Format pass, accuracy, pass@k, maj@k, regressions.
+# - In new runs (`REASONKIT_RUN=...`), compare loss variants (`grpo.loss`).
+# - Change the rewards: reweigh them (`grpo.rewards`), add `["multi_domain", 1.0]` for the
+#   non-math domains, or pass your own: `train.train_grpo(preset, run, reward_fns=[...])`.
+# - Larger groups (`grpo.num_generations`) steady the advantages. More steps let the
 #   accuracy reward move, not only the format ones.
-# - Expect a small gain on `tiny`: a million-parameter model learns its training prompts
-#   under GRPO but carries little of that to new ones. Over seven seeds these 200 steps
-#   add about a point on 5787 fresh held-out prompts, more than SFT's spread between
-#   seeds, while 60 steps added a third of a point; one run on the 96 prompts of
-#   `06_evaluation` cannot tell either from noise (`docs/results.md`).
-#   To compare, run 02-06 again in a new run (`REASONKIT_RUN=...`) with
-#   `REASONKIT_OVERRIDES='{"grpo.max_steps": 60}'` (4 minutes of GRPO).
-# - What GRPO does here, and what it does not: the errors SFT leaves on `tiny` are mostly
-#   facts (`13 - 2 = 7`), different in every prompt, and one right-or-wrong bit per answer
-#   teaches those slowly. Where an error is a habit it gains: summarization, by no longer
-#   counting an item twice. GRPO on prompts one step harder, kept only where the policy is
-#   right 1 to 7 times of 8, and paid only for answers its reasoning supports, was tried as
-#   the way to more (`grpo.difficulty`, `grpo.keep_contrast`, the `answer_verified`
-#   reward): its training reward rose by half, its fresh hard prompts by one point (two
-#   with Dr. GRPO's loss), in twice the time. SFT on the policy's own verified answers to
-#   the same prompts gained as much there (`docs/results.md`, "GRPO on harder prompts").
-#   To try it, a new run with `REASONKIT_OVERRIDES` set to `HARD` in
-#   `benchmarks/grpo_hard.py`; `06_evaluation` then measures on its hard block.
+# - Expect a small gain on `tiny`. A million-parameter model learns its GRPO prompts but
+#   carries little to new ones. Over seven seeds, 200 steps add about a point on 5787
+#   fresh held-out prompts (more than SFT's seed spread), 60 steps a third of one. One run
+#   on 06's 96 prompts cannot tell either from noise (`docs/results.md`). To compare, run
+#   02-06 in a new run with `REASONKIT_OVERRIDES='{"grpo.max_steps": 60}'` (4 minutes of
+#   GRPO).
+# - SFT's errors on `tiny` are mostly facts (`13 - 2 = 7`), new in every prompt, which one
+#   right-or-wrong bit per answer teaches slowly. GRPO fixes habits: summarization stopped
+#   counting an item twice. We tried prompts one step harder (`grpo.difficulty`), kept
+#   where the policy is right 1 to 7 times of 8 (`grpo.keep_contrast`), paying only
+#   answers its reasoning supports (`answer_verified`). Training reward rose by half,
+#   fresh hard prompts by one point (two with Dr. GRPO's loss), in twice the time. SFT on
+#   the policy's own verified answers gained as much (`docs/results.md`, "GRPO on harder
+#   prompts"). To try: a new run with `REASONKIT_OVERRIDES` = `HARD` from
+#   `benchmarks/grpo/grpo_hard.py`; `06_evaluation` measures its hard block.
