@@ -35,7 +35,7 @@ from reasonkit.answers._symbolic import (
     _sympy_of,
 )
 
-CASES_FILE = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "checker_cases.jsonl"
+CASES_FILE = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "checker" / "checker_cases.jsonl"
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -423,9 +423,9 @@ def test_math_verify_logs_no_answer_text(capfd, caplog):
 # Python reports that exception as "ignored", and the watchdog sends another.
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_no_wrong_answer_of_the_corpus_is_credited():
-    """benchmarks/checker_cases.jsonl: other projects' tests, through this project's rewards.
+    """benchmarks/checker/checker_cases.jsonl: other projects' tests, through this project's rewards.
 
-    The full agreement is benchmarks/checker_agreement.py's job; here, the one number that
+    The full agreement is benchmarks.checker.checker_agreement's job; here, the one number that
     must stay 0: answers those tests call wrong that a reward pays for.
     """
     sys.path.insert(0, str(CASES_FILE.parent))

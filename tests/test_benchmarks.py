@@ -1,39 +1,27 @@
-"""benchmarks/seeds.py (held-out sets, summary; its training is the package's), mfu.py, grpo_shared.py,
-attention.py's ceiling."""
+"""The benchmarks' cheap parts: benchmarks.grpo.seeds (held-out sets, summary; its training is the
+package's), grpo_hard and grpo_diagnostics, the real_270m sweeps, speed.mfu, speed.grpo_shared,
+speed.attention's ceiling, and benchmarks.common."""
 
 import dataclasses
 import doctest
-import importlib.util
 import math
-import pathlib
 
 import jax
 import pytest
 from flax import nnx
 
+from benchmarks import common
+from benchmarks.exports import hf_parity  # torch and peft are imported only when it runs
+from benchmarks.grpo import grpo_diagnostics, grpo_hard, seeds
+from benchmarks.real_270m import real_270m_cpu, real_270m_dpo_lr, real_270m_grpo_lr
+from benchmarks.speed import attention as attention_bench
+from benchmarks.speed import grpo_shared, mfu
 from reasonkit import data, models, template
 from reasonkit.models import checkpoint as models_checkpoint
 from reasonkit.models import tiny
 from reasonkit.presets import get_preset
 from reasonkit.runtime import runs
 from reasonkit.tunix_patches import attention
-
-
-def _benchmark(name: str):
-    """benchmarks/<name>.py as a module (benchmarks/ is not a package)."""
-    spec = importlib.util.spec_from_file_location(
-        name, pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-seeds = _benchmark("seeds")
-grpo_hard = _benchmark("grpo_hard")
-grpo_diagnostics = _benchmark("grpo_diagnostics")
-real_270m_dpo_lr = _benchmark("real_270m_dpo_lr")
-real_270m_grpo_lr = _benchmark("real_270m_grpo_lr")
-real_270m_cpu = _benchmark("real_270m_cpu")
 
 
 def test_heldout_sets_hold_no_training_or_pretraining_prompt(tmp_path):
@@ -169,12 +157,9 @@ def test_seed_preset_takes_the_environment_overrides_but_keeps_its_seed(monkeypa
         seeds.seed_preset(0)
 
 
-hf_parity = _benchmark("hf_parity")  # torch and peft are imported only when it runs
-
-
 @pytest.mark.parametrize("name", list(hf_parity.CASES))
 def test_hf_parity_cases_are_checkpoints_the_loader_accepts(tmp_path, name):
-    # benchmarks/hf_parity.py compares them with transformers / PEFT where torch is installed.
+    # benchmarks.exports.hf_parity compares them with transformers / PEFT where torch is installed.
     family, shapes, extra = hf_parity.CASES[name]
     cfg = hf_parity.case_config(family, shapes)
     tokenizer = models.resolve_source(get_preset("tiny").model) / "tokenizer.model"
@@ -182,13 +167,9 @@ def test_hf_parity_cases_are_checkpoints_the_loader_accepts(tmp_path, name):
     assert models_checkpoint.check_checkpoint_dir(tmp_path / "c", cfg) == cfg
 
 
-mfu = _benchmark("mfu")
-attention_bench = _benchmark("attention")
-
-
 @pytest.mark.slow
 def test_attention_ceiling_leaves_the_attention_core_out_and_puts_it_back():
-    """benchmarks/attention.py's "none": the step traced without softmax (the ceiling),
+    """benchmarks.speed.attention's "none": the step traced without softmax (the ceiling),
     the real attention back for every later trace, and compare() times it beside chunked."""
     real = attention.attend
     m = attention_bench.at_width(get_preset("tiny").model, 128)
@@ -209,7 +190,7 @@ def test_attention_ceiling_leaves_the_attention_core_out_and_puts_it_back():
 
 def test_rotated_puts_every_implementation_in_every_place():
     impls = ("tunix", "chunked", "none")
-    orders = [attention_bench.rotated(impls, i) for i in range(6)]
+    orders = [common.rotated(impls, i) for i in range(6)]
     assert orders[0] == list(impls) and orders[3] == orders[0]
     for place in range(3):  # each implementation is timed first, second and third alike
         assert sorted(o[place] for o in orders) == sorted(2 * impls)
@@ -217,13 +198,13 @@ def test_rotated_puts_every_implementation_in_every_place():
 
 @pytest.mark.slow
 def test_mfu_times_each_variant_on_the_same_weights_and_counts_the_model_flops():
-    """benchmarks/mfu.py on the tiny preset: every variant computes the same loss, the FLOPs
+    """benchmarks.speed.mfu on the tiny preset: every variant computes the same loss, the FLOPs
     are the step's, and a CPU (no peak in the table) gets no MFU but a fraction of matmul."""
     r = mfu.measure("tiny", batch=2, seq=64, steps=2, impls=("chunked", "tunix"), remats=(True, False),
                     log=lambda s: None)
     assert set(r["variants"]) == {"chunked+remat", "tunix+remat", "chunked", "tunix"}
     assert r["not_compiled"] == []
-    assert r["model_step_flops"] == mfu.bench.sft_step_flops(get_preset("tiny").model, 2, 64)
+    assert r["model_step_flops"] == attention_bench.sft_step_flops(get_preset("tiny").model, 2, 64)
     losses = [v["loss"] for v in r["variants"].values()]
     assert max(losses) - min(losses) <= 1e-5 * abs(losses[0]) and 0 < losses[0] < 10
     for v in r["variants"].values():
@@ -279,20 +260,17 @@ def test_compile_concurrently_reports_a_compile_that_fails():
             raise RuntimeError("no kernel for this")
 
     errors = {}
-    done, waiting = attention_bench.compile_concurrently(
+    done, waiting = common.compile_concurrently(
         {"ok": jax.jit(lambda x: x + 1).lower(1.0), "broken": Broken()}, 60, errors=errors)
     assert list(done) == ["ok"] and waiting == []
     assert errors == {"broken": "RuntimeError: no kernel for this"}
     with pytest.raises(RuntimeError, match="no kernel"):  # without a dict, as before
-        attention_bench.compile_concurrently({"broken": Broken()}, 60)
-
-
-grpo_shared = _benchmark("grpo_shared")
+        common.compile_concurrently({"broken": Broken()}, 60)
 
 
 @pytest.mark.slow
 def test_grpo_shared_times_both_ways_and_they_agree():
-    """benchmarks/grpo_shared.py on a small GRPO shape (2 prompts x 8 answers, 96 + 24): the
+    """benchmarks.speed.grpo_shared on a small GRPO shape (2 prompts x 8 answers, 96 + 24): the
     batch is groups of equal prompts, and both programs give every row's log-probs."""
     from reasonkit.testing import small_preset
     from reasonkit.tunix_patches import sampling
@@ -311,14 +289,13 @@ def test_grpo_shared_times_both_ways_and_they_agree():
 
 
 def test_gpu_stages_records_what_the_package_predicts_for_gemma3_270m_on_an_h200():
-    """benchmarks/gpu_stages.json (a lent H200) sets its tries beside the time model and budget."""
+    """benchmarks/results/gpu_stages.json (a lent H200) sets its tries beside the time model and budget."""
     import json
 
     from reasonkit import budget
     from reasonkit.runtime import hardware
 
-    root = pathlib.Path(__file__).resolve().parents[1]
-    recorded = json.loads((root / "benchmarks" / "gpu_stages.json").read_text())
+    recorded = json.loads(common.result_path("gpu_stages.json").read_text())
     preset, hw = get_preset(recorded["preset"]), hardware.from_name("gpu-h200-1")
     model = hardware.time_model(preset, hw)
     steps = {c.stage: c.steps for c in model.costs}
@@ -333,14 +310,14 @@ def test_gpu_stages_records_what_the_package_predicts_for_gemma3_270m_on_an_h200
 
 def test_the_dpo_rate_sweep_names_what_to_run_first(tmp_path):
     with pytest.raises(SystemExit, match=r"no finished data and SFT stages: run "
-                                         r"benchmarks/real_270m_cpu.py --root .* first"):
+                                         r"python -m benchmarks.real_270m.real_270m_cpu --root .* first"):
         real_270m_dpo_lr.main(["--root", str(tmp_path)])
     assert not any(tmp_path.iterdir())  # nothing written, nothing branched
 
 
 def test_the_grpo_rate_sweep_names_what_to_run_first(tmp_path):
     with pytest.raises(SystemExit, match=r"no finished data, SFT and DPO stages: run "
-                                         r"benchmarks/real_270m_cpu.py --root .* first"):
+                                         r"python -m benchmarks.real_270m.real_270m_cpu --root .* first"):
         real_270m_grpo_lr.main(["--root", str(tmp_path)])
     assert not any(tmp_path.iterdir())  # nothing written, nothing branched
 
@@ -386,8 +363,8 @@ def test_the_real_series_compares_its_stages_on_the_saved_answers(tmp_path):
 
 
 def test_the_benchmarks_examples_hold():
-    """The docstring examples of the benchmarks this file loads (pytest collects only the package's)."""
-    for module in (seeds, grpo_hard, grpo_diagnostics, real_270m_dpo_lr):
+    """The docstring examples of the benchmarks this file imports (pytest collects only reasonkit's)."""
+    for module in (common, seeds, grpo_hard, grpo_diagnostics, real_270m_dpo_lr):
         result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
         assert not result.failed, module.__name__
     assert doctest.testmod(grpo_hard).attempted >= 3  # shuffled, keep_verified, verdict

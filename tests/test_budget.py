@@ -264,7 +264,7 @@ def test_a_single_kv_head_is_broadcast_to_the_query_heads():
     assert g2.items["XLA:CPU KV per query head"] == 0
     # the gemma3-1b rollout's 52 bf16 [16, 768, 4, 256] (1.2 GiB) = cache + 3 more copies;
     # with the prefill's logits at the last position only, the update is GRPO's peak on
-    # XLA:CPU (benchmarks/shapes.md) and the rollout
+    # XLA:CPU (benchmarks/results/shapes.md) and the rollout
     # is the phase off it
     grpo = memory_budget(get_preset("gemma3-1b"), "grpo", hw=v5e, backend="cpu")
     assert grpo.phase == "train"

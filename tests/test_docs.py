@@ -1,5 +1,5 @@
 """README.md and docs/: the first page stays one, every link lands, the preset docs match the presets,
-and every figure they quote is the one in the file behind it (benchmarks/*.json, committed outputs)."""
+and every figure they quote is the one in the file behind it (benchmarks/results/, committed outputs)."""
 
 import importlib
 import importlib.util
@@ -202,7 +202,7 @@ def test_the_presets_page_says_where_each_preset_runs(name):
 # --- one source for every number: the figures README and docs quote, from the files behind them ---
 
 RESULTS = ROOT / "docs" / "results.md"
-BENCH = ROOT / "benchmarks"
+BENCH = ROOT / "benchmarks" / "results"
 
 
 def _table(text: str, head_starts: str) -> tuple[list[str], dict[str, list[str]]]:
@@ -316,11 +316,11 @@ def _section(text: str, title: str) -> str:
 
 def test_the_harder_grpo_section_quotes_its_json():
     text = _section((ROOT / "docs" / "results.md").read_text(), "GRPO on harder prompts")
-    diag = json.loads((ROOT / "benchmarks" / "grpo_diagnostics.json").read_text())["results"]["sft"]["2"]
+    diag = json.loads((BENCH / "grpo_diagnostics.json").read_text())["results"]["sft"]["2"]
     for domain, r in diag.items():
         cells = [f"{r[c]:.0f}" for c in ("greedy", "greedy_verified", "pass_at_k", "pass_at_k_verified")]
         assert f"| {domain} | {' | '.join(cells)} | {100 * r['zero_std']:.0f}% |" in text, domain
-    hard = json.loads((ROOT / "benchmarks" / "grpo_hard.json").read_text())
+    hard = json.loads((BENCH / "grpo_hard.json").read_text())
     row = hard["results"]["0"]
     for name, label in (("hard", "fresh, difficulty 2"), ("fresh", "fresh, difficulty 1")):
         cells = [f"{row[st][name]['accuracy']:.2f}" for st in ("sft", "dpo", "grpo")]
@@ -354,7 +354,7 @@ def test_the_harder_grpo_section_quotes_its_json():
 def test_the_dpo_rate_table_quotes_its_json():
     page = (ROOT / "docs" / "presets.md").read_text()
     text = page.split("### The DPO learning rate", 1)[1].split("\n### ", 1)[0]
-    sweep = json.loads((ROOT / "benchmarks" / "real_270m_dpo_lr.json").read_text())
+    sweep = json.loads((BENCH / "real_270m_dpo_lr.json").read_text())
     assert sweep["held_out_pairs"] == 48
     assert f"from the real series' {sweep['sft_steps']}-step SFT" in _flat(text)
     for row in sweep["rows"]:
@@ -371,7 +371,7 @@ def test_the_dpo_rate_table_quotes_its_json():
 def test_the_grpo_rate_table_quotes_its_json():
     page = (ROOT / "docs" / "presets.md").read_text()
     text = page.split("### The GRPO learning rate", 1)[1].split("\n### ", 1)[0]
-    sweep = json.loads((ROOT / "benchmarks" / "real_270m_grpo_lr.json").read_text())
+    sweep = json.loads((BENCH / "real_270m_grpo_lr.json").read_text())
     assert f"after its {sweep['sft_steps']}-step SFT" in _flat(text)
     assert f"on {sweep['held_out_records']} fresh task prompts" in _flat(text)
     for row in sweep["rows"]:

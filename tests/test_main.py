@@ -190,7 +190,7 @@ def test_an_unreadable_gsm8k_source_stops_the_series_before_training(series, tmp
 # - 2026-11-27, 9m47s ("The whole demo"): SFT 105 s, DPO 25 s, GRPO 273 s; that machine read
 #   438 to 485 GFLOP/s ("The GRPO and SFT steps, old path against new"): the middle, 460;
 # - 2026-11-27, 13m48s ("The page faults ended", kept step memory): SFT 104.9 s, GRPO 418.3 s,
-#   with 189.3 GFLOP/s (benchmarks/step_memory.json, runs.kept.sft.matmul_flops_per_s).
+#   with 189.3 GFLOP/s (benchmarks/results/step_memory.json, runs.kept.sft.matmul_flops_per_s).
 DEMOS = [(460e9, {"sft": 105.0, "dpo": 25.0, "grpo": 273.0}), (None, {"sft": 104.9, "grpo": 418.3})]
 # Within a factor of 3 either way: the model assumes one utilisation for the tiny model on
 # every CPU (0.12 of the matmul rate) where the two machines ran the SFT step at 0.24 and
@@ -202,7 +202,7 @@ TOLERANCE = 3.0
 @pytest.mark.parametrize("peak, measured", DEMOS)
 def test_the_time_model_is_within_a_factor_of_3_of_the_tiny_demo(peak, measured):
     if peak is None:
-        memory = json.loads((ROOT / "benchmarks" / "step_memory.json").read_text())
+        memory = json.loads((ROOT / "benchmarks" / "results" / "step_memory.json").read_text())
         peak = memory["runs"]["kept"]["sft"]["matmul_flops_per_s"]
     model = hardware.TimeModel(hardware.stage_costs(get_preset("tiny")), peak, "cpu", "recorded")
     ratios = {stage: model.seconds(stage) / seconds for stage, seconds in measured.items()}
@@ -210,7 +210,7 @@ def test_the_time_model_is_within_a_factor_of_3_of_the_tiny_demo(peak, measured)
     assert ratios["grpo"] >= 1  # GRPO's estimate is an upper bound: answers at their maximum length
 
 
-# The real Gemma 3 270M's series on a 2-core CPU (benchmarks/real_270m_cpu.json), and the
+# The real Gemma 3 270M's series on a 2-core CPU (benchmarks/results/real_270m_cpu.json), and the
 # matmul rate its plan measured before it started (its log: 0.188 TFLOP/s; docs/results.md).
 REAL_PEAK = 188e9
 
@@ -221,7 +221,7 @@ def test_the_time_model_of_a_gemma_on_a_cpu_is_the_real_270m_series():
     early; loading, compiling and SFT's held-out checks come on top, and weigh most in the
     short stages. Two runs of the same stages on this machine differed by 10-19% (docs/results.md),
     so a tighter bound would test the machine."""
-    real = json.loads((ROOT / "benchmarks" / "real_270m_cpu.json").read_text())
+    real = json.loads((ROOT / "benchmarks" / "results" / "real_270m_cpu.json").read_text())
     model = hardware.time_model(get_preset(real["preset"]), hardware.from_name("cpu-1"),
                                 peak=REAL_PEAK)
     assert "40% training, 60% sampling" in model.report()  # the cpu-gemma row, not the tiny one

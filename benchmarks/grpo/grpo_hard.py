@@ -1,14 +1,14 @@
-"""GRPO on harder prompts, against its controls: the results in benchmarks/grpo_hard.json.
+"""GRPO on harder prompts, against its controls: the results in benchmarks/results/grpo_hard.json.
 
 Run from the repository root (about 25 minutes a seed on a 2-core CPU, 10 more per control):
 
-    python benchmarks/grpo_hard.py --seeds 0 [1 2 3 4] [--controls shuffled] [--root DIR]
+    python -m benchmarks.grpo.grpo_hard --seeds 0 [1 2 3 4] [--controls shuffled] [--root DIR]
 
 Per seed, the tiny preset with :data:`HARD` and that seed in every stage: SFT and DPO on the
 difficulty-1 gold traces; GRPO on difficulty-2 prompts (``grpo.difficulty``) that the DPO
 policy gets right 1 to G-1 times of G (``grpo.keep_contrast``), paid for verified answers
 (``answer_verified``) and a little for the format. Each stage is scored greedily on two
-sets no split holds (``benchmarks/seeds.py``): ``hard``, ``--hard`` fresh difficulty-2
+sets no split holds (:mod:`benchmarks.grpo.seeds`): ``hard``, ``--hard`` fresh difficulty-2
 prompts per domain, and ``fresh``, ``--fresh`` fresh difficulty-1 prompts per domain.
 SFT's pass@``--k`` on the first ``--pass-per-domain`` hard prompts of each domain is the
 stretch goal's mark. Controls start from the same DPO adapters and train on the same kept
@@ -41,24 +41,19 @@ import hashlib
 import json
 import pathlib
 import shutil
-import sys
 import time
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-sys.path.insert(0, str(ROOT))
-
-import seeds  # noqa: E402
-
-from reasonkit import data, evaluate, models, rewards, template, train  # noqa: E402
-from reasonkit.data.records import read_jsonl  # noqa: E402
-from reasonkit.presets import get_preset  # noqa: E402
-from reasonkit.runtime import mesh as mesh_lib  # noqa: E402
-from reasonkit.runtime import runs, session  # noqa: E402
-from reasonkit.train import batches, build, contrast  # noqa: E402
+from benchmarks.common import result_path, write_json
+from benchmarks.grpo import seeds
+from reasonkit import data, evaluate, models, rewards, template, train
+from reasonkit.data import read_jsonl
+from reasonkit.presets import get_preset
+from reasonkit.runtime import mesh as mesh_lib
+from reasonkit.runtime import runs, session
+from reasonkit.train import contrast
 
 # The tiny preset's GRPO, moved to the edge of its competence (issue 54).
 HARD = {"grpo.difficulty": 2, "grpo.keep_contrast": True,
@@ -218,9 +213,9 @@ def sft_control(preset, run: runs.RunDir, name: str) -> tuple[runs.RunDir, dict[
                                  f"from run {run.name!r}'s DPO policy is verified correct: nothing "
                                  "to imitate")
         p = control_preset(preset, name)
-        stage = build.build_stage(p, "sft", ctl, started="dpo")
+        stage = train.build_stage(p, "sft", ctl, started="dpo")
         tok = stage.tokenizer
-        stream, collator = batches.sft_batches(batches.sft_examples(records, tok), p, tok)
+        stream, collator = train.sft_batches(train.sft_examples(records, tok), p, tok)
         t = time.time()
         with stage.mesh:
             stage.trainer.train(mesh_lib.global_batches(stream, stage.mesh), None)
@@ -288,7 +283,7 @@ def main(argv=None) -> dict[str, Any]:
     ap.add_argument("--k", type=int, default=4, help="SFT's pass@k on the hard set (the stretch goal)")
     ap.add_argument("--pass-per-domain", type=int, default=100)
     ap.add_argument("--root", default=None, help="runs root (default: reasonkit's runs root)/grpo_hard")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "grpo_hard.json"))
+    ap.add_argument("--out", default=str(result_path("grpo_hard.json")))
     ap.add_argument("--quick", action="store_true", help="smoke run: a few steps, 4 prompts a domain")
     args = ap.parse_args(argv)
     if args.quick:
@@ -329,10 +324,10 @@ def main(argv=None) -> dict[str, Any]:
         results[str(seed) + ("-quick" if args.quick else "")] = row
     report["settings"] = {"preset": "tiny", "overrides": HARD, "hard_per_domain": args.hard,
                           "fresh_per_domain": args.fresh, "hard_difficulty": seeds.HARD_DIFFICULTY}
-    diagnostics = ROOT / "benchmarks" / "grpo_diagnostics.json"
+    diagnostics = result_path("grpo_diagnostics.json")
     report["verdict"] = verdict(report, json.loads(diagnostics.read_text())
                                 if diagnostics.is_file() else None)
-    out.write_text(json.dumps(report, indent=1) + "\n")
+    write_json(out, report)
     print(json.dumps({s: r["grpo_minus_sft"] for s, r in results.items()}, indent=1))
     return report
 

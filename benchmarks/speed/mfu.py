@@ -2,7 +2,7 @@
 
 Run from the repository root on a machine with an accelerator::
 
-    python benchmarks/mfu.py --preset gemma3-1b --batch 8 --seq 1024 --out mfu.json
+    python -m benchmarks.speed.mfu --preset gemma3-1b --batch 8 --seq 1024 --out mfu.json
 
 One process, one device: the preset's architecture (random weights in its dtype) with its
 LoRA, and the step the SFT stage jits: ``reasonkit.tunix_patches.logprobs.sft_loss`` (the final hidden
@@ -35,12 +35,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import importlib.util
 import itertools
 import pathlib
 import platform
 import statistics
-import sys
 import time
 from typing import Any
 from unittest import mock
@@ -48,17 +46,13 @@ from unittest import mock
 import jax
 from flax import nnx
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
+from benchmarks.common import compile_concurrently, error_text, finish, rotated
+from benchmarks.speed.attention import batch as random_batch
+from benchmarks.speed.attention import sft_step_flops
 from reasonkit import models
-from reasonkit.presets import get_preset  # noqa: E402
+from reasonkit.presets import get_preset
 from reasonkit.runtime import hardware
-from reasonkit.tunix_patches import attention, logprobs  # noqa: E402
-
-_spec = importlib.util.spec_from_file_location("attention_bench", ROOT / "benchmarks" / "attention.py")
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+from reasonkit.tunix_patches import attention, logprobs
 
 
 def sft_step(graphdef):
@@ -113,8 +107,8 @@ def measure(preset_name: str, batch: int, seq: int, steps: int, impls: tuple[str
     t0 = time.perf_counter()
     _, *state = nnx.split(lora_model(preset.model), nnx.LoRAParam, ...)  # every variant's arrays
     log(f"model and LoRA built in {time.perf_counter() - t0:.1f} s")
-    x = bench.batch(batch, seq, preset.model.vocab_size)
-    flops = bench.sft_step_flops(preset.model, batch, seq)
+    x = random_batch(batch, seq, preset.model.vocab_size)
+    flops = sft_step_flops(preset.model, batch, seq)
     lowered, failed = {}, {}
     for remat in remats:  # remat changes the graph, not the arrays
         abstract = nnx.eval_shape(lambda r=remat: lora_model(dataclasses.replace(preset.model, remat=r)))
@@ -133,19 +127,19 @@ def measure(preset_name: str, batch: int, seq: int, steps: int, impls: tuple[str
                         lowered[name] = sft_step(graphdef).lower(*state, x)
                     log(f"{name}: traced in {time.perf_counter() - t0:.1f} s")
                 except Exception as e:  # noqa: BLE001 - reported, and the others still run
-                    failed[name] = bench.error_text(e)
+                    failed[name] = error_text(e)
                     log(f"{name}: failed to trace: {failed[name]}")
     # all variants compile at once, each given compile_timeout seconds
     if deadline is not None:
         compile_timeout = max(0.0, min(compile_timeout, deadline - time.perf_counter()))
-    done, skipped = bench.compile_concurrently(lowered, compile_timeout, errors=failed)
+    done, skipped = compile_concurrently(lowered, compile_timeout, errors=failed)
     variants: dict[str, Any] = {}
     for name, (compiled, seconds) in done.items():
         mem = compiled.memory_analysis()
         try:
             value, _ = jax.block_until_ready(compiled(*state, x))
         except Exception as e:  # noqa: BLE001
-            failed[name] = bench.error_text(e)
+            failed[name] = error_text(e)
             continue
         variants[name] = {"fn": compiled, "times": [], "compile_s": seconds,
                           "loss": float(value), "xla_flops": _cost_flops(compiled),
@@ -156,7 +150,7 @@ def measure(preset_name: str, batch: int, seq: int, steps: int, impls: tuple[str
     for name, error in failed.items():
         log(f"{name}: failed: {error}")
     for i in range(steps):  # alternating in rotated order, so drift and place fall on each alike
-        for name in bench.rotated(list(variants), i):
+        for name in rotated(list(variants), i):
             v = variants[name]
             t0 = time.perf_counter()
             jax.block_until_ready(v["fn"](*state, x))
@@ -168,7 +162,7 @@ def measure(preset_name: str, batch: int, seq: int, steps: int, impls: tuple[str
             with jax.profiler.trace(f"{profile_dir}/{name}", create_perfetto_trace=True):
                 jax.block_until_ready(variants[name]["fn"](*state, x))
         except Exception as e:  # noqa: BLE001 - the timings stand without it
-            log(f"profile of {name} failed: {bench.error_text(e)}")
+            log(f"profile of {name} failed: {error_text(e)}")
     out = {"preset": preset_name, "batch": batch, "seq": seq, "steps": steps,
            "lora_rank": preset.lora.rank, "dtype": preset.model.dtype, "model_step_flops": flops,
            "device_kind": device.device_kind, "peak_flops_per_s": peak,
@@ -239,7 +233,7 @@ def main(argv=None) -> None:
                 profile_dir=args.out and str(pathlib.Path(args.out).parent / "profile"),
                 chunk_mibs=tuple(float(m) for m in args.chunk_mib.split(",")) if args.chunk_mib else (None,),
                 log=lambda s: print(s, flush=True))
-    bench.finish(r, table(r), args.out)
+    finish(r, table(r), args.out)
 
 
 if __name__ == "__main__":

@@ -3,11 +3,11 @@
 Needs torch and accelerate beside the pinned stack, which CI does not install:
 
     .venv/bin/pip install -r requirements-real.txt torch accelerate    # CPU wheels are enough
-    .venv/bin/python benchmarks/real_270m_parity.py
+    .venv/bin/python -m benchmarks.real_270m.real_270m_parity
 
 transformers reads the same ``.gguf`` with its own code (``from_pretrained(..., gguf_file=)``:
 gguf-py's dequantisation, its own mapping of names, norms and config); reasonkit reads it
-with :mod:`reasonkit.models.gguf_file` and computes with Tunix. Checks:
+with :func:`reasonkit.models.convert_gguf` and computes with Tunix. Checks:
 
   tokenizer  the rebuilt SentencePiece model's ids of a plain text, BOS, and the turn
              markers of a formatted chat as single ids where Gemma's template puts them
@@ -15,16 +15,16 @@ with :mod:`reasonkit.models.gguf_file` and computes with Tunix. Checks:
              over the last 128 positions, and the share of positions whose argmax agrees
   greedy     each prompt's greedy continuation, reasonkit's sampler against generate()
 
-and writes ``benchmarks/real_270m_reference.json``: each prompt's ids, transformers' greedy
+and writes ``benchmarks/results/real_270m_reference.json``: each prompt's ids, transformers' greedy
 ids and its top-5 logits after the prompt, which ``tests/test_gguf_file.py`` compares
 reasonkit against in CI, without torch. Exits 1 when a check fails.
 
 ``--export <stage>/merged`` checks a trained run's merged export instead (e.g. the GRPO
-stage of ``benchmarks/real_270m_cpu.py``'s run): transformers loads the directory alone
+stage of :mod:`benchmarks.real_270m.real_270m_cpu`'s run): transformers loads the directory alone
 (``AutoModelForCausalLM``, ``AutoTokenizer``), its chat template encodes a question as
 reasonkit's prompt does, its greedy answer equals reasonkit's (reasonkit's loader on the
 same directory), and generate() stops at ``<end_of_turn>`` through the export's
-generation_config.json. Writes ``benchmarks/real_270m_export.json``.
+generation_config.json. Writes ``benchmarks/results/real_270m_export.json``.
 """
 
 from __future__ import annotations
@@ -40,15 +40,14 @@ import time
 import numpy as np
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from reasonkit import evaluate, models, tasks, template  # noqa: E402
-from reasonkit.config import EvalConfig  # noqa: E402
-from reasonkit.presets import get_preset  # noqa: E402
-from reasonkit.testing import forward  # noqa: E402
+from benchmarks.common import result_path, write_json
+from reasonkit import evaluate, models, tasks, template
+from reasonkit.config import EvalConfig
+from reasonkit.presets import get_preset
+from reasonkit.testing import forward
 
-REFERENCE = ROOT / "benchmarks" / "real_270m_reference.json"
+REFERENCE = result_path("real_270m_reference.json")
 PLAIN = ("The capital of France is", [818, 5279, 529, 7001, 563])  # ids seen by hand (issue 52)
 PROMPTS = ["The capital of France is", "def fibonacci(n):\n",
            template.format_prompt("Jon has 6 cups. Jon buys 7 more. How many cups does Jon have now?")]
@@ -156,11 +155,11 @@ def check_export(path: pathlib.Path, out: pathlib.Path, n: int = 64) -> int:
         rows.append({"question": q, "transformers": text, "reasonkit": sp.DecodeIds(ids),
                      "same_prompt_ids": same_prompt, "same_answer": same, "stops_at_end_of_turn": stopped})
     where = ".../" + "/".join(path.resolve().parts[-4:])  # the run's layout, not this machine's
-    out.write_text(json.dumps({
+    write_json(out, {
         "export": where, "rows": rows,
         "checked_with": f"transformers {transformers.__version__} + torch {torch.__version__} (CPU, "
                         "float32): AutoModelForCausalLM / AutoTokenizer on the directory alone; "
-                        "reasonkit's loader on the same directory"}, indent=1) + "\n")
+                        "reasonkit's loader on the same directory"})
     for p in problems:
         print("FAIL:", p)
     return 1 if problems else 0
@@ -172,7 +171,7 @@ def main(argv=None) -> int:
     parser.add_argument("--export", type=pathlib.Path, help="a merged export to check instead")
     args = parser.parse_args(argv)
     if args.export is not None:
-        return check_export(args.export, args.out or ROOT / "benchmarks" / "real_270m_export.json")
+        return check_export(args.export, args.out or result_path("real_270m_export.json"))
     args.out = args.out or REFERENCE
     cfg = model_config()
     t0 = time.time()
@@ -207,12 +206,12 @@ def main(argv=None) -> int:
         rows.append({"prompt": prompt, "ids": pids, "greedy_ids": theirs,
                      "greedy_text": tok.DecodeIds(theirs), "top5_ids": top.tolist(),
                      "top5_logits": [round(float(last[i]), 5) for i in top]})
-    args.out.write_text(json.dumps({
+    write_json(args.out, {
         "model": "gemma-3-270m (pretrained) Q4_K_M GGUF, dequantized to float32",
         "gguf_sha256": source["sha256"], "reference": "transformers (PyTorch, float32), gguf_file=",
         "logits": {"tokens": LONG, "last": LAST, "max_rel_error": err, "argmax_agreement": agree},
-        "prompts": rows}, indent=1) + "\n")
-    print(f"wrote {args.out.relative_to(ROOT)}")
+        "prompts": rows})
+    print(f"wrote {args.out}")
     for p in problems:
         print("FAIL:", p)
     return 1 if problems else 0

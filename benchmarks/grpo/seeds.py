@@ -1,6 +1,6 @@
 """Accuracy per stage across seeds on the tiny preset: the numbers behind the seed tables of docs/results.md.
 
-Run from the repository root: ``python benchmarks/seeds.py`` (seeds 0 to 6, about 10
+Run from the repository root: ``python -m benchmarks.grpo.seeds`` (seeds 0 to 6, about 10
 minutes a seed on a 2-core CPU; ``--quick`` for a smoke run of a few minutes). For each
 seed it trains SFT -> DPO -> GRPO with the tiny preset's settings and that seed in all
 three stages, on the one data split notebook 02 builds (the data seed stays fixed), and
@@ -21,7 +21,7 @@ and run again, or run for more seeds, without redoing what it did. ``REASONKIT_O
 applies, to measure a variant (give it a ``--root`` of its own). Runs go to
 ``<runs root>/seeds/seed<N>`` (``--root``). One seed's accuracy moves by about a point on
 a thousand prompts, with nothing but the seed changed: compare stages by their mean and
-spread over seeds, on the larger set. Prints the table and writes ``benchmarks/seeds.json``.
+spread over seeds, on the larger set. Prints the table and writes ``benchmarks/results/seeds.json``.
 """
 
 from __future__ import annotations
@@ -30,19 +30,16 @@ import argparse
 import hashlib
 import json
 import pathlib
-import sys
 import time
 from typing import Any
 
 import numpy as np
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from reasonkit import data, evaluate, models, tasks, template, train  # noqa: E402
-from reasonkit.models import tiny  # noqa: E402
-from reasonkit.presets import env_overrides, get_preset  # noqa: E402
-from reasonkit.runtime import runs, session  # noqa: E402
+from benchmarks.common import result_path, write_json
+from reasonkit import data, evaluate, models, tasks, template, train
+from reasonkit.models import tiny
+from reasonkit.presets import env_overrides, get_preset
+from reasonkit.runtime import runs, session
 
 STAGES = ("sft", "dpo", "grpo")  # the base scores 0%: it never writes the tags
 FRESH_SEED = 50_000  # task seeds from here on: apart from the pool's and pretraining's
@@ -186,7 +183,7 @@ def main(argv=None) -> dict[str, Any]:
                     help="score only these sets (default: all: leftover, fresh, hard)")
     ap.add_argument("--root", default=None, help="runs root (default: reasonkit's runs root)/seeds")
     ap.add_argument("--out", default=None,
-                    help="default: benchmarks/seeds.json; <root>/seeds-quick.json with --quick")
+                    help="default: benchmarks/results/seeds.json; <root>/seeds-quick.json with --quick")
     ap.add_argument("--quick", action="store_true",
                     help="smoke run: 2 seeds, a few steps a stage, 4 fresh prompts a domain")
     args = ap.parse_args(argv)
@@ -194,7 +191,7 @@ def main(argv=None) -> dict[str, Any]:
         args.seeds, args.fresh = args.seeds[:2], 4
     root = pathlib.Path(args.root) if args.root else session.default_root() / "seeds"
     out = pathlib.Path(args.out or (root / "seeds-quick.json" if args.quick
-                                    else ROOT / "benchmarks" / "seeds.json"))
+                                    else result_path("seeds.json")))
     results: dict[int, dict[str, dict[str, float]]] = {}
     by_domain: dict[int, dict[str, dict[str, dict[str, float]]]] = {}
     sizes: dict[str, int] = {}
@@ -225,8 +222,7 @@ def main(argv=None) -> dict[str, Any]:
               "summary": summary, "grpo_minus_sft_by_domain": gains,
               "by_domain": {str(s): r for s, r in by_domain.items()}, "quick": args.quick,
               "overrides": env_overrides()}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1) + "\n")
+    write_json(out, report)
     print(f"wrote {out}")
     return report
 

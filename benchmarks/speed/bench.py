@@ -1,6 +1,6 @@
 """Padding, packing, compiles and throughput on a GSM8K-like length distribution.
 
-Run from the repository root (``python benchmarks/bench.py``; ``--quick`` for a smoke
+Run from the repository root (``python -m benchmarks.speed.bench``; ``--quick`` for a smoke
 run of about a minute). Everything is measured in one process, on one machine, with
 the tiny preset's model architecture and weights:
 
@@ -19,40 +19,32 @@ the tiny preset's model architecture and weights:
       the tiny width and wider (``--widths``)
 
 Timings on a shared machine are noisy: compare the ratios of one run, not runs.
-Prints a table and writes ``benchmarks/results.json``.
+Prints a table and writes ``benchmarks/results/bench.json``.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import importlib.util
 import json
 import os
 import pathlib
 import platform
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from typing import Any, Iterable, Iterator
 
 import numpy as np
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
+from benchmarks.common import result_path, rotated, write_json
+from benchmarks.speed import attention as attention_bench  # its SFT step and FLOPs
+from benchmarks.speed.attention import sft_step_flops
 from reasonkit import collate, data, models, testing, train
-from reasonkit.presets import get_preset  # noqa: E402
-from reasonkit.runtime import compiles, hardware, runs  # noqa: E402
-from reasonkit.tunix_patches import cpu_memory  # noqa: E402
-
-# benchmarks/attention.py as a module (benchmarks/ is not a package): its SFT step and FLOPs
-_spec = importlib.util.spec_from_file_location("attention_bench", ROOT / "benchmarks" / "attention.py")
-attention_bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(attention_bench)
-sft_step_flops = attention_bench.sft_step_flops
+from reasonkit.presets import get_preset
+from reasonkit.runtime import compiles, hardware, runs
+from reasonkit.tunix_patches import cpu_memory
 
 PAD = 0  # the tiny tokenizer's pad id; synthetic ids start above the special tokens
 FIRST_ID = 3
@@ -290,7 +282,7 @@ def grpo_source(root: pathlib.Path, from_run: str | None, quick: bool = False) -
 
 def grpo_old_new(source: runs.RunDir, steps: int, warmup: int) -> dict[str, Any]:
     """Seconds per GRPO step of each of :data:`GRPO_PATHS`, alternating step by step (in
-    ``attention_bench.rotated`` order: each path takes each place in turn).
+    :func:`~benchmarks.common.rotated` order: each path takes each place in turn).
 
     Each path is its own learner (``train.build_stage``) on a branch of ``source``,
     starting from its DPO adapters; all take the same batches in the same order. A step
@@ -315,7 +307,7 @@ def grpo_old_new(source: runs.RunDir, steps: int, warmup: int) -> dict[str, Any]
     seconds: dict[str, list[float]] = {path: [] for path in stages}
     compiled = [0] * len(batches)
     for i, batch in enumerate(batches):
-        for path in attention_bench.rotated(stages, i):
+        for path in rotated(stages, i):
             stage = stages[path][0]
             with stage.mesh, compiles.CompileCounter() as counter:
                 t0 = time.perf_counter()
@@ -429,7 +421,7 @@ def table(r: dict[str, Any]) -> str:
 def main(argv=None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="smoke run: fewer steps, one round")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results.json"))
+    ap.add_argument("--out", default=str(result_path("bench.json")))
     ap.add_argument("--skip-stages", action="store_true", help="skip (c)'s pipeline run")
     ap.add_argument("--max-length", type=int, default=1024,
                     help="SFT row length (the Gemma presets' max_target_length is 1024); the "
@@ -445,8 +437,8 @@ def main(argv=None) -> dict[str, Any]:
                          "its defaults, each step's temporaries mapped fresh")
     args = ap.parse_args(argv)
     # First, before JAX starts its backends; in a process where they started it says so.
-    step_memory = cpu_memory.keep_step_memory(
-        env={"REASONKIT_KEEP_STEP_MEMORY": "1" if args.step_memory == "kept" else "0"})
+    step_memory = (cpu_memory.keep_step_memory() if args.step_memory == "kept"
+                   else "step memory: left to glibc (--step-memory glibc)")
     print(step_memory, flush=True)
     if args.max_length < 64:
         ap.error(f"--max-length {args.max_length}: must be at least 64")
@@ -483,7 +475,7 @@ def main(argv=None) -> dict[str, Any]:
     results["table"] = text
     print(text)
     print(f"\nmachine: {results['machine']}; {results['seconds']} s")
-    pathlib.Path(args.out).write_text(json.dumps(results, indent=2, default=float) + "\n")
+    write_json(args.out, results, indent=2, default=float)
     return results
 
 
@@ -508,7 +500,7 @@ def old_new_only(args, step_memory: str) -> dict[str, Any]:
     results = json.loads(out.read_text()) if out.is_file() else {}
     results["old_new"] = {"when": datetime.datetime.now().isoformat(timespec="seconds"),
                           "machine": machine(step_memory), **old_new(args)}
-    out.write_text(json.dumps(results, indent=2, default=float) + "\n")
+    write_json(out, results, indent=2, default=float)
     return results
 
 

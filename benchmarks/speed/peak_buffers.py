@@ -3,7 +3,7 @@
 Dump a check's compiled programs, then read the dump (run from the repository root):
 
     XLA_FLAGS=--xla_dump_to=/tmp/dump python -m reasonkit.shapes gemma3-1b rollout
-    python benchmarks/peak_buffers.py /tmp/dump
+    python -m benchmarks.speed.peak_buffers /tmp/dump
 
 XLA writes, for each program, ``*-live-range.txt`` (every value live at the peak of its
 buffer assignment, with bytes) beside the optimised HLO (which op made each value, its

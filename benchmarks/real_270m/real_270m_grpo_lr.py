@@ -1,9 +1,9 @@
 """GRPO learning rates on Google's pretrained Gemma 3 270M (CPU), from the real series' DPO adapters.
 
 Run from the repository root, by hand (about 35 minutes on 2 cores), after
-``benchmarks/real_270m_cpu.py`` has trained DPO under ``--root``:
+``python -m benchmarks.real_270m.real_270m_cpu`` has trained DPO under ``--root``:
 
-    .venv/bin/python benchmarks/real_270m_grpo_lr.py --root runs/real_270m_cpu
+    .venv/bin/python -m benchmarks.real_270m.real_270m_grpo_lr --root runs/real_270m_cpu
 
 For each rate, GRPO of the preset ``gemma3-270m-cpu`` (its batch, group size, rewards,
 beta, lengths, warm-up and schedule) takes ``--steps`` steps from that run's DPO adapters
@@ -13,14 +13,13 @@ in the run itself. Then, as for the starting adapters: greedy format pass and ac
 mean per-token loss of their gold answers (:func:`real_270m_lr.held_out_loss`), which says
 whether a rate damages what SFT taught. Beside them, from GRPO's own log: the mean
 correctness reward of the sampled answers over the first and the last ``--window`` steps,
-and the KL to the reference at the end. Writes ``benchmarks/real_270m_grpo_lr.json``;
+and the KL to the reference at the end. Writes ``benchmarks/results/real_270m_grpo_lr.json``;
 docs/presets.md says what was chosen from it.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import pathlib
 import shutil
@@ -29,19 +28,13 @@ import time
 
 import numpy as np
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.common import result_path, write_json
+from benchmarks.real_270m import real_270m_lr
+from reasonkit import data, evaluate, models, tasks, template, train
+from reasonkit.presets import get_preset
+from reasonkit.runtime import runs
 
-from reasonkit import data, evaluate, models, tasks, template, train  # noqa: E402
-from reasonkit.presets import get_preset  # noqa: E402
-from reasonkit.runtime import runs  # noqa: E402
-from reasonkit.train import batches as train_batches  # noqa: E402
-
-_spec = importlib.util.spec_from_file_location("real_270m_lr", ROOT / "benchmarks" / "real_270m_lr.py")
-real_270m_lr = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(real_270m_lr)
-
-OUT = ROOT / "benchmarks" / "real_270m_grpo_lr.json"
+OUT = result_path("real_270m_grpo_lr.json")
 PRESET = "gemma3-270m-cpu"
 RATES = (5e-6, 5e-5, 5e-4)  # the CPU preset's (chosen here), its rate before, ten times that
 CORRECT, KL = "rewards/train/answer_correct", "actor/train/kl"
@@ -74,7 +67,7 @@ def measure(preset, run: runs.RunDir, stage: str, held: list[dict]) -> dict:
     texts = evaluate.generate(sampler, [template.format_prompt(r["prompt"]) for r in held],
                               preset.eval, models.stop_token_ids(tok), desc=f"{stage}: greedy")
     overall = evaluate.summarize(evaluate.score_stage(held, texts, [[] for _ in held]))["overall"]
-    gold = real_270m_lr.held_out_loss(policy, train_batches.sft_examples(held, tok), preset, tok)
+    gold = real_270m_lr.held_out_loss(policy, train.sft_examples(held, tok), preset, tok)
     del policy, sampler
     models.free()
     return {"format_rate": round(overall["format_rate"], 4), "accuracy": round(overall["accuracy"], 4),
@@ -84,7 +77,7 @@ def measure(preset, run: runs.RunDir, stage: str, held: list[dict]) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", type=pathlib.Path, required=True,
-                        help="real_270m_cpu.py's --root: its run's DPO adapters and splits")
+                        help="real_270m_cpu's --root: its run's DPO adapters and splits")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--per-domain", type=int, default=21, help="fresh held-out prompts per domain")
     parser.add_argument("--window", type=int, default=3)
@@ -94,7 +87,7 @@ def main(argv=None) -> int:
     source = runs.RunDir(args.root / "runs" / "e2e")  # where e2e_real.pipeline puts it
     if not all(source.is_finished(s) for s in ("data", "sft", "dpo")):
         raise SystemExit(f"{source.path} holds no finished data, SFT and DPO stages: run "
-                         f"benchmarks/real_270m_cpu.py --root {args.root} first")
+                         f"python -m benchmarks.real_270m.real_270m_cpu --root {args.root} first")
     if not 0 < args.window <= args.steps:
         raise SystemExit(f"--window {args.window}: must be 1 to --steps ({args.steps})")
     splits, _ = data.read_splits(source.require("data"))
@@ -115,13 +108,13 @@ def main(argv=None) -> int:
                | window_means(run, args.window) | {"train_seconds": round(seconds, 1)})
         rows.append(row)
         print(json.dumps(row), flush=True)
-    args.out.write_text(json.dumps({
+    write_json(args.out, {
         "preset": PRESET, "stage": "grpo", "started_from": "the run's DPO adapters",
         "sft_steps": source.finished_info("sft").get("steps"),
         "dpo_steps": source.finished_info("dpo").get("steps"),
         "batch_size": preset.grpo.batch_size, "num_generations": preset.grpo.num_generations,
         "beta": preset.grpo.beta, "warmup_ratio": preset.grpo.warmup_ratio,
-        "held_out_records": len(held), "window": args.window, "rows": rows}, indent=1) + "\n")
+        "held_out_records": len(held), "window": args.window, "rows": rows})
     print(f"wrote {args.out}")
     return 0
 

@@ -14,10 +14,10 @@ The gold is the row's ``gold_answer`` when the peer's gold is a solution with bo
 dataset's answer), else its ``gold``. Rows with ``comparable: false`` ask for something
 else (another rounding, another variable rule, no verdict at all) and are not counted.
 
-    python benchmarks/checker_agreement.py                # this tree
-    python benchmarks/checker_agreement.py --compare main # and a git ref, side by side
-    python benchmarks/checker_agreement.py --list         # every disagreement
-    python benchmarks/checker_agreement.py --timing       # and the rewards' time (see below)
+    python -m benchmarks.checker.checker_agreement                # this tree
+    python -m benchmarks.checker.checker_agreement --compare main # and a git ref, side by side
+    python -m benchmarks.checker.checker_agreement --list         # every disagreement
+    python -m benchmarks.checker.checker_agreement --timing       # and the rewards' time (see below)
 
 "Credited wrong" counts cases whose expected verdict is *wrong* and that a reward pays
 for: the number that must stay 0.
@@ -46,8 +46,9 @@ import tarfile
 import tempfile
 import time
 
-HERE = pathlib.Path(__file__).resolve().parent
-CASES = HERE / "checker_cases.jsonl"
+from benchmarks.common import ROOT
+
+CASES = pathlib.Path(__file__).resolve().parent / "checker_cases.jsonl"  # the corpus: input, not a result
 REASONING = "<reasoning>Worked it out.</reasoning>\n"
 TINY_STEP_S = 3.3  # the tiny preset's GRPO step on 2 CPU cores (the demo: 200 steps in 655 s)
 
@@ -194,18 +195,19 @@ def timing(steps: int = 20) -> dict:
 
 
 def _ref_verdicts(ref: str, cases_path: pathlib.Path, timed: bool = False) -> dict:
-    """Run this script against ``git archive ref reasonkit`` in a fresh interpreter."""
-    root = HERE.parent
+    """Run this module against ``git archive ref reasonkit`` in a fresh interpreter (that
+    reasonkit first on its path, then this tree's benchmarks)."""
     with tempfile.TemporaryDirectory() as tmp:
-        archive = subprocess.run(["git", "-C", str(root), "archive", ref, "reasonkit"],
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "reasonkit"],
                                  check=True, capture_output=True).stdout
         tar_path = pathlib.Path(tmp) / "ref.tar"
         tar_path.write_bytes(archive)
         with tarfile.open(tar_path) as tar:
             tar.extractall(tmp, filter="data")
-        env = {**os.environ, "PYTHONPATH": tmp}
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join((tmp, str(ROOT)))}
         flags = ["--timing"] if timed else []
-        done = subprocess.run([sys.executable, __file__, "--cases", str(cases_path), "--json", *flags],
+        done = subprocess.run([sys.executable, "-m", __spec__.name, "--cases", str(cases_path), "--json",
+                               *flags],
                               env=env, capture_output=True, text=True, check=True, cwd=tmp)
         return json.loads(done.stdout)
 

@@ -1,6 +1,6 @@
 """Tunix's attention vs reasonkit.tunix_patches.attention's, on the jitted forward + LoRA gradient.
 
-Run from the repository root: ``python benchmarks/attention.py`` (``--widths 128,512``
+Run from the repository root: ``python -m benchmarks.speed.attention`` (``--widths 128,512``
 adds the tiny preset's architecture at width 512; ``--ceiling`` adds the step with no
 attention core at all, the most a faster attention could give). Not run in CI. One
 process, one random model per width with the tiny preset's LoRA, the same weights and batch for every
@@ -12,16 +12,10 @@ to Tunix's; compare ratios within one run, not across runs.
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import contextlib
 import dataclasses
-import json
-import os
-import pathlib
 import statistics
-import sys
 import time
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -29,51 +23,10 @@ import numpy as np
 import optax
 from flax import nnx
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
+from benchmarks.common import rotated
 from reasonkit import masks, models
-from reasonkit.presets import get_preset  # noqa: E402
-from reasonkit.tunix_patches import attention  # noqa: E402
-
-
-def compile_concurrently(lowered: dict, timeout: float | None,
-                         errors: dict | None = None) -> tuple[dict, list]:
-    """Compile every lowered program at once (XLA compiles outside the GIL): ({key:
-    (compiled, seconds from the start)} of those done within ``timeout`` seconds, the
-    keys of those still compiling, sorted). :func:`finish` exits without waiting for them.
-    With ``errors`` (a dict), a compile that fails puts its error there by its key
-    instead of raising."""
-    if not lowered:
-        return {}, []
-    pool = concurrent.futures.ThreadPoolExecutor(len(lowered))
-    t0 = time.perf_counter()
-    jobs = {pool.submit(low.compile): key for key, low in lowered.items()}
-    done, _ = concurrent.futures.wait(jobs, timeout=timeout)
-    pool.shutdown(wait=False)
-    compiled = {}
-    for j in done:
-        if errors is not None and j.exception() is not None:
-            errors[jobs[j]] = error_text(j.exception())
-        else:
-            compiled[jobs[j]] = (j.result(), time.perf_counter() - t0)
-    return compiled, sorted(set(lowered) - set(compiled) - set(errors or ()), key=str)
-
-
-def error_text(e: BaseException, limit: int = 600) -> str:
-    """``Type: message``, cut to ``limit`` characters, for a benchmark's JSON."""
-    text = f"{type(e).__name__}: {e}"
-    return text if len(text) <= limit else text[:limit] + " ..."
-
-
-def finish(result: dict[str, Any], text: str, out: str | None) -> None:
-    """Print a benchmark's table, write its JSON to ``out``, and exit at once if a compile
-    is still running in its thread (it would hold the interpreter's exit)."""
-    print(text, flush=True)
-    if out:
-        pathlib.Path(out).write_text(json.dumps(result, indent=1) + "\n")
-    if result["not_compiled"]:
-        os._exit(0)
+from reasonkit.presets import get_preset
+from reasonkit.tunix_patches import attention
 
 
 def batch(b: int, s: int, vocab: int, seed: int = 0) -> dict[str, jax.Array]:
@@ -118,20 +71,6 @@ def tracing_as(impl: str):
         yield
     finally:
         attention.attend = real
-
-
-def rotated(items, i: int) -> list:
-    """``items`` started at position ``i`` (mod its length): alternating in one fixed order
-    favours a position (on this 2-core CPU, whichever of two equal-speed SFT steps ran
-    first after each matmul sample read 6 to 9% faster), so each round starts one place
-    later and every item takes every place.
-
-    >>> rotated(["a", "b", "c"], 4), rotated([], 1)
-    (['b', 'c', 'a'], [])
-    """
-    items = list(items)
-    k = i % len(items) if items else 0
-    return items[k:] + items[:k]
 
 
 def compare(model_cfg, lora_cfg, b: int, s: int, steps: int, impls) -> dict[str, float]:

@@ -4,7 +4,7 @@ Needs PyTorch beside the pinned stack, which CI does not install (and Go for the
 check, which is skipped without it):
 
     .venv/bin/pip install torch              # CPU wheels are enough
-    .venv/bin/python benchmarks/gguf_export.py   # writes benchmarks/gguf_export.json
+    .venv/bin/python -m benchmarks.exports.gguf_export   # writes benchmarks/results/gguf_export.json
 
 The files are written by ``models.export_gguf`` from a LoRA model (adapters that change
 the logits) of a random Gemma 3 with head_dim 256, and compared with that model's own
@@ -45,19 +45,17 @@ import tempfile
 import numpy as np
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-import jax  # noqa: E402
-from flax import nnx  # noqa: E402
+import jax
+from flax import nnx
 
-from reasonkit import models, template  # noqa: E402
-from reasonkit.config import LoraConfig, ModelConfig  # noqa: E402
-from reasonkit.models import export, gguf_file, tiny, tokenizer  # noqa: E402
-from reasonkit.presets import get_preset  # noqa: E402
-from reasonkit.testing import forward, write_hf_checkpoint  # noqa: E402
+from benchmarks.common import result_path, write_json
+from reasonkit import models, template
+from reasonkit.config import LoraConfig, ModelConfig
+from reasonkit.presets import get_preset
+from reasonkit.testing import forward, write_hf_checkpoint
 
-OUT = ROOT / "benchmarks" / "gguf_export.json"
+OUT = result_path("gguf_export.json")
 LORA = LoraConfig(rank=4, alpha=8.0)
 HEAD_256 = ModelConfig(family="gemma3", source="random", num_layers=6, vocab_size=512, embed_dim=128,
                        hidden_dim=256, num_heads=2, head_dim=256, num_kv_heads=1, sliding_window=16,
@@ -93,7 +91,7 @@ def source_and_model(cfg: ModelConfig, root: pathlib.Path):
     """A random source checkpoint (weights of std 0.05, as a trained model's are of that order,
     the tiny tokenizer) and a LoRA model on it whose adapters change the logits."""
     src = root / "src"
-    write_hf_checkpoint(src, cfg, tiny.ASSET / "tokenizer.model", seed=1, extra=models.hf_config(cfg))
+    write_hf_checkpoint(src, cfg, models.tiny.ASSET / "tokenizer.model", seed=1, extra=models.hf_config(cfg))
     model = models.apply_lora(models.load_model(src, cfg), LORA)
     for path, v in nnx.iter_graph(model):
         if isinstance(v, nnx.LoRAParam) and str(path[-1]).endswith("lora_b"):
@@ -103,7 +101,7 @@ def source_and_model(cfg: ModelConfig, root: pathlib.Path):
 
 def export_both(model, cfg, src, root: pathlib.Path) -> dict[str, pathlib.Path]:
     return {kind: models.export_gguf(model, cfg, LORA, root / kind, src, name=f"{cfg.source} {kind}",
-                                     kind=kind) / export.gguf_file_name(kind) for kind in KINDS}
+                                     kind=kind) / models.gguf_file_name(kind) for kind in KINDS}
 
 
 # --- transformers ---------------------------------------------------------------------------
@@ -119,7 +117,7 @@ def transformers_checks(model, cfg, src, files, tokens) -> dict:
         hf = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
         with torch.no_grad():
             got = hf.eval()(torch.as_tensor(tokens)).logits.double().numpy()
-        back = gguf_file.convert_gguf(path, cfg, path.parent / "back")  # reasonkit's reading of the file
+        back = models.convert_gguf(path, cfg, path.parent / "back")  # reasonkit's reading of the file
         ours = forward(models.load_model(back, cfg), tokens)
         out[kind] = {"vs_lora_model": compare(got, want, TOLERANCE.get(kind)),
                      "vs_reasonkit_reading_the_file": compare(got, ours),
@@ -130,7 +128,7 @@ def transformers_checks(model, cfg, src, files, tokens) -> dict:
     text = template.format_prompt("Sort 3 1 2.") + template.format_completion("1 < 2 < 3", "1 2 3")
     ids, want_ids = tok(text)["input_ids"], [sp.bos_id()] + sp.EncodeAsIds(text)
     out["tokenizer"] = {
-        "chat_template_is_the_exports": tok.chat_template == tokenizer.CHAT_TEMPLATE,
+        "chat_template_is_the_exports": tok.chat_template == models.CHAT_TEMPLATE,
         # Information, not a check: transformers turns a GGUF vocabulary into a Unigram model
         # without BOS, where llama.cpp runs SentencePiece's BPE merges, as the file says.
         "ids_as_sentencepiece": ids == want_ids, "ids_as_sentencepiece_without_bos": ids == want_ids[1:],
@@ -147,7 +145,7 @@ def tiny_checks(root: pathlib.Path, tokens) -> dict:
     cfg = get_preset("tiny").model
     src = models.resolve_source(cfg)
     model = models.apply_lora(models.load_model(src, cfg), LORA)  # adapters at zero: the base itself
-    path = models.export_gguf(model, cfg, LORA, root / "tiny", src, kind="f16") / export.gguf_file_name("f16")
+    path = models.export_gguf(model, cfg, LORA, root / "tiny", src, kind="f16") / models.gguf_file_name("f16")
     want = forward(model, tokens)
     out = {"config": dataclasses.asdict(cfg)}
     scalar = {"query_pre_attn_scalar": cfg.head_dim}
@@ -198,11 +196,11 @@ def ollama_template_checks(root: pathlib.Path) -> dict:
     program = root / "render.go"
     program.write_text(GO_PROGRAM)
     env = {**os.environ, "GOCACHE": str(root / "gocache"), "GO111MODULE": "off"}
-    chat = jinja2.Environment().from_string(tokenizer.CHAT_TEMPLATE)
+    chat = jinja2.Environment().from_string(models.CHAT_TEMPLATE)
     rows = []
     for messages in CONVERSATIONS:
         rendered = subprocess.run([go, "run", str(program)], input=json.dumps(
-            {"Template": export.OLLAMA_TEMPLATE, "Messages": messages}), capture_output=True, text=True,
+            {"Template": models.OLLAMA_TEMPLATE, "Messages": messages}), capture_output=True, text=True,
             env=env, check=True).stdout
         want = chat.render(messages=messages, bos_token="", add_generation_prompt=True)
         rows.append({"roles": [m["role"] for m in messages], "same_text": rendered == want})
@@ -237,7 +235,7 @@ def main(argv=None) -> int:
                   hf["tokenizer"]["chat_template_is_the_exports"],
               "Ollama's template writes the chat template's text": result["ollama_template"].get("ok", True)}
     result["checks"] = checks
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    write_json(args.out, result)
     for name, ok in checks.items():
         print(f"{'ok  ' if ok else 'FAIL'} {name}")
     print(json.dumps({kind: hf[kind] for kind in KINDS}, indent=1))

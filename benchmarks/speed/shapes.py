@@ -1,11 +1,11 @@
 """Every Gemma preset x stage compiled at its real shapes: the compiler's bytes per device.
 
-Run from the repository root, by hand (``python benchmarks/shapes.py``; tens of minutes
+Run from the repository root, by hand (``python -m benchmarks.speed.shapes``; tens of minutes
 on 2 cores, one compile at a time): each check runs :func:`reasonkit.shapes.check` in a
 fresh CPU process with the preset's device count simulated, Tunix's activation sharding
 constraints on as on a TPU, and abstract weights (no checkpoint is downloaded). Writes
-``benchmarks/shapes.json`` (every program's arguments, outputs, temporaries, aliased
-bytes) and ``benchmarks/shapes.md`` (the table the README quotes), after each check, so
+``benchmarks/results/shapes.json`` (every program's arguments, outputs, temporaries, aliased
+bytes) and ``benchmarks/results/shapes.md`` (the table the README quotes), after each check, so
 an interrupted run keeps what it measured; ``--resume`` skips the checks already there.
 ``--reestimate`` compiles nothing: it recomputes the estimate columns from the stored
 compiler figures (seconds), after a change to ``budget.memory_budget``.
@@ -19,15 +19,12 @@ import datetime
 import json
 import pathlib
 import platform
-import sys
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from reasonkit import budget, shapes  # noqa: E402
-from reasonkit.presets import PRESETS, get_preset  # noqa: E402
-from reasonkit.runtime import hardware  # noqa: E402
+from benchmarks.common import result_path, write_json
+from reasonkit import budget, shapes
+from reasonkit.presets import PRESETS, get_preset
+from reasonkit.runtime import hardware
 
 GEMMA_PRESETS = [name for name in PRESETS if name != "tiny"]
 
@@ -88,7 +85,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--presets", nargs="*", default=GEMMA_PRESETS)
     parser.add_argument("--stages", nargs="*", default=list(shapes.CHECK_STAGES))
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "shapes.json"))
+    parser.add_argument("--out", default=str(result_path("shapes.json")))
     parser.add_argument("--resume", action="store_true", help="keep the checks already in --out")
     parser.add_argument("--nice", type=int, default=10, help="niceness of each compile")
     parser.add_argument("--reestimate", action="store_true",
@@ -99,7 +96,7 @@ def main() -> None:
     if args.reestimate:
         stored = json.loads(out.read_text())
         stored["results"] = [reestimate(r) for r in stored["results"]]
-        out.write_text(json.dumps(stored, indent=1) + "\n")
+        write_json(out, stored)
         out.with_suffix(".md").write_text(table(stored["results"]) + "\n")
         print(table(stored["results"]))
         return
@@ -128,10 +125,10 @@ def main() -> None:
             order = {(p, s): i for i, (p, s) in enumerate(
                 (p, s) for p in GEMMA_PRESETS for s in shapes.CHECK_STAGES)}
             results.sort(key=lambda r: order.get((r["preset"], r["stage"]), 1 << 30))
-            out.write_text(json.dumps({
+            write_json(out, {
                 "date": datetime.date.today().isoformat(), "machine": platform.platform(),
                 "xla_flags": shapes.CPU_XLA_FLAGS, "seconds": round(time.time() - t0),
-                "results": results}, indent=1) + "\n")
+                "results": results})
             out.with_suffix(".md").write_text(table(results) + "\n")
     print(table(results))
 

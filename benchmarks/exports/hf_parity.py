@@ -4,7 +4,7 @@ Needs torch and peft beside the pinned stack, which CI does not install (torch i
 190 MB); run it after changing the loader or the exports:
 
     .venv/bin/pip install torch peft    # CPU wheels are enough
-    .venv/bin/python benchmarks/hf_parity.py
+    .venv/bin/python -m benchmarks.exports.hf_parity
 
 For each config below it writes a random Gemma checkpoint in Hugging Face's layout (the
 tiny preset's 512-piece tokenizer, so the export can write its tokenizer files), and
@@ -35,17 +35,15 @@ import tempfile
 import numpy as np
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-from flax import nnx  # noqa: E402
-from safetensors.numpy import save_file  # noqa: E402
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from safetensors.numpy import save_file
 
-from reasonkit import masks, models, template  # noqa: E402
-from reasonkit.config import LoraConfig, ModelConfig  # noqa: E402
-from reasonkit.presets import get_preset  # noqa: E402
+from reasonkit import masks, models, template
+from reasonkit.config import LoraConfig, ModelConfig
+from reasonkit.presets import get_preset
 
 LORA = LoraConfig(rank=4, alpha=8.0)
 SEQ = 48  # three sliding windows of 16

@@ -1,6 +1,6 @@
 """gemma3-270m end to end on a CPU: data -> SFT -> DPO -> GRPO -> evaluation -> export.
 
-Run from the repository root, by hand: ``python benchmarks/e2e_real.py`` runs the preset
+Run from the repository root, by hand: ``python -m benchmarks.real_270m.e2e_real`` runs the preset
 ``gemma3-270m`` at its own lengths and batch sizes (prompts of 256 tokens, completions of
 512, 1000 / 600 / 800 steps: far too long for a CPU; ``--steps 2`` runs two steps of each
 stage at those lengths), with random weights written here in Hugging Face layout and the
@@ -20,23 +20,19 @@ import math
 import os
 import pathlib
 import random
-import resource
-import sys
 import tempfile
 import time
 import zlib
 from typing import Any
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import jax.numpy as jnp
+import numpy as np
 
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-
+from benchmarks.common import clock, peak_rss_gib, write_json
 from reasonkit import evaluate, masks, models, plots, testing, train
-from reasonkit.config import Preset  # noqa: E402
-from reasonkit.presets import get_preset  # noqa: E402
-from reasonkit.runtime import runs  # noqa: E402
+from reasonkit.config import Preset
+from reasonkit.presets import get_preset
+from reasonkit.runtime import runs
 
 PRESET = "gemma3-270m"
 
@@ -89,16 +85,6 @@ def prepare(root: str | os.PathLike, *, quick: bool, steps: int | None = None,
     return get_preset(PRESET, **changes, **(overrides or {}))
 
 
-def _clock() -> tuple[float, float]:
-    t = os.times()
-    return time.perf_counter(), t.user + t.system + t.children_user + t.children_system
-
-
-def peak_rss_gib() -> float:
-    """This process's peak resident memory (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-
-
 TOKENS = [[2, 17, 40, 5, 99, 7, 0, 0], [2, 300, 12, 8, 9, 11, 13, 21]]  # logits compared on these
 
 
@@ -134,9 +120,9 @@ def pipeline(preset: Preset, root: str | os.PathLike, stages=("grpo",), *,
     out: dict[str, Any] = {"times": {}, "lora": {}, "base_differences": {}}
 
     def timed(name, fn, *args, **kwargs):
-        wall, cpu = _clock()
+        wall, cpu = clock()
         value = fn(*args, **kwargs)
-        wall2, cpu2 = _clock()
+        wall2, cpu2 = clock()
         out["times"][name] = (round(wall2 - wall, 1), round(cpu2 - cpu, 1))
         print(f"== {name}: {wall2 - wall:.1f} s wall, {cpu2 - cpu:.1f} s CPU, "
               f"peak RSS {peak_rss_gib():.2f} GiB", flush=True)
@@ -181,12 +167,12 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = pathlib.Path(args.root or tmp)
-        wall, cpu = _clock()
+        wall, cpu = clock()
         preset = prepare(root, quick=args.quick, steps=args.steps, overrides=args.overrides)
         print(f"== source written: {time.perf_counter() - wall:.1f} s", flush=True)
         result = pipeline(preset, root, ("base", "sft", "dpo", "grpo") if args.all_stages
                           else ("grpo",))
-        wall2, cpu2 = _clock()
+        wall2, cpu2 = clock()
         losses = train.read_metrics(result["run"], "sft").get("train/loss", ([], []))[1]
         summary = {"preset": PRESET, "quick": args.quick, "steps": args.steps,
                    "times": result["times"], "total": (round(wall2 - wall, 1), round(cpu2 - cpu, 1)),
@@ -198,7 +184,7 @@ def main() -> None:
                    "eval": {s: r["summary"]["overall"] for s, r in result["eval"].items()}}
     print(json.dumps(summary, indent=1))
     if args.out:
-        args.out.write_text(json.dumps(summary, indent=1))
+        write_json(args.out, summary)
 
 
 if __name__ == "__main__":

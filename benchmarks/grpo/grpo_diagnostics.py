@@ -2,7 +2,7 @@
 
 Run from the repository root, on a run whose stages finished (sampling only, nothing trains):
 
-    python benchmarks/grpo_diagnostics.py --run demo [--root runs] [--per-domain 50] [--k 8]
+    python -m benchmarks.grpo.grpo_diagnostics --run demo [--root runs] [--per-domain 50] [--k 8]
 
 For each finished stage of ``--stages`` (default: sft and grpo) it loads the stage's
 adapters and answers fresh prompts, ``--per-domain`` per domain at each difficulty
@@ -26,7 +26,7 @@ the conclusion names it, the checkable steps hold); maj@k verified votes among t
 samples whose reasoning supports their own answer, which needs no gold. Prompts and
 answers get ``--prompt-length`` and ``--gen-length`` tokens (difficulty 2 needs more than
 the tiny preset's evaluation gives).
-Writes ``--out`` (default ``benchmarks/grpo_diagnostics.json``) and prints a table.
+Writes ``--out`` (default ``benchmarks/results/grpo_diagnostics.json``) and prints a table.
 ``--quick`` takes 4 prompts per domain and k = 2, for a smoke run.
 """
 
@@ -35,23 +35,19 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
-import json
 import pathlib
-import sys
 import time
 from typing import Any
 
 import numpy as np
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.common import result_path, write_json
+from reasonkit import answers, data, evaluate, models, rewards, tasks, template
+from reasonkit.models import tiny
+from reasonkit.presets import get_preset
+from reasonkit.runtime import runs
 
-from reasonkit import answers, data, evaluate, models, rewards, tasks, template  # noqa: E402
-from reasonkit.models import tiny  # noqa: E402
-from reasonkit.presets import get_preset  # noqa: E402
-from reasonkit.runtime import runs  # noqa: E402
-
-FRESH_SEED = 70_000  # task seeds from here on: apart from the data pool's and benchmarks/seeds.py's
+FRESH_SEED = 70_000  # task seeds from here on: apart from the data pool's and grpo/seeds.py's
 DIFFICULTIES = (1, 2)
 
 
@@ -165,7 +161,7 @@ def main(argv=None) -> dict[str, Any]:
     ap.add_argument("--prompt-length", type=int, default=128, help="prompt tokens, BOS included")
     ap.add_argument("--gen-length", type=int, default=112, help="tokens sampled per answer")
     ap.add_argument("--quick", action="store_true", help="4 prompts per domain, k = 2")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "grpo_diagnostics.json"))
+    ap.add_argument("--out", default=str(result_path("grpo_diagnostics.json")))
     args = ap.parse_args(argv)
     per_domain, k = (4, 2) if args.quick else (args.per_domain, args.k)
     if per_domain < 1 or k < 2:
@@ -190,7 +186,7 @@ def main(argv=None) -> dict[str, Any]:
               "prompt_length": args.prompt_length, "gen_length": args.gen_length,
               "temperature": preset.grpo.temperature, "dropped_too_long": dropped,
               "seconds": round(time.time() - t0, 1), "results": results}
-    pathlib.Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+    write_json(args.out, report)
     return report
 
 
