@@ -15,7 +15,7 @@ where it stopped: finished stages are skipped, a stopped one resumes from its ch
 
 The GRPO model is exported as a PEFT adapter, a merged Hugging Face directory and an f16
 GGUF file with an Ollama Modelfile (``runs/<run>/grpo/{adapter,merged,gguf}``). ``push``
-uploads one export to the Hugging Face Hub or Kaggle Models (:mod:`reasonkit.models.publish`):
+uploads one export to the Hugging Face Hub or Kaggle Models (:func:`reasonkit.models.push`):
 
     python -m reasonkit push runs/tiny/grpo/gguf --to hf:<you>/reasonkit-tiny --dry-run
     python -m reasonkit push runs/first/grpo/merged --to kaggle:<you>/reasonkit/transformers/1b

@@ -68,7 +68,7 @@ def write_padded_tokenizer(tokenizer_model: str | os.PathLike, vocab_size: int,
     tokenizer.json is the small tokenizer's conversion (seconds) with the unused pieces
     added to its vocabulary: converting the padded model itself takes transformers
     minutes, which is why a real Gemma source ships its own tokenizer.json and exports
-    copy it (:func:`reasonkit.models.export_tokenizer`).
+    copy it (:func:`reasonkit.models._tokenizer.export_tokenizer`).
     """
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

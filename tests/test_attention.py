@@ -11,7 +11,7 @@ from flax import nnx
 
 from reasonkit import masks, models
 from reasonkit.config import LoraConfig, ModelConfig
-from reasonkit.models import checkpoint as models_checkpoint
+from reasonkit.models import _checkpoint as models_checkpoint
 from reasonkit.tunix_patches import attention
 
 S = 64  # sequence; the window (16) is smaller, so local layers mask something

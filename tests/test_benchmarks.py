@@ -17,7 +17,7 @@ from benchmarks.real_270m import real_270m_cpu, real_270m_dpo_lr, real_270m_grpo
 from benchmarks.speed import attention as attention_bench
 from benchmarks.speed import grpo_shared, mfu
 from reasonkit import data, models, template
-from reasonkit.models import checkpoint as models_checkpoint
+from reasonkit.models import _checkpoint as models_checkpoint
 from reasonkit.models import tiny
 from reasonkit.presets import get_preset
 from reasonkit.runtime import runs

@@ -12,8 +12,9 @@ import pytest
 from benchmarks.real_270m import real_270m_parity as parity
 from reasonkit import models, template
 from reasonkit.config import ModelConfig
-from reasonkit.models import gguf_file, tiny
-from reasonkit.models.architecture import CheckpointError
+from reasonkit.models import _gguf_file as gguf_file
+from reasonkit.models import tiny
+from reasonkit.models._architecture import CheckpointError
 from reasonkit.presets import get_preset
 from reasonkit.testing import forward, write_hf_checkpoint
 
@@ -67,7 +68,7 @@ def test_two_processes_converting_one_file_at_once_both_get_it(tmp_path, g3_gguf
     import subprocess
 
     _, tensors, path = g3_gguf
-    code = ("import sys, json; from reasonkit.models import gguf_file; "
+    code = ("import sys, json; from reasonkit.models import _gguf_file as gguf_file; "
             "from reasonkit.config import ModelConfig; cfg = ModelConfig(**json.loads(sys.argv[1])); "
             "print(gguf_file.convert_gguf(sys.argv[2], cfg, sys.argv[3]))")
     cache = tmp_path / "cache"
@@ -354,7 +355,7 @@ def test_written_file_says_the_chat_template_turn_end_and_layer_pattern(g3_gguf)
     fields = {k: f.contents() for k, f in reader.fields.items() if not k.startswith("GGUF.")}
     tok = models.load_tokenizer(tiny.ASSET / "tokenizer.model")
     assert fields["tokenizer.ggml.eot_token_id"] == tok.PieceToId(template.END_OF_TURN)
-    assert fields["tokenizer.chat_template"] == models.tokenizer.CHAT_TEMPLATE
+    assert fields["tokenizer.chat_template"] == models.CHAT_TEMPLATE
     assert (fields["gemma3.attention.sliding_window_pattern"], fields["gemma3.rope.freq_base_swa"],
             fields["gemma3.rope.freq_base"]) == (6, 10_000.0, 1_000_000.0)
     assert "gemma3.rope.scaling.type" not in fields and "general.license" not in fields

@@ -15,12 +15,12 @@ from safetensors.numpy import save_file
 
 from reasonkit import masks, models, template
 from reasonkit.config import LoraConfig, ModelConfig
-from reasonkit.models import architecture as models_architecture
-from reasonkit.models import checkpoint as models_checkpoint
-from reasonkit.models import export as models_export
-from reasonkit.models import gguf_file
-from reasonkit.models import tokenizer as models_tokenizer
-from reasonkit.models.architecture import _quiet_transformers
+from reasonkit.models import _architecture as models_architecture
+from reasonkit.models import _checkpoint as models_checkpoint
+from reasonkit.models import _export as models_export
+from reasonkit.models import _gguf_file as gguf_file
+from reasonkit.models import _tokenizer as models_tokenizer
+from reasonkit.models._architecture import _quiet_transformers
 from reasonkit.testing import forward, write_hf_checkpoint
 
 G3 = ModelConfig(family="gemma3", source="unused", num_layers=2, vocab_size=512, embed_dim=32,
@@ -35,8 +35,8 @@ TOKENS = np.array([[2, 17, 40, 5, 99, 7, 0, 0], [2, 300, 12, 8, 9, 11, 13, 21]])
 
 # --- the package ------------------------------------------------------------------------
 
-MODULES = ("architecture", "tokenizer", "checkpoint", "gguf_file", "tiny", "sources", "lora",
-           "adapters", "export", "publish")  # import order
+MODULES = ("_architecture", "_tokenizer", "_checkpoint", "_gguf_file", "_tiny", "_sources", "_lora",
+           "_adapters", "_export", "_publish")  # import order
 
 
 def test_models_is_a_package_of_small_modules_importing_one_way():
@@ -61,13 +61,13 @@ def test_models_is_a_package_of_small_modules_importing_one_way():
                     if (node.module or "").startswith("reasonkit.models.")}
         imported |= {a.name for node in froms if node.module == "reasonkit.models" for a in node.names}
         assert imported <= set(MODULES[:i]), f"{name} imports {imported - set(MODULES[:i])}: not before it"
-        if name != "tiny":  # the recipe is models.tiny, its names are not the face's
+        if name != "_tiny":  # the recipe is models.tiny, its names are not the face's
             face |= set(module.__all__)
     # the face: a few of the modules' public names, each the module's own object
     assert len(set(models.__all__)) == len(models.__all__) and set(models.__all__) <= face
     for public in models.__all__:
         owner = next(m for m in MODULES if public in importlib.import_module(f"reasonkit.models.{m}").__all__
-                     or public == m)
+                     or public == m.removeprefix("_"))
         assert getattr(models, public) is getattr(importlib.import_module(f"reasonkit.models.{owner}"),
                                                   public, models.tiny), public
     assert models.tiny.ASSET == pathlib.Path(reasonkit.__file__).parent / "assets" / "tiny"

@@ -16,7 +16,8 @@ import pytest
 
 from reasonkit import models
 from reasonkit.config import ModelConfig
-from reasonkit.models import export, publish
+from reasonkit.models import _export as export
+from reasonkit.models import _publish as publish
 from reasonkit.presets import get_preset
 
 TINY = get_preset("tiny")

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from reasonkit import models, tasks, template
-from reasonkit.models import checkpoint as models_checkpoint
-from reasonkit.models import sources as models_sources
+from reasonkit.models import _checkpoint as models_checkpoint
+from reasonkit.models import _sources as models_sources
 from reasonkit.models import tiny
 from reasonkit.presets import get_preset
 from reasonkit.testing import forward

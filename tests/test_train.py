@@ -20,7 +20,7 @@ import pytest
 
 from reasonkit import data, evaluate, models, rewards, template, train
 from reasonkit.config import SFTConfig
-from reasonkit.models import adapters as models_adapters
+from reasonkit.models import _adapters as models_adapters
 from reasonkit.presets import get_preset
 from reasonkit.runtime import compiles, runs
 from reasonkit.runtime.hardware import format_duration

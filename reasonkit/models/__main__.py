@@ -1,9 +1,9 @@
 """Rebuild the shipped tiny base model: ``python -m reasonkit.models [out_root]``.
 
 Pretrains the tiny preset's base from scratch with the recipe of
-:mod:`reasonkit.models.tiny` (:func:`reasonkit.models.build_tiny_checkpoint` with
+:mod:`reasonkit.models._tiny` (:func:`reasonkit.models._sources.build_tiny_checkpoint` with
 ``force=True``, built under ``out_root`` or the cache) and copies the files the package
-ships into ``reasonkit/assets/tiny`` (:data:`reasonkit.models.tiny.ASSET`).
+ships into ``reasonkit/assets/tiny`` (:data:`reasonkit.models._tiny.ASSET`).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import shutil
 import sys
 
-from reasonkit.models import tiny
-from reasonkit.models.sources import build_tiny_checkpoint
+from reasonkit.models import _tiny as tiny
+from reasonkit.models._sources import build_tiny_checkpoint
 from reasonkit.presets import get_preset
 
 __all__ = ["main"]

@@ -21,14 +21,14 @@ import numpy as np
 from flax import nnx
 
 from reasonkit.config import ModelConfig
-from reasonkit.models.architecture import (
+from reasonkit.models._architecture import (
     CheckpointError,
     config_from_hf,
     hf_config,
     read_config_json,
     tunix_config,
 )
-from reasonkit.models.tokenizer import load_tokenizer
+from reasonkit.models._tokenizer import load_tokenizer
 from reasonkit.tunix_patches import attention, lora_delta
 
 __all__ = ["REQUIRED_FILES", "model_class", "attention_impl", "use_optimisations", "new_model", "hf_shapes",

@@ -5,7 +5,7 @@ a :class:`~reasonkit.config.LoraConfig` names, on any mesh; :func:`lora_params` 
 :func:`base_params` read the adapters and the frozen base apart; :func:`merge_lora` folds
 the adapters into the base weights. qwix's LoRA delta is replaced by
 the patch package's flattened delta while a preset's optimisations install it
-(:func:`reasonkit.models.checkpoint.use_optimisations`).
+(:func:`reasonkit.models._checkpoint.use_optimisations`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 from flax import nnx
 
 from reasonkit.config import LoraConfig
-from reasonkit.models.checkpoint import _flat_params
+from reasonkit.models._checkpoint import _flat_params
 from reasonkit.runtime import mesh as mesh_lib
 
 __all__ = ["lora_trace_input", "apply_lora", "lora_params", "base_params", "merge_lora"]

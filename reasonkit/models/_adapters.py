@@ -15,10 +15,10 @@ import gc
 import jax
 
 from reasonkit.config import Preset
-from reasonkit.models.checkpoint import load_model, use_optimisations
-from reasonkit.models.lora import apply_lora
-from reasonkit.models.sources import resolve_source
-from reasonkit.models.tokenizer import load_tokenizer
+from reasonkit.models._checkpoint import load_model, use_optimisations
+from reasonkit.models._lora import apply_lora
+from reasonkit.models._sources import resolve_source
+from reasonkit.models._tokenizer import load_tokenizer
 from reasonkit.runtime import runs
 from reasonkit.runtime.runs import NOTEBOOK_OF, RunDir
 

@@ -40,15 +40,15 @@ import numpy as np
 
 from reasonkit import template
 from reasonkit.config import ModelConfig
-from reasonkit.models.architecture import (
+from reasonkit.models._architecture import (
     CheckpointError,
     _text_part,
     config_from_hf,
     read_config_json,
     tunix_config,
 )
-from reasonkit.models.checkpoint import hf_shapes
-from reasonkit.models.tokenizer import CHAT_TEMPLATE, load_tokenizer
+from reasonkit.models._checkpoint import hf_shapes
+from reasonkit.models._tokenizer import CHAT_TEMPLATE, load_tokenizer
 
 __all__ = ["PIP_PREFIX", "file_sha256", "GGUF_TYPES", "packaged_gguf", "read_gguf", "gguf_hf_config",
            "gguf_tokenizer_model", "convert_gguf", "write_gguf", "write_gguf_tensors"]

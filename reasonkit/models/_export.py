@@ -31,11 +31,11 @@ from flax import nnx
 
 from reasonkit import template
 from reasonkit.config import LoraConfig, ModelConfig
-from reasonkit.models.architecture import _text_part, read_config_json
-from reasonkit.models.checkpoint import to_hf_tensors
-from reasonkit.models.gguf_file import GGUF_TYPES, write_gguf_tensors
-from reasonkit.models.lora import merge_lora
-from reasonkit.models.tokenizer import export_tokenizer, load_tokenizer, stop_token_ids
+from reasonkit.models._architecture import _text_part, read_config_json
+from reasonkit.models._checkpoint import to_hf_tensors
+from reasonkit.models._gguf_file import GGUF_TYPES, write_gguf_tensors
+from reasonkit.models._lora import merge_lora
+from reasonkit.models._tokenizer import export_tokenizer, load_tokenizer, stop_token_ids
 
 __all__ = ["GEMMA_NOTICE", "EXPORT_KINDS", "export_licence", "export_config", "export_generation_config",
            "export_readme", "export_merged", "peft_tensors", "export_adapter", "gguf_file_name",
@@ -336,7 +336,7 @@ def export_gguf(lora_model: nnx.Module, cfg: ModelConfig, lora: LoraConfig,
 
     The arguments are :func:`export_merged`'s, plus the tensor type ``kind`` ("f16", or
     "q8_0": llama.cpp's 8-bit blocks, half the size; "f32" too). ``out_dir`` gets
-    ``model-<kind>.gguf`` (:func:`~reasonkit.models.gguf_file.write_gguf_tensors`: the
+    ``model-<kind>.gguf`` (:func:`~reasonkit.models._gguf_file.write_gguf_tensors`: the
     config's shapes and RoPE, the tokenizer, the chat template of the source or reasonkit's,
     ``<end_of_turn>`` as the end of turn), an Ollama ``Modelfile``, the model card and the
     licence. The GGUF file is written last, so its presence means the export is complete.
@@ -355,7 +355,7 @@ def export_gguf(lora_model: nnx.Module, cfg: ModelConfig, lora: LoraConfig,
     return out
 
 
-# qwix's adapter layouts (see :func:`reasonkit.models.lora.merge_lora`) and the transformers
+# qwix's adapter layouts (see :func:`reasonkit.models._lora.merge_lora`) and the transformers
 # projections they feed.
 _PEFT_LAYOUT = {
     "q_einsum": ("BTD,Dr,rNH->BTNH", "self_attn", ("q_proj",)),

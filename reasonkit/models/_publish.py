@@ -1,6 +1,6 @@
 """Upload an export to the Hugging Face Hub or to Kaggle Models, once: ``python -m reasonkit push``.
 
-An export directory (:mod:`reasonkit.models.export`: merged, adapter or GGUF) goes up
+An export directory (:mod:`reasonkit.models._export`: merged, adapter or GGUF) goes up
 whole: its weights, its model card (README.md, whose metadata names the licence) and its
 licence file (NOTICE for a model made from Gemma, LICENSE for the tiny model). Where to:
 
@@ -24,9 +24,9 @@ import os
 import pathlib
 import re
 
-from reasonkit.models.export import EXPORT_KINDS, GEMMA_NOTICE
-from reasonkit.models.gguf_file import file_sha256
-from reasonkit.models.sources import read_platform_secrets
+from reasonkit.models._export import EXPORT_KINDS, GEMMA_NOTICE
+from reasonkit.models._gguf_file import file_sha256
+from reasonkit.models._sources import read_platform_secrets
 
 __all__ = ["RECORD", "HUBS", "REQUIRED", "LICENCE_FILES", "KAGGLE_LICENCES", "PushError", "PushPlan",
            "parse_destination", "check_export", "plan_push", "credentials_problem", "push"]
@@ -109,7 +109,7 @@ def check_export(export_dir: str | os.PathLike) -> tuple[str, str, list[pathlib.
         kind = "merged"
     else:
         raise PushError(f"{path}: not a reasonkit export (no model.safetensors, adapter_model.safetensors "
-                        f"or .gguf file); one of {EXPORT_KINDS} from reasonkit.models.export")
+                        f"or .gguf file); one of {EXPORT_KINDS} from reasonkit.models._export")
     missing = [n for n in (*REQUIRED[kind], "README.md") if n not in names]
     missing += [f"{n} (a file still being written, or an export that stopped: export again)"
                 for n in sorted(names) if n.endswith(".tmp")]

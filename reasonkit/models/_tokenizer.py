@@ -18,7 +18,7 @@ from typing import Callable, Iterable
 import sentencepiece as spm
 
 from reasonkit import template
-from reasonkit.models.architecture import CheckpointError, _quiet_transformers
+from reasonkit.models._architecture import CheckpointError, _quiet_transformers
 
 __all__ = ["TOKENIZER_FILES", "HF_TOKENIZER_FILES", "CHAT_TEMPLATE", "load_tokenizer", "token_counter",
            "stop_token_ids", "train_tokenizer", "hf_tokenizer_files", "export_tokenizer"]

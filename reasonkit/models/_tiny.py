@@ -7,10 +7,10 @@ plain-prose documents (:func:`corpus`, no answer tags: teaching those is SFT's j
 leave out every prompt of the tiny preset's data pool (:func:`pretraining_records`).
 
 The repository ships the result in ``reasonkit/assets/tiny`` (:data:`ASSET`);
-:func:`reasonkit.models.build_tiny_checkpoint` returns it when its recorded :func:`key`
+:func:`reasonkit.models._sources.build_tiny_checkpoint` returns it when its recorded :func:`key`
 matches the config and this recipe, and otherwise builds one with the functions here.
 ``python -m reasonkit.models`` rebuilds the shipped one. This module imports no other
-module of :mod:`reasonkit.models`: it is the recipe, :mod:`reasonkit.models.sources` builds with it.
+module of :mod:`reasonkit.models`: it is the recipe, :mod:`reasonkit.models._sources` builds with it.
 """
 
 from __future__ import annotations

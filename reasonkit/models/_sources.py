@@ -1,11 +1,11 @@
 """Where a base model's weights come from: built (tiny), downloaded (Kaggle, Hugging Face) or given.
 
 A GGUF file (a path, or ``pip:<package>`` for one a pip package ships) is converted once
-into a Hugging Face-layout directory by :mod:`reasonkit.models.gguf_file`.
+into a Hugging Face-layout directory by :mod:`reasonkit.models._gguf_file`.
 
 :func:`resolve_source` turns a preset's ``model.source`` into a local directory in Hugging
 Face layout and :func:`load_base` loads it. The tiny base is built here
-(:func:`build_tiny_checkpoint`) with the recipe of :mod:`reasonkit.models.tiny`, or taken
+(:func:`build_tiny_checkpoint`) with the recipe of :mod:`reasonkit.models._tiny`, or taken
 from the copy the repository ships; Gemma is downloaded with kagglehub or huggingface_hub,
 with credentials from the notebook platform's secrets (:func:`read_platform_secrets`), and
 a failed download is turned into advice.
@@ -21,11 +21,11 @@ import pathlib
 import jax
 
 from reasonkit.config import ModelConfig
-from reasonkit.models import tiny
-from reasonkit.models.architecture import CheckpointError
-from reasonkit.models.checkpoint import load_model, new_model, save_hf_checkpoint
-from reasonkit.models.gguf_file import PIP_PREFIX, convert_gguf, packaged_gguf
-from reasonkit.models.tokenizer import TOKENIZER_FILES, load_tokenizer, train_tokenizer
+from reasonkit.models import _tiny as tiny
+from reasonkit.models._architecture import CheckpointError
+from reasonkit.models._checkpoint import load_model, new_model, save_hf_checkpoint
+from reasonkit.models._gguf_file import PIP_PREFIX, convert_gguf, packaged_gguf
+from reasonkit.models._tokenizer import TOKENIZER_FILES, load_tokenizer, train_tokenizer
 
 __all__ = ["DOWNLOAD_FILES", "cache_dir", "read_platform_secrets", "resolve_source", "load_base",
            "build_tiny_checkpoint"]
@@ -125,7 +125,7 @@ def load_base(cfg: ModelConfig, mesh: jax.sharding.Mesh | None = None):
 
 def build_tiny_checkpoint(cfg: ModelConfig, *, steps: int = tiny.STEPS, seed: int = 0,
                           out_root: str | os.PathLike | None = None, force: bool = False) -> pathlib.Path:
-    """The tiny base model: tokenizer + a pretraining run (:mod:`reasonkit.models.tiny`), in HF layout.
+    """The tiny base model: tokenizer + a pretraining run (:mod:`reasonkit.models._tiny`), in HF layout.
 
     The repo ships the result for the tiny preset in ``reasonkit/assets/tiny``
     (rebuild it with ``python -m reasonkit.models``); any other config, step count or
