@@ -15,19 +15,18 @@
 # %% [markdown]
 # # 04 · Direct preference optimisation (DPO)
 #
-# **What you will do:** continue training the SFT adapters on preference pairs (one
-# prompt, a *chosen* and a *rejected* completion) from the DPO split of
-# `02_dataset_rebalance`. You will decode one pair as the trainer sees it, ask the SFT
-# model three held-out questions, train with live metrics, plot the reward margin and the
-# preference accuracy, and ask the same questions again.
+# **What you will do:** train the SFT adapters on preference pairs (a prompt, a *chosen*
+# and a *rejected* completion) from `02_dataset_rebalance`'s DPO split. Decode a pair as
+# the trainer sees it and ask the SFT model three held-out questions. Train with live
+# metrics, plot the reward margin and preference accuracy, and ask again.
 #
-# **What you will learn:** what DPO optimises without a reward model, why its reference
-# is the SFT policy, what the *reward margin* and *preference accuracy* in the logs mean,
-# and what a healthy DPO run looks like.
+# **What you will learn:** what DPO optimises without a reward model, and why its
+# reference is the SFT policy. What the logs' *reward margin* and *preference accuracy*
+# mean. What a healthy run looks like.
 #
-# **What you need:** the data splits (`02_dataset_rebalance`) and the SFT adapters
-# (`03_sft`) in the same run directory. For Gemma a TPU (Kaggle *TPU v5e-8*, Cloud TPU v3-8,
-# Colab *v5e-1*); on a CPU the `tiny` preset trains in a couple of minutes.
+# **What you need:** the splits (`02_dataset_rebalance`) and the SFT adapters (`03_sft`)
+# in the same run. Gemma needs a TPU (Kaggle *TPU v5e-8*, Cloud TPU v3-8, Colab *v5e-1*);
+# on a CPU, `tiny` trains in a couple of minutes.
 
 # %% [markdown]
 # ## Setup
@@ -88,9 +87,9 @@ print(f"run {run.path}: {len(splits.dpo)} preference pairs; DPO starts from the 
 
 # %% [markdown]
 # ## The stage's settings
-# `algorithm` is `"dpo"` or `"orpo"`; `beta` sets how far the policy may move from the
-# reference (smaller: further). The memory line is the estimate of `01_hardware_check`:
-# DPO runs every batch twice (chosen and rejected), so its batch is half of SFT's.
+# `algorithm` is `"dpo"` or `"orpo"`. `beta` sets how far the policy may move from the
+# reference (smaller: further). The memory line is `01_hardware_check`'s estimate. DPO
+# runs every batch twice (chosen and rejected), so its batch is half of SFT's.
 
 # %%
 for key, value in dataclasses.asdict(preset.dpo).items():
@@ -101,7 +100,7 @@ print(f"memory: about {hardware.format_bytes(budget.total)} per device of "
 
 # %% [markdown]
 # ## The model we start from
-# The base weights with the SFT adapters restored from `runs/<run>/sft/checkpoints`.
+# The base weights with the SFT adapters, restored from `runs/<run>/sft/checkpoints`.
 
 # %%
 _, model, tok, _ = models.load_policy(preset, run, start, mesh=None)
@@ -110,7 +109,7 @@ print(f"{preset.model.num_params / 1e6:.1f}M base parameters + LoRA rank {preset
 
 # %% [markdown]
 # ## One preference pair, decoded
-# Each row of the DPO split is a prompt with a **chosen** completion (right answer, right
+# A row of the DPO split is a prompt with a **chosen** completion (right answer, right
 # format) and a **rejected** one. `02_dataset_rebalance` made the rejected side differ in
 # one way, recorded as `rejected_kind`:
 
@@ -119,9 +118,9 @@ kinds = collections.Counter(r["rejected_kind"] for r in splits.dpo)
 display(Markdown(plots.count_table(kinds, "rejected_kind")))
 
 # %% [markdown]
-# The trainer sees fixed-shape arrays: the prompt **left**-padded (so it ends where the
-# responses begin), each response **right**-padded, with masks marking the real tokens.
-# Here is the first row of the first batch, decoded from those arrays:
+# The trainer sees fixed-shape arrays. The prompt is **left**-padded, so it ends where the
+# responses begin; each response is **right**-padded; masks mark the real tokens. The
+# first row of the first batch, decoded from those arrays:
 
 # %%
 batches, _ = train.dpo_batches(train.dpo_examples(splits.dpo, tok), preset, tok)
@@ -134,7 +133,7 @@ for part in ("prompt", "chosen", "rejected"):
 
 # %% [markdown]
 # ## Before: the SFT model on three held-out questions
-# The same three held-out prompts as in `03_sft`, greedy, scored by `evaluate.score`.
+# The three held-out prompts of `03_sft`, greedy, scored by `evaluate.score`.
 
 # %%
 EXAMPLES = evaluate.pick_examples(splits.eval)  # math, coding, summarization if present
@@ -144,52 +143,45 @@ models.free()  # the trainer loads its own copy onto the DPO mesh
 
 # %% [markdown]
 # ## How DPO learns, and what it logs
-# DPO needs no reward model and no sampling. For each pair it compares how much more
-# likely the **policy** (being trained) makes each response than a frozen **reference**
-# does. The *implicit reward* of a response $y$ is
-# $r(y) = \beta\,(\log \pi_\theta(y \mid x) - \log \pi_{\text{ref}}(y \mid x))$, and
-# the loss is $-\log \sigma(r(\text{chosen}) - r(\text{rejected}))$.
+# DPO needs no reward model and no sampling. For each pair, it compares how much more
+# likely each response is under the **policy** (being trained) than under a frozen
+# **reference**. The *implicit reward* of a response $y$ is
+# $r(y) = \beta\,(\log \pi_\theta(y \mid x) - \log \pi_{\text{ref}}(y \mid x))$. The loss
+# is $-\log \sigma(r(\text{chosen}) - r(\text{rejected}))$.
 #
-# - **The reference is the SFT policy**, not the raw base: DPO should move the model
-#   only where the preferences say, measured from where SFT left it. Here it is a second
-#   set of adapters (the SFT ones, frozen) on the same frozen backbone, so it costs no
-#   second copy of the base weights.
+# - **The reference is the SFT policy**, not the raw base. DPO should move the model only
+#   where the preferences say, from where SFT left it. The reference is the SFT adapters,
+#   frozen, on the policy's own backbone arrays: no second copy of the base weights.
 # - **Reward margin** `train/rewards/margin` $= r(\text{chosen}) - r(\text{rejected})$,
-#   averaged over the batch: how much more the policy has moved towards the chosen
-#   responses than towards the rejected ones. It starts at 0 (policy = reference) and
-#   should grow.
-# - **Preference accuracy** `train/rewards/accuracy`: the fraction of pairs in the batch
-#   whose chosen response has the higher implicit reward. At step 1 the margins are 0 up
-#   to rounding, so it is a coin flip; it should climb towards 1.
+#   averaged over the batch: how much more the policy moved towards the chosen responses
+#   than the rejected. It starts at 0 (policy = reference) and should grow.
+# - **Preference accuracy** `train/rewards/accuracy`: the share of pairs whose chosen
+#   response has the higher implicit reward. At step 1 the margins are 0 up to rounding: a
+#   coin flip. It should climb towards 1.
 # - **Loss** starts at $\log 2 \approx 0.69$ (a margin of 0) and falls as margins grow.
 #
-# Watch `train/rewards/chosen` too: DPO can raise the margin by pushing *both*
-# responses down, the rejected faster. Chosen rewards far below 0 mean the model is
-# becoming less likely to write even the good answers: then lower the learning rate or
-# raise `beta`. (`dpo.algorithm = "orpo"` trains without a reference model instead.)
-#
-# Training resumes and refuses exactly as in `03_sft`: a finished stage is loaded, not
-# retrained, unless you set `RETRAIN = True`; it stops cleanly before the session's
-# deadline, and running the notebook again (in a new session) resumes it.
+# Watch `train/rewards/chosen` too. DPO can raise the margin by pushing *both* responses
+# down, the rejected faster. Chosen rewards far below 0 mean even the good answers grow
+# less likely. Then lower the learning rate or raise `beta`.
 
 # %% [markdown]
 # ## Train with Tunix's `DPOTrainer`
-# A `DPOTrainer` takes the policy, the frozen reference, an optimizer and a
-# `DPOTrainingConfig`; `trainer.train(batches)` runs the loop. The cell writes them out.
+# The cell writes out a `DPOTrainer`: the policy, the frozen reference, an optimizer and a
+# `DPOTrainingConfig`. `trainer.train(batches)` runs the loop.
 #
-# - `r.policy` starts from the SFT adapters. `r.reference` is the same adapters, frozen,
-#   on the policy's own base arrays (`03_sft`, "LoRA"). ORPO (`dpo.algorithm = "orpo"`)
-#   has no reference: `r.reference` is None.
+# - `r.policy` starts from the SFT adapters. `r.reference` is the frozen copy (above;
+#   `03_sft`, "LoRA"). ORPO (`dpo.algorithm = "orpo"`) has no reference: `r.reference` is
+#   None.
 # - The config holds DPO or ORPO, `beta`, and the lengths the collator pads to.
-# - `r.patch(trainer)`: the preset's optimisations. Tunix computes each response's
-#   log-probability from float32 full-vocabulary logits, in the loss and in the
-#   reference's forward. The patch computes the same numbers a chunk of positions at a time.
+# - `r.patch(trainer)`: the preset's optimisations. Tunix takes each response's
+#   log-probability from float32 full-vocabulary logits, in the loss and the reference's
+#   forward. The patch computes the same numbers a chunk of positions at a time.
 # - `r.batches(trainer)`: the pairs above, prompts left-padded, responses right-padded.
 #
-# The `with` block keeps the run's lifecycle as in `03_sft`: checkpoints, resume, the
-# settings record, the deadline. A finished stage is loaded (`r.trains` is False), not
-# retrained, unless you set `RETRAIN = True`. Scripts build the same trainer with
-# `train.dpo_trainer`.
+# The `with` block keeps `03_sft`'s lifecycle: checkpoints, the settings record, a clean
+# stop before the session's deadline, and resume (in a new session too). A finished stage
+# is loaded (`r.trains` is False), not retrained, unless `RETRAIN = True`. Scripts build
+# the same trainer with `train.dpo_trainer`.
 
 # %%
 from tunix import DPOTrainer, DPOTrainingConfig
@@ -229,11 +221,11 @@ plt.show()
 
 # %% [markdown]
 # ## After: the same three questions
-# Now with the DPO adapters. The pairs reward right answers over wrong ones *and*
-# complete tags over broken ones, so format should hold and answers may improve. DPO
-# can also hurt format: in *Training Gemma 2 2B to Reason with Tunix*, the write-up this
-# pipeline follows, format pass fell from 89.5% after SFT to 76.8% after DPO.
-# `06_evaluation` measures it on the whole held-out set.
+# Now with the DPO adapters. The pairs prefer right answers to wrong ones *and* complete
+# tags to broken ones. Format should hold; answers may improve. DPO can also hurt format.
+# In *Training Gemma 2 2B to Reason with Tunix*, the write-up this pipeline follows,
+# format pass fell from 89.5% after SFT to 76.8% after DPO. `06_evaluation` measures it on
+# the whole held-out set.
 
 # %%
 if finished:
@@ -246,8 +238,8 @@ else:
 # ## What this stage left behind
 # `runs/<run>/dpo/` holds the Orbax checkpoints of the DPO adapters (what `05_grpo`
 # restores), `metrics.jsonl`, TensorBoard logs, the plot and `finished.json`. To browse
-# the logs in Jupyter, Colab or Kaggle (with the `tensorboard` package installed; not run
-# here, the tests have none), in a cell of its own:
+# the logs in Jupyter, Colab or Kaggle, run in a cell of its own (it needs the
+# `tensorboard` package; not run here, the tests have none):
 #
 # ```python
 # %load_ext tensorboard
@@ -259,19 +251,18 @@ print(sorted(p.name for p in run.stage("dpo").iterdir()))
 
 # %% [markdown]
 # ## Check: DPO moved towards the chosen answers
-# The last cell calls `checks.check_dpo` on DPO's own metrics, averaged over the first
-# and the last quarter of the logged steps (one batch a step is noisy). It fails when DPO
-# did not do its job (a learning rate of 1e-12, adapters left at their start), with
-# these margins:
+# The last cell calls `checks.check_dpo` on DPO's metrics. It averages them over the first
+# and last quarter of the logged steps, as one batch a step is noisy. It fails when DPO
+# did not do its job (a learning rate of 1e-12, adapters left at their start). Its
+# margins:
 #
-# - **The chosen-over-rejected margin rises**: the reward margin's last-quarter mean is
-#   at least 0.05 and above its first-quarter mean. It starts at 0, where policy and
-#   reference are the same; a DPO that learned nothing stays there.
+# - **The chosen-over-rejected margin rises**: its last-quarter mean is at least 0.05 and
+#   above its first-quarter mean. A DPO that learned nothing stays at its start, 0.
 # - **The pairs are ranked right**: the last quarter's preference accuracy is at least
 #   0.6, against 0.5 for a coin flip.
 #
-# ORPO is not checked (its logged "margin" compares log-probabilities with no reference, so
-# it does not start at 0), nor is a stage stopped by the session's deadline.
+# Not checked: ORPO (its logged "margin" compares log-probabilities with no reference, so
+# it does not start at 0), and a stage stopped by the session's deadline.
 
 # %%
 if finished and preset.dpo.algorithm == "dpo":
@@ -281,10 +272,10 @@ else:
 
 # %% [markdown]
 # ## What next
-# - Run `05_grpo` to push accuracy with verifiable rewards, starting from these adapters.
+# - Run `05_grpo` to push accuracy with verifiable rewards, from these adapters.
 # - Try `beta`: `get_preset(name, **{"dpo.beta": 0.5})` keeps the policy closer to SFT
-#   (smaller margins, less drift); `0.05` lets it move further. Use another run name
-#   (`REASONKIT_RUN=...`) to keep both and compare them in `06_evaluation`.
+#   (smaller margins, less drift); `0.05` lets it move further. Another run name
+#   (`REASONKIT_RUN=...`) keeps both, to compare in `06_evaluation`.
 # - Try ORPO: `**{"dpo.algorithm": "orpo"}` adds a preference term to plain SFT loss and
 #   needs no reference model.
 # - Skip DPO: `05_grpo` starts from the SFT adapters when DPO has not run.

@@ -24,9 +24,9 @@
 # Dr. GRPO).
 #
 # **What you need:** the splits (`02_dataset_rebalance`) and, in the same run, the DPO
-# adapters (`04_dpo`), or else the SFT ones (`03_sft`). Gemma needs a TPU (Kaggle *TPU
-# v5e-8*, Cloud TPU v3-8, Colab *v5e-1*): GRPO mostly generates. On this project's 2-core
-# CPU, `tiny` trains 200 steps in about 5 minutes (fewer do not beat the seed spread); the
+# adapters (`04_dpo`), or the SFT ones (`03_sft`). Gemma needs a TPU (Kaggle *TPU v5e-8*,
+# Cloud TPU v3-8, Colab *v5e-1*): GRPO mostly generates. On this project's 2-core CPU,
+# `tiny` trains 200 steps in about 5 minutes (fewer do not beat the seed spread); the
 # progress bar gives yours.
 
 # %% [markdown]
@@ -34,8 +34,8 @@
 # The first cell is the same in every notebook. It finds reasonkit (installed, this
 # checkout, `$REASONKIT_REPO`, a Kaggle input or `$REASONKIT_PIP`), or says where it
 # looked. It installs the tested JAX, Tunix and transformers, and says if the runtime must
-# restart. It restores runs attached on Kaggle and sets the session's deadline. Kaggle and
-# Colab, step by step: `docs/kaggle.md`.
+# restart. The next cell starts the session: it restores runs attached on Kaggle and sets
+# the session's deadline. Kaggle and Colab, step by step: `docs/kaggle.md`.
 
 # %%
 import glob
@@ -61,7 +61,7 @@ elif missing:
 sys.path[:0] = [os.path.dirname(os.path.abspath(found[0]))] if found else []
 import reasonkit_bootstrap
 
-source = reasonkit_bootstrap.setup()  # reasonkit, the tested JAX stack, this session's runs and deadline
+source = reasonkit_bootstrap.setup()  # reasonkit and the tested JAX stack
 
 # %%
 import dataclasses
@@ -73,10 +73,11 @@ from IPython.display import Markdown, display
 from reasonkit import checks, data, evaluate, models, plots, rewards, train
 from reasonkit.budget import memory_budget
 from reasonkit.presets import get_preset
-from reasonkit.runtime import hardware, mesh, runs
+from reasonkit.runtime import hardware, mesh, runs, start_session
 from reasonkit.runtime.runs import RunDir, start_from
 
 mesh.init_distributed()  # a no-op on one host; joins the pod on several
+session = start_session()  # earlier Kaggle runs restored, compiled programs kept, the deadline set
 preset = get_preset()  # $REASONKIT_PRESET (default "auto": tiny on a CPU), $REASONKIT_OVERRIDES
 run = RunDir.create()
 splits, _ = data.read_splits(run.require("data"))  # raises if 02 has not run: says so
@@ -163,8 +164,8 @@ display(Markdown(plots.reward_table(EXAMPLES, scored)))
 #   The total hides trade-offs: it can rise while `answer_correct` stays flat (the model
 #   polishes its tags) or a format reward falls. Reward hacking shows here first.
 # - **KL** (`actor/train/kl`): per token, how far the policy has moved from the reference
-#   (the starting policy, so near 0 at first) on its own answers. A steep climb is fast
-#   drift, often towards what the rewards over-pay. The estimator is `low_var_kl`
+#   (the starting policy: near 0 at first) on its answers. A steep climb is fast drift,
+#   often towards what the rewards over-pay. The estimator is `low_var_kl`
 #   (`grpo.kl_loss_mode`), the GRPO paper's `exp(ref - logp) - (ref - logp) - 1`. Tunix
 #   0.1.7's default `kl`, `logp - ref`, has a gradient free of the reference: it never
 #   pulls back.
@@ -204,7 +205,7 @@ display(Markdown(plots.advantage_table(groups["completions"][part], {
 # If all answers score the same, the standard deviation is 0 and so is every advantage
 # (hence the $10^{-6}$): only the KL term acts. That is common. On `tiny`, 8 SFT answers
 # at temperature 0.9 are all wrong on 33% of GRPO prompts, all right on 6%
-# (`docs/experiments.md`). So on about 39% of groups `answer_correct` cannot tell answers
+# (`docs/experiments.md`). On about 39% of groups `answer_correct` cannot tell answers
 # apart; unless the format or partial-credit rewards do, they teach nothing. Larger groups
 # make this rarer, as do prompts of the right difficulty. A constructed one:
 
@@ -444,7 +445,7 @@ else:
 # - Change the rewards: reweigh them (`grpo.rewards`), add `["multi_domain", 1.0]` for the
 #   non-math domains, or pass your own: `train.train_grpo(preset, run, reward_fns=[...])`.
 # - Larger groups (`grpo.num_generations`) steady the advantages. More steps let the
-#   accuracy reward move, not only the format ones.
+#   accuracy reward move, not just format.
 # - Expect a small gain on `tiny`. A million-parameter model learns its GRPO prompts but
 #   carries little to new ones. Over seven seeds, 200 steps add about a point on 5787
 #   fresh held-out prompts (more than SFT's seed spread), 60 steps a third of one. One run
