@@ -16,18 +16,17 @@
 # # 03 · Supervised fine-tuning (SFT)
 #
 # **What you will do:** train LoRA adapters on the base model so that it answers in the
-# `<reasoning>…</reasoning><answer>…</answer>` format, on the SFT split that
-# `02_dataset_rebalance` wrote. You will look at one training batch token by token, ask
-# the untrained model three held-out questions, train with live metrics, plot the loss,
-# and ask the same three questions again.
+# `<reasoning>…</reasoning><answer>…</answer>` format, on the SFT split from
+# `02_dataset_rebalance`. Look at one training batch token by token and ask the untrained
+# model three held-out questions. Train with live metrics, plot the loss, and ask again.
 #
-# **What you will learn:** what *completion-only loss* is and why SFT uses it, what a
-# LoRA checkpoint holds, how a stage resumes after a session ends, and why a finished
+# **What you will learn:** what *completion-only loss* is and why SFT uses it, and what a
+# LoRA checkpoint holds. How a stage resumes after a session ends, and why a finished
 # stage is never trained over silently.
 #
-# **What you need:** the data splits from `02_dataset_rebalance` (same run directory).
-# For Gemma a TPU (Kaggle *TPU v5e-8*, Cloud TPU v3-8, Colab *v5e-1*); on a CPU the `tiny`
-# preset trains in a few minutes.
+# **What you need:** the splits from `02_dataset_rebalance` (same run directory). Gemma
+# needs a TPU (Kaggle *TPU v5e-8*, Cloud TPU v3-8, Colab *v5e-1*); on a CPU, `tiny` trains
+# in a few minutes.
 
 # %% [markdown]
 # ## Setup
@@ -85,11 +84,11 @@ print(f"run {run.path}: {len(splits.sft)} SFT records; SFT starts from the base 
 
 # %% [markdown]
 # ## The stage's settings
-# Everything SFT uses comes from `preset.sft`; change a field with
-# `get_preset(name, **{"sft.max_steps": 500})`, or without editing a cell with
+# SFT's settings are `preset.sft`. Change a field with `get_preset(name,
+# **{"sft.max_steps": 500})`, or without editing a cell with
 # `REASONKIT_OVERRIDES='{"sft.max_steps": 500}'` in the environment. The memory line is
-# the same estimate as in `01_hardware_check`: if it says *does not fit*, that notebook
-# says what to change.
+# `01_hardware_check`'s estimate; if it says *does not fit*, that notebook says what to
+# change.
 
 # %%
 for key, value in dataclasses.asdict(preset.sft).items():
@@ -101,9 +100,9 @@ print(f"memory: about {hardware.format_bytes(budget.total)} per device of "
 
 # %% [markdown]
 # ## The model we start from
-# `load_policy(..., stage=None)` loads the base weights and puts fresh LoRA adapters on
-# them. LoRA's `b` matrices start at zero, so this model computes exactly what the base
-# model does: what you see below is the base model.
+# `load_policy(..., stage=None)` puts fresh LoRA adapters on the base weights. LoRA's `b`
+# matrices start at zero, so this model computes exactly what the base does: below is the
+# base model.
 
 # %%
 base, model, tok, _ = models.load_policy(preset, run, None, mesh=None)
@@ -112,19 +111,17 @@ print(f"{preset.model.num_params / 1e6:.1f}M base parameters, tokenizer of {tok.
 
 # %% [markdown]
 # ## LoRA: what trains, and what it costs
-# LoRA leaves every base weight $W$ (`in x out`) frozen and learns a low-rank change
-# beside it: the adapted projection computes $xW + \frac{\alpha}{r}\,xAB$, with $A$ of
-# shape `in x r` and $B$ of shape `r x out`. Only $A$ and $B$ train, and only they have
-# gradients and Adam moments.
+# LoRA freezes every base weight $W$ (`in x out`) and learns a low-rank change beside it.
+# The adapted projection computes $xW + \frac{\alpha}{r}\,xAB$, with $A$ of shape `in x r`
+# and $B$ of shape `r x out`. Only $A$ and $B$ train, with gradients and Adam moments.
 #
 # - **The rank** $r$ (`lora.rank`) is how many independent directions the change to $W$
-#   can take: $r \cdot (in + out)$ numbers instead of $in \cdot out$. Larger ranks can
-#   learn more and cost more.
-# - **Alpha** $\alpha$ (`lora.alpha`) scales what the adapters add, by $\alpha / r$. The
-#   Gemma presets set $\alpha = r$ (scale 1); the tiny preset $\alpha = 2r$ (scale 2).
-#   A larger scale acts like a larger learning rate on the adapters.
-# - $B$ starts at zero, so before the first step the model computes exactly what the
-#   base does.
+#   can take: $r \cdot (in + out)$ numbers instead of $in \cdot out$. Larger ranks learn
+#   more and cost more.
+# - **Alpha** $\alpha$ (`lora.alpha`) scales what the adapters add, by $\alpha / r$. Gemma
+#   presets set $\alpha = r$ (scale 1), the tiny preset $\alpha = 2r$ (scale 2). A larger
+#   scale acts like a larger learning rate on the adapters.
+#
 #
 # The table counts them on the model above: the adapted projections of the first layer
 # (each `w` or `kernel`, with its $A$ and $B$), then every layer.
@@ -137,11 +134,10 @@ print(f"rank {preset.lora.rank}, alpha {preset.lora.alpha}: the adapters' output
 # %% [markdown]
 # DPO and GRPO also need a frozen **reference** model: the policy as the stage found it.
 # It costs no second copy of the base. `models.frozen_reference` puts a second set of
-# adapters (restored from the stage before, then never given to an optimizer) on the
-# *same* base model object, so the reference and the policy hold the very same base
-# arrays, and only the adapters are extra. Tunix's RL cluster checks exactly this (by
-# identity: `is_sharing_backbone`) and would otherwise copy the backbone. Here, with
-# fresh adapters:
+# adapters on the *same* base model object: restored from the stage before, never given to
+# an optimizer. Reference and policy hold the very same base arrays; only the adapters are
+# extra. Tunix's RL cluster checks exactly this, by identity (`is_sharing_backbone`), and
+# would otherwise copy the backbone. Here, with fresh adapters:
 
 # %%
 from tunix.rl.utils import is_sharing_backbone
@@ -152,12 +148,12 @@ del reference
 
 # %% [markdown]
 # ## One training batch, decoded
-# SFT batches have a fixed shape (`batch_size x max_target_length`, so XLA compiles the
-# step once): BOS, the prompt, the completion, then padding. `input_mask` is the
-# **loss mask**: it is true only on completion tokens. The model still *reads* the
-# prompt (attention uses the padding mask), but it is never trained to *write* it.
-# That is completion-only loss: the gradient goes to the answer we want, not to
-# reproducing user questions, and short completions are not drowned by long prompts.
+# SFT batches have a fixed shape, `batch_size x max_target_length`, so XLA compiles the
+# step once: BOS, the prompt, the completion, then padding. `input_mask` is the **loss
+# mask**, true only on completion tokens. The model still *reads* the prompt (attention
+# uses the padding mask), but never learns to *write* it. That is completion-only loss.
+# The gradient goes to the answer we want, not to copying questions. Long prompts do not
+# drown short completions.
 
 # %%
 batches, _ = train.sft_batches(train.sft_examples(splits.sft, tok), preset, tok)
@@ -182,19 +178,19 @@ plt.show()
 
 # %% [markdown]
 # ## Before: three held-out questions
-# The same three held-out prompts (one math, one coding, one summarization question;
-# other domains stand in when your data has none of these) appear before and after
-# every stage. Decoding is greedy, with the settings `06_evaluation` uses
-# (`preset.eval`), and `evaluate.score` judges each completion with the same parser as
-# the GRPO rewards: is the format exact, and is the answer right?
+# The same three held-out prompts appear before and after every stage: one math, one
+# coding, one summarization question (other domains stand in if your data lacks these).
+# Decoding is greedy, with `06_evaluation`'s settings (`preset.eval`). `evaluate.score`
+# judges each completion with the GRPO rewards' parser. Is the format exact? Is the answer
+# right?
 
 # %%
 EXAMPLES = evaluate.pick_examples(splits.eval)  # math, coding, summarization if present
 before = evaluate.show_completions(model, tok, EXAMPLES, preset.model, preset.eval, "base")
 
 # %% [markdown]
-# The base model continues in the style it was pretrained on, without the tags. Free it
-# before training: the trainer loads its own copy onto the stage's mesh.
+# The base model continues in its pretraining style, without tags. Free it before
+# training: the trainer loads its own copy onto the stage's mesh.
 
 # %%
 del model, base
@@ -202,44 +198,43 @@ models.free()
 
 # %% [markdown]
 # ## Train with Tunix's `PeftTrainer`
-# The cell below is Tunix's own API, as its examples write it. A `PeftTrainer` takes a
-# model, an optimizer and a `TrainingConfig`. `with_gen_model_input_fn` says how a batch
-# becomes the model's inputs. `trainer.train(train_batches, eval_batches)` is the whole
-# training loop.
+# The cell below is Tunix's own API, as in its examples. A `PeftTrainer` takes a model, an
+# optimizer and a `TrainingConfig`. `with_gen_model_input_fn` says how a batch becomes the
+# model's inputs. `trainer.train(train_batches, eval_batches)` is the whole loop.
 #
-# `train.stage_run` opens the stage around it, and gives the cell its parts:
+# `train.stage_run` opens the stage around it and gives the cell its parts:
 #
 # - `r.policy`: the base with fresh LoRA adapters, on the stage's mesh (FSDP).
-# - `train.make_optimizer`: AdamW with clipping, warm-up and cosine decay. Tunix applies it
-#   to the LoRA parameters only.
+# - `train.make_optimizer`: AdamW with clipping, warm-up and cosine decay. Tunix applies
+#   it to the LoRA parameters only.
 # - `r.run_options`: where checkpoints (every `checkpoint_every` steps) and metrics go.
 # - `train.gen_model_input_fn`: the causal mask and positions, from the padding. Tunix
 #   leaves this to the user.
 # - `r.patch(trainer)`: the preset's optimisations (`preset.optimisations`). For SFT, the
 #   same cross-entropy a chunk of positions at a time. Tunix's own loss builds several
-#   float32 `[B, S, V]` buffers: 4 GiB each for 4 rows of 1024 Gemma tokens.
+#   float32 `[B, S, V]` buffers, 4 GiB each for 4 rows of 1024 Gemma tokens.
 # - `r.batches(trainer)`: the SFT batches until the session's deadline. `r.eval_batches`:
 #   two held-out batches, evaluated at every checkpoint.
 #
 # Around the call, the `with` block keeps the run's lifecycle:
 #
-# - **Resume.** Tunix's trainer restores the last checkpoint as it is built. The same
+# - **Resume.** Tunix's trainer restores the last checkpoint as it is built; the same
 #   batches follow, as if training had never stopped.
 # - **Deadline.** Set `REASONKIT_DEADLINE_HOURS`: the batches stop in time for a clean
 #   checkpoint. Run the notebook again to resume. In a new Kaggle or Colab session, put
 #   `runs/` back first (`01_hardware_check`).
 # - **Settings.** `sft/settings.json` records what the adapters depend on. A resume under
-#   other settings is refused, with the list of what changed.
+#   other settings is refused, listing what changed.
 # - **Interrupts.** A checkpoint being written when you stop the cell lands first.
-# - **Finished.** A finished stage is loaded, not trained again: `r.trains` is False.
+# - **Finished.** A finished stage is loaded, not trained again (`r.trains` is False).
 #   `RETRAIN = True` deletes it and trains from scratch.
 #
 # After the block, `r.result` says how many steps ran and holds the trained policy.
 # Scripts call `train.train_or_load(preset, run, "sft")`: the same block, with the same
 # objects built by `train.sft_trainer`.
 #
-# To watch it live in Jupyter, Colab or Kaggle, run this in a cell before training (it
-# needs the `tensorboard` package; not run here, the tests have none):
+# To watch it live in Jupyter, Colab or Kaggle, run this in a cell before training. It
+# needs the `tensorboard` package (not run here; the tests have none):
 #
 # ```python
 # %load_ext tensorboard
@@ -279,10 +274,10 @@ if r.trains:
 # %% [markdown]
 # ## The curves
 # The loss is the cross-entropy of the completion tokens only (the mask above). Each
-# training point is one batch, so it is noisy; the held-out points are the same batches
-# of evaluation prompts every time (step 0 is before any update). The learning rate
-# warms up linearly, then decays along a cosine to 0. A held-out loss that rises while
-# the training loss falls would mean overfitting: fewer steps or more data.
+# training point is one batch, so it is noisy. The held-out points are the same evaluation
+# batches every time (step 0 is before any update). The learning rate warms up linearly,
+# then decays along a cosine to 0. A held-out loss rising while the training loss falls
+# means overfitting: fewer steps or more data.
 
 # %%
 fig = plots.plot_sft(train.read_metrics(run, "sft"))
@@ -292,7 +287,7 @@ plt.show()
 # %% [markdown]
 # ## After: the same three questions
 # Now with the SFT adapters. On `tiny` the format should be right after SFT; the answers
-# may or may not be: accuracy is what DPO and GRPO work on next.
+# may not be. Accuracy is what DPO and GRPO work on next.
 
 # %%
 if finished:
@@ -303,10 +298,10 @@ else:
 
 # %% [markdown]
 # ## What this stage left behind
-# `runs/<run>/sft/` now holds the Orbax checkpoints of the adapters (Tunix's
-# `CheckpointManager` restores them, which is what `04_dpo` does through
-# `models.load_policy(preset, run, "sft", mesh)`), `metrics.jsonl`, TensorBoard logs, the
-# plot, `settings.json` and `finished.json`. A merged Hugging Face model is exported
+# `runs/<run>/sft/` now holds the adapters' Orbax checkpoints, `metrics.jsonl`,
+# TensorBoard logs, the plot, `settings.json` and `finished.json`. Tunix's
+# `CheckpointManager` restores the checkpoints; `04_dpo` does so through
+# `models.load_policy(preset, run, "sft", mesh)`. A merged Hugging Face model is exported
 # once, at the end of `05_grpo`.
 
 # %%
@@ -315,16 +310,15 @@ print("checkpoint steps:", sorted(p.name for p in checkpoint_dir(run, "sft").ite
 
 # %% [markdown]
 # ## Check: SFT taught the format
-# The last cell calls `checks.check_sft`, which fails when SFT did not do its job (a
-# learning rate of 1e-12, say, or adapters left at their start), with these margins:
+# The last cell calls `checks.check_sft`. It fails when SFT did not do its job (a learning
+# rate of 1e-12, say, or adapters left at their start). Its margins:
 #
 # - **The format rises**: more of the 3 held-out answers above are in the exact format
-#   after SFT than before it, and at least 2 of them. The base model never writes the
-#   tags, so an SFT that learned nothing stays at its count; one answer of the three
-#   may still miss.
+#   after SFT than before, and at least 2. The base model never writes the tags, so an SFT
+#   that learned nothing stays at its count; one answer of the three may still miss.
 # - **The held-out loss falls**: at the last evaluation it is at least 10% below the one
-#   before the first step. On `tiny` it falls by far more (the curves above); on Gemma,
-#   which starts far better, a fall under 10% would mean SFT barely moved.
+#   before the first step. On `tiny` it falls far more (the curves above). On Gemma, which
+#   starts far better, a fall under 10% would mean SFT barely moved.
 #
 # A stage stopped by the session's deadline is not checked: run the notebook again first.
 
@@ -337,12 +331,12 @@ else:
 # %% [markdown]
 # ## What next
 # - Run `04_dpo` to teach preferences, starting from these adapters.
-# - Train longer or with another learning rate: `get_preset(name, **{"sft.max_steps":
-#   300, "sft.learning_rate": 1e-3})`, then `RETRAIN = True` (or another run name with
-#   `REASONKIT_RUN=...` to keep both and compare them in `06_evaluation`).
-# - Watch the curves live while SFT trains: the `%tensorboard` cell of "Train" above.
-#   The magic shows TensorBoard inside the notebook on Colab, Kaggle or Jupyter
-#   (a shell `tensorboard --logdir` there starts a server the notebook cannot show).
+# - Train longer or at another learning rate: `get_preset(name, **{"sft.max_steps": 300,
+#   "sft.learning_rate": 1e-3})`, then `RETRAIN = True`. Or use another run name
+#   (`REASONKIT_RUN=...`) to keep both and compare them in `06_evaluation`.
+# - Watch the curves live while SFT trains: the `%tensorboard` cell of "Train" above shows
+#   them inside the notebook. A shell `tensorboard --logdir` on Colab, Kaggle or Jupyter
+#   starts a server the notebook cannot show.
 # - Try a session deadline: `REASONKIT_DEADLINE_HOURS=0.05` (3 minutes from the session's
-#   start), run, then unset it (or raise it) and run again to see the stage resume from
-#   its checkpoint.
+#   start). Run, then unset or raise it and run again: the stage resumes from its
+#   checkpoint.
