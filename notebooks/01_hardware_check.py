@@ -159,7 +159,7 @@ display(Markdown(plots.budget_table(budget_table(shown, target))))
 # which for a bfloat16 model holds float32 copies of the weights that a TPU does not. The
 # estimate printed beside it counts those (`memory_budget(..., backend="cpu")`). For the
 # Gemma presets that estimate is within 20% of the compiler's figure
-# (`benchmarks/shapes.md`). For the float32 `tiny` model it is about half (the ratio
+# (`benchmarks/results/shapes.md`). For the float32 `tiny` model it is about half (the ratio
 # printed): the estimate is sized for Gemma's shapes, not for a model of a few MiB.
 # `python -m reasonkit.shapes gemma3-1b sft` checks a TPU preset on simulated CPU devices.
 

@@ -397,8 +397,8 @@ else:
 # `models.load_model(run.stage("grpo") / "merged", preset.model)` loads it) and, with
 # `gguf="f16"`, `gguf` (a GGUF file and an Ollama Modelfile, for llama.cpp, Ollama, LM
 # Studio). Every CI run reloads the merged model and reads the GGUF back. transformers
-# gets the same logits from merged and f16 GGUF, within 2e-3 (`benchmarks/hf_parity.py`,
-# `benchmarks/gguf_export.py`). Ollama's Go template engine renders the Modelfile's
+# gets the same logits from merged and f16 GGUF, within 2e-3 (`benchmarks/exports/hf_parity.py`,
+# `benchmarks/exports/gguf_export.py`). Ollama's Go template engine renders the Modelfile's
 # template as the chat template. llama.cpp, Ollama and LM Studio themselves were not run
 # (`docs/exports.md`).
 #
@@ -472,5 +472,5 @@ print(checks.check_stages(results, stages))
 #   another `"grpo.loss"` (`"gspo-token"`, `"dapo"`, `"dr-grpo"`). Compare stage tables,
 #   and whether format pass still drops after the preference stage.
 # - **Tell a change from noise (tiny preset)**, where a seed moves accuracy a point or
-#   two. `python benchmarks/seeds.py` trains the three stages for seven seeds, scored on
+#   two. `python -m benchmarks.grpo.seeds` trains the three stages for seven seeds, scored on
 #   1036 and 5787 held-out prompts (`docs/results.md`); `--seeds 0 1 2` for fewer.

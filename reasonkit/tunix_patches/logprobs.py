@@ -55,14 +55,14 @@ __all__ = ["CHUNK_BYTES", "GRAD_IN_FORWARD", "gradient_path", "chunk_positions",
 # presets' memory; a GPU with memory to spare may set more (docs/performance.md)
 CHUNK_BYTES = 256 * 2**20
 # Differentiated chunks take their gradient in the forward (_chunk_grad_in_forward); False:
-# jax.checkpoint's recompute (benchmarks/mfu.py times both).
+# jax.checkpoint's recompute (benchmarks/speed/mfu.py times both).
 GRAD_IN_FORWARD = True
 
 
 @contextlib.contextmanager
 def gradient_path(in_forward: bool):
     """Chunks traced within take their gradient in the forward (``True``, the default) or
-    by ``jax.checkpoint``'s recompute (``False``): what benchmarks/mfu.py and the tests compare."""
+    by ``jax.checkpoint``'s recompute (``False``): what benchmarks/speed/mfu.py and the tests compare."""
     global GRAD_IN_FORWARD
     old, GRAD_IN_FORWARD = GRAD_IN_FORWARD, in_forward
     try:

@@ -35,7 +35,7 @@ def flat_lora_delta(lhs, lora_a, lora_b, lhs_ca, lhs_ba, contract_shape, batch_s
     at [4, 1024]. Over one flattened axis the same gradient is one dot with no copy
     (docs/performance.md has the measurements).
     Anything else goes to qwix: batch axes, contracted axes not last, another backend, or
-    several devices (the real-shape compiles of benchmarks/shapes.py stand for a TPU's
+    several devices (the real-shape compiles of benchmarks/speed/shapes.py stand for a TPU's
     program, which keeps qwix's).
     """
     n, k = lhs.ndim, len(lhs_ca)
