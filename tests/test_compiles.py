@@ -48,3 +48,49 @@ def test_a_shape_a_step_reports_is_warm_up_on_its_first_step_only():
     assert counter.step_shapes == {"('grpo', 8)", "('grpo', 4)"}
     assert counter.after_warmup == 1 and counter.names_after_warmup == ["jit(pad_to)"]
     assert counter.summary()["step_shapes"] == ["('grpo', 4)", "('grpo', 8)"]
+
+
+def test_each_program_is_named_with_its_trace_lower_and_compile_seconds():
+    @jax.jit
+    def matmuls(x):  # a function of this test's own: no other test compiled it
+        return (x @ x.T).sum()
+
+    with compiles.CompileCounter() as counter:
+        matmuls(np.ones((64, 32), np.float32)).block_until_ready()
+        matmuls(np.ones((64, 32), np.float32)).block_until_ready()  # cached in memory: no program
+    [program] = [p for p in counter.programs if p.label == "matmuls"]
+    assert program.trace > 0 and program.lower > 0 and program.compile > 0 and not program.cached
+    assert counter.compiled == counter.count == len(counter.programs)
+    assert counter.line().startswith(f"compiled {counter.count} programs in ")
+    assert "matmuls" in counter.line(top=10)
+    assert counter.summary()["programs"][-1]["name"] == "jit(matmuls)"
+
+
+_RERUN = """
+import sys, jax, numpy as np
+jax.config.update("jax_compilation_cache_dir", sys.argv[1])
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+from reasonkit.runtime import compiles
+
+@jax.jit
+def cube(x):
+    return x ** 3
+
+with compiles.CompileCounter() as counter:
+    cube(np.ones(5, np.float32)).block_until_ready()
+print(counter.compiled, len(counter.programs))
+"""
+
+
+def test_a_rerun_with_the_persistent_cache_compiles_nothing_in_the_backend(tmp_path):
+    import subprocess
+    import sys
+
+    def run():
+        out = subprocess.run([sys.executable, "-c", _RERUN, str(tmp_path)], capture_output=True,
+                             text=True, check=True, env={"JAX_PLATFORMS": "cpu", "PATH": ""})
+        return tuple(int(x) for x in out.stdout.split())
+
+    assert run() == (1, 1)  # the first process compiles cube
+    assert run() == (0, 1)  # the second loads it: one program, none compiled

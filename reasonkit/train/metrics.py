@@ -69,16 +69,25 @@ def read_metrics(run: RunDir, stage: str) -> dict[str, tuple[list[int], list[flo
 
 def log_compiles(run: RunDir, stage: str, counter: compiles.CompileCounter,
                  step: int) -> dict[str, Any]:
-    """Append ``compiles/total`` and ``compiles/after_warmup`` to the stage's metrics.jsonl."""
+    """Say the stage's compilations in one line (:meth:`CompileCounter.line`) and append
+    ``compiles/total``, ``compiles/after_warmup``, ``compiles/backend`` (programs compiled, not
+    loaded from the cache) and ``compiles/seconds/<program>`` to the stage's metrics.jsonl."""
     summary = counter.summary()
+    print(f"{stage}: {summary['line']}")
     if summary["after_warmup"]:
         print(f"{stage}: {summary['after_warmup']} XLA compilation(s) after the first step: "
               f"{summary['names_after_warmup']}: one per step means a batch shape keeps "
               "changing; a few tiny ones once (Tunix's sampler compiles jit(equal) on its "
               "second call) cost nothing")
-    for key in ("total", "after_warmup"):
-        run.append_metrics(stage, {"event": f"compiles/{key}", "step": step,
+    for key, name in (("total", "total"), ("after_warmup", "after_warmup"), ("compiled", "backend")):
+        run.append_metrics(stage, {"event": f"compiles/{name}", "step": step,
                                    "value": float(summary[key] or 0)})
+    seconds: dict[str, float] = {}
+    for program in counter.programs:
+        seconds[program.label] = seconds.get(program.label, 0.0) + program.seconds
+    for label, value in seconds.items():
+        run.append_metrics(stage, {"event": f"compiles/seconds/{label}", "step": step,
+                                   "value": round(value, 3)})
     return summary
 
 
