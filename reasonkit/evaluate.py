@@ -1,4 +1,4 @@
-"""One fixed evaluation for every stage: generate, score, compare (:mod:`reasonkit.plots` shows it).
+"""One fixed evaluation for every stage: generate, score, compare (:mod:`reasonkit.notebook` shows it).
 
 The same held-out prompts and the same decoding settings for the base model and each
 stage, so a row of the stage table differs from the next only by what the stage did.
@@ -40,16 +40,15 @@ from reasonkit.runtime.processes import is_writer
 from reasonkit.runtime.runs import RunDir, write_files
 from reasonkit.train.generation import generate, make_sampler, prompt_lengths
 
-__all__ = ["STAGE_ORDER", "NUMERIC", "METRICS", "LABELS", "make_sampler", "prompt_lengths",
-           "generate", "partial_credit", "score", "majority", "extract", "score_stage",
+__all__ = ["METRICS", "LABELS", "make_sampler", "prompt_lengths",
+           "generate", "score", "majority", "extract", "score_stage",
            "summarize", "evaluate_model", "load_gsm8k_test", "score_gsm8k", "too_long_row",
            "summarize_gsm8k", "evaluate_gsm8k", "gsm8k_line", "stages_to_evaluate", "load_stage",
-           "evaluate_run", "save_run", "pick_examples", "show_completions", "group_advantages",
-           "rollout_groups", "standard_error", "noise_points", "ordered", "describe_changes",
-           "write_results", "judge"]
+           "evaluate_run", "save_run", "standard_error", "paired_difference", "ordered",
+           "write_results"]
 
-STAGE_ORDER = ("base", "sft", "dpo", "grpo")
-NUMERIC = answers.NUMERIC_DOMAINS
+_STAGE_ORDER = ("base", "sft", "dpo", "grpo")
+_NUMERIC = answers.NUMERIC_DOMAINS
 # accuracy is strict (the answer tag, right); lenient accuracy also reads an untagged answer
 # in prose, so a model that answers without the format (the base) is measured as it answers.
 METRICS = ("format_rate", "accuracy", "lenient_accuracy", "partial", "pass_at_k", "maj_at_k")
@@ -65,23 +64,23 @@ def _items(text: str) -> set[str]:
     return set(answers.normalize_text(text).split())
 
 
-def partial_credit(domain: str, predicted: str | None, gold: str) -> float:
+def _partial_credit(domain: str, predicted: str | None, gold: str) -> float:
     """1 for a correct answer; otherwise numeric closeness (within 10%) or item overlap.
 
     Numeric closeness is GRPO's ``answer_close`` divided by its maximum
     (:func:`reasonkit.answers.closeness`), so a percent reads both ways and a gold of 0
     uses the absolute error there as here.
 
-    >>> partial_credit("math", "11", "10"), partial_credit("general", "2 7", "2 7 9")
+    >>> _partial_credit("math", "11", "10"), _partial_credit("general", "2 7", "2 7 9")
     (0.0, 0.6666666666666666)
-    >>> round(partial_credit("science", "10.5", "10"), 2), round(partial_credit("math", "49%", "0.5"), 2)
+    >>> round(_partial_credit("science", "10.5", "10"), 2), round(_partial_credit("math", "49%", "0.5"), 2)
     (0.5, 0.8)
     """
     if predicted is None:
         return 0.0
     if answers.check_answer(domain, predicted, gold):
         return 1.0
-    if domain in NUMERIC:
+    if domain in _NUMERIC:
         return answers.closeness(predicted, gold)
     pred, want = _items(predicted), _items(gold)
     return len(pred & want) / len(pred | want) if pred | want else 0.0
@@ -125,7 +124,7 @@ def score(record: dict, completion: str, num_tokens: int | None = None) -> dict[
     lenient = correct or (loose is not None and answers.check_answer(domain, loose, gold))
     return {"format_ok": template.has_exact_format(completion), "reason": ext.reason,
             "answer": ext.answer, "correct": bool(correct), "lenient": bool(lenient),
-            "partial": partial_credit(domain, ext.answer if ext.ok else None, gold),
+            "partial": _partial_credit(domain, ext.answer if ext.ok else None, gold),
             "length": num_tokens if num_tokens is not None else len(completion.split())}
 
 
@@ -492,88 +491,7 @@ def save_run(run: RunDir, preset: Preset, results: dict[str, Any], seconds: dict
     return out
 
 
-def pick_examples(records: Sequence[dict], prefer: Sequence[str] = ("math", "coding", "summarization"),
-                  n: int = 3) -> list[dict]:
-    """The first record of each ``prefer`` domain, then of other domains, ``n`` at most.
-
-    The notebooks show these prompts before and after every stage; data without some of
-    the preferred domains still gives ``n`` examples when it has ``n`` domains.
-
-    >>> recs = [{"id": i, "domain": d} for i, d in enumerate(["general", "math", "math", "science"])]
-    >>> [r["id"] for r in pick_examples(recs)]
-    [1, 0, 3]
-    """
-    first_of: dict[str, dict] = {}
-    for r in records:
-        first_of.setdefault(r["domain"], r)
-    order = [d for d in prefer if d in first_of] + [d for d in first_of if d not in prefer]
-    return [first_of[d] for d in order[:n]]
-
-
-def show_completions(model, tokenizer, records: Sequence[dict], model_cfg: ModelConfig,
-                     cfg: EvalConfig, label: str) -> list[dict]:
-    """Greedy completions of a few ``records``, printed with their scores (for notebooks).
-
-    Returns the rows :func:`score_stage` builds for them (greedy only).
-    """
-    sampler = make_sampler(model, tokenizer, model_cfg, cfg)
-    prompts = [template.format_prompt(r["prompt"]) for r in records]
-    texts = generate(sampler, prompts, cfg, models.stop_token_ids(tokenizer), desc=label)
-    rows = score_stage(records, texts, [[] for _ in records])
-    for row in rows:
-        print(f"--- {label} · {row['domain']}: {row['prompt']!r} (gold {row['gold']!r})")
-        print(f"{row['completion']}\n    format ok: {row['format_ok']}, correct: {row['correct']} "
-              f"({row['reason']})")
-    return rows
-
-
-# --- GRPO's groups, by the numbers (05_grpo) ---------------------------------------------
-
-
-def group_advantages(rewards: Sequence[float], num_generations: int) -> np.ndarray:
-    """GRPO's advantages: each reward minus its group's mean, over the group's standard deviation.
-
-    ``rewards`` holds groups of ``num_generations`` answers to one prompt, one group after
-    another, as Tunix's GRPO learner orders them. As ``tunix.rl.algo_core.compute_advantages``
-    does, the standard deviation is the sample one (``ddof=1``) plus 1e-6, so a group whose
-    answers all score the same gets advantages of 0: it moves nothing.
-
-    >>> group_advantages([3.0, 0.0, 0.0, 3.0,   5.0, 5.0, 5.0, 5.0], 4).round(3).tolist()
-    [0.866, -0.866, -0.866, 0.866, 0.0, 0.0, 0.0, 0.0]
-    """
-    if num_generations < 2:
-        raise ValueError(f"group_advantages: num_generations={num_generations}; a group needs "
-                         "at least 2 answers to have a spread")
-    groups = rewards_lib.reward_groups(rewards, num_generations, "group_advantages")  # [prompts, G]
-    mean, std = groups.mean(axis=1, keepdims=True), groups.std(axis=1, ddof=1, keepdims=True)
-    return ((groups - mean) / (std + 1e-6)).reshape(-1)
-
-
-def rollout_groups(model, tokenizer, batch: Mapping[str, Any], preset: Preset,
-                   reward_fns: Sequence[Callable], *, prompts: int = 1, seed: int = 0) -> dict[str, Any]:
-    """What one GRPO step sees for the first ``prompts`` rows of a GRPO ``batch``: ``G`` answers each.
-
-    Sampled with GRPO's settings (``preset.grpo``: ``num_generations``, temperature, top-p,
-    top-k, lengths) by a Tunix sampler, as the rollouts are, scored by ``reward_fns`` with the
-    batch's other columns as keyword arguments, as Tunix calls them. Returns the
-    ``completions`` (prompt by prompt, ``G`` each), ``rewards`` (``{fn name: [...]}``),
-    their ``total`` and the ``advantages`` (:func:`group_advantages`).
-    """
-    g = preset.grpo
-    prompts = min(prompts, len(batch["prompts"]))
-    cfg = dataclasses.replace(preset.eval, batch_size=prompts * g.num_generations, buckets=1,
-                              temperature=g.temperature, top_p=g.top_p, top_k=g.top_k,
-                              max_prompt_length=g.max_prompt_length,
-                              max_generation_length=g.max_generation_length)
-    repeat = lambda column: [x for x in column[:prompts] for _ in range(g.num_generations)]  # noqa: E731
-    sampler = make_sampler(model, tokenizer, preset.model, cfg)
-    texts = generate(sampler, [str(p) for p in repeat(batch["prompts"])], cfg,
-                     models.stop_token_ids(tokenizer), sample=True, seed=seed, desc="GRPO groups")
-    columns = {k: repeat(v) for k, v in batch.items() if k != "prompts"}
-    rewards = {fn.__name__: [float(x) for x in fn(None, texts, **columns)] for fn in reward_fns}
-    total = np.sum(list(rewards.values()), axis=0)  # [prompts * G]
-    return {"completions": texts, "rewards": rewards, "total": total,
-            "advantages": group_advantages(total, g.num_generations)}
+# --- noise ------------------------------------------------------------------------------
 
 
 def standard_error(p: float, n: int) -> float:
@@ -581,25 +499,11 @@ def standard_error(p: float, n: int) -> float:
     return math.sqrt(max(p * (1 - p), 1e-12) / max(n, 1))
 
 
-def noise_points(a: float, b: float, n_a: int, n_b: int) -> float:
-    """Two standard errors of the difference of two rates, in percentage points.
-
-    Rates are smoothed to (x + 1) / (n + 2) first, so a rate of 0% or 100% does not
-    claim zero uncertainty.
-
-    >>> round(noise_points(0.0, 0.042, 96, 96), 1)  # 4 of 96 right is still noise
-    5.0
-    """
-    def se(p, n):
-        return standard_error((p * n + 1) / (n + 2), n)
-    return 200 * math.hypot(se(a, n_a), se(b, n_b))
-
-
 def paired_difference(before: Sequence[dict], after: Sequence[dict], key: str = "correct"
                       ) -> dict[str, float]:
     """``after`` minus ``before`` on the same prompts, in points: the mean of the per-prompt
     differences of ``key`` and its standard error, which is smaller than
-    :func:`noise_points`' unpaired one when the two stages mostly agree.
+    :func:`reasonkit.notebook.noise_points`' unpaired one when the two stages mostly agree.
 
     The rows must be two scorings of the same prompts in the same order (their ``id``).
 
@@ -623,42 +527,7 @@ def paired_difference(before: Sequence[dict], after: Sequence[dict], key: str = 
 
 def ordered(results: dict[str, Any]) -> list[str]:
     """Stage names in pipeline order (base, sft, dpo, grpo), unknown ones last."""
-    return sorted(results, key=lambda s: (STAGE_ORDER.index(s) if s in STAGE_ORDER else 99, s))
-
-
-def describe_changes(results: dict[str, dict], metrics: Sequence[str] = ("format_rate", "accuracy"),
-                     min_points: float = 2.0) -> list[str]:
-    """Plain-language lines: what each stage improved or regressed versus the one before.
-
-    A change counts when it exceeds both ``min_points`` percentage points and two
-    standard errors of the difference (:func:`noise_points`); smaller moves are
-    reported as unchanged.
-
-    >>> r = {s: {"summary": {"overall": {"n": 400, "format_rate": f, "accuracy": a}}}
-    ...      for s, f, a in [("base", 0.5, 0.2), ("sft", 0.9, 0.3), ("dpo", 0.77, 0.31)]}
-    >>> for line in describe_changes(r): print(line)
-    sft vs base: format pass improved 50.0% -> 90.0% (+40.0 points)
-    sft vs base: accuracy improved 20.0% -> 30.0% (+10.0 points)
-    dpo vs sft: format pass REGRESSED 90.0% -> 77.0% (-13.0 points)
-    dpo vs sft: accuracy unchanged within noise (30.0% -> 31.0%)
-    """
-    lines = []
-    stages = ordered(results)
-    for prev, cur in zip(stages, stages[1:], strict=False):
-        a, b = results[prev]["summary"]["overall"], results[cur]["summary"]["overall"]
-        for m in metrics:
-            if m not in a or m not in b:  # a stage evaluated on no prompts
-                lines.append(f"{cur} vs {prev}: {LABELS[m]} not measured (n = {a['n']}, {b['n']})")
-                continue
-            delta = 100 * (b[m] - a[m])
-            noise = noise_points(a[m], b[m], a["n"], b["n"])
-            what = f"{cur} vs {prev}: {LABELS[m]}"
-            if abs(delta) < max(min_points, noise):
-                lines.append(f"{what} unchanged within noise ({100 * a[m]:.1f}% -> {100 * b[m]:.1f}%)")
-            else:
-                word = "improved" if delta > 0 else "REGRESSED"
-                lines.append(f"{what} {word} {100 * a[m]:.1f}% -> {100 * b[m]:.1f}% ({delta:+.1f} points)")
-    return lines
+    return sorted(results, key=lambda s: (_STAGE_ORDER.index(s) if s in _STAGE_ORDER else 99, s))
 
 
 def write_results(results: dict[str, dict], out_dir: str | pathlib.Path, settings: dict) -> None:
@@ -688,27 +557,15 @@ def write_results(results: dict[str, dict], out_dir: str | pathlib.Path, setting
                         f.write(json.dumps(row, default=str) + "\n")
 
 
-def judge(rows: Sequence[dict], judge_fn: Callable[[str, str, str], dict[str, float]]) -> dict[str, float]:
-    """Mean 1-10 scores from a user-supplied LLM judge ``judge_fn(prompt, completion, gold)``.
+# What the notebooks show of an evaluation moved to reasonkit.notebook; these names stay
+# here until the notebooks import them from there.
+_MOVED = ("pick_examples", "show_completions", "group_advantages", "rollout_groups", "noise_points",
+          "describe_changes", "judge")
 
-    ``judge_fn`` returns e.g. ``{"reasoning": 7, "answer": 6}``; scores outside 1-10 or
-    a judge that raises are skipped and counted, never silently averaged in.
 
-    >>> judge([{"prompt": "p", "completion": "c", "gold": "g"}] * 2,
-    ...       lambda p, c, g: {"reasoning": 6, "answer": 8})
-    {'reasoning': 6.0, 'answer': 8.0, 'judged': 2, 'skipped': 0}
-    """
-    scores: dict[str, list[float]] = collections.defaultdict(list)
-    skipped = 0
-    for row in rows:
-        try:
-            got = judge_fn(row["prompt"], row["completion"], row["gold"])
-            if not all(1 <= float(v) <= 10 for v in got.values()):
-                raise ValueError(f"score outside 1-10: {got}")
-        except Exception:  # noqa: BLE001 - a judge is user code; count and move on
-            skipped += 1
-            continue
-        for key, value in got.items():
-            scores[key].append(float(value))
-    out = {k: float(np.mean(v)) for k, v in scores.items()}
-    return {**out, "judged": len(rows) - skipped, "skipped": skipped}
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        from reasonkit.notebook import _show
+
+        return getattr(_show, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -65,7 +65,8 @@ def test_readme_is_a_first_page():
 # `reasonkit.a.b` in backticks, or `train.x` with a unit of the package first: a module or a
 # name the docs send a reader to.
 UNITS = ("config", "template", "answers", "tasks", "data", "masks", "collate", "tunix_patches",
-         "runtime", "models", "budget", "rewards", "train", "evaluate", "shapes", "plots", "testing")
+         "runtime", "models", "budget", "rewards", "train", "evaluate", "shapes", "notebook", "plots",
+         "testing")
 RUNTIME = ("mesh", "hardware", "runs", "compiles")
 DOTTED = re.compile(r"`((?:reasonkit|%s)(?:\.[A-Za-z_][A-Za-z0-9_]*)+)(?:\([^`]*\))?`"
                     % "|".join(UNITS + RUNTIME))

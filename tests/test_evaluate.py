@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from reasonkit import data, evaluate, models, plots, rewards, tasks, template
+from reasonkit.notebook import _show as notebook_show
 from reasonkit.presets import get_preset
 from reasonkit.testing import fake_results
 
@@ -530,7 +531,7 @@ def test_rollout_groups_samples_g_answers_a_prompt_and_scores_them(monkeypatch, 
             calls.append((list(batch), max_generation_steps, max_prompt_length, seed, kw))
             return types.SimpleNamespace(text=[answers[i % 4] for i in range(len(batch))])
 
-    monkeypatch.setattr(evaluate, "make_sampler", lambda *args: Sampler())
+    monkeypatch.setattr(notebook_show, "make_sampler", lambda *args: Sampler())
     batch = {"prompts": np.array(["What is 2 + 2?", "What is 3 + 3?", "unused"]),
              "answer": np.array(["4", "6", "0"]), "domain": np.array(["math"] * 3)}
     out = evaluate.rollout_groups("a model", tok, batch, preset, rewards.MATH_REWARDS, prompts=2, seed=7)
