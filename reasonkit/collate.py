@@ -27,12 +27,12 @@ import numpy as np
 
 from reasonkit import masks
 
-__all__ = ["POLICIES", "REMAINDERS", "tokenize", "assert_numeric", "CollateStats", "StaticLayout",
+__all__ = ["tokenize", "assert_numeric", "CollateStats", "StaticLayout",
            "BucketLayout", "PackedLayout", "bucket_lengths", "layout_for", "length_sorted",
            "SFTCollator", "DPOCollator", "GRPOCollator", "batches"]
 
-POLICIES = ("drop", "truncate_prompt_left")
-REMAINDERS = ("drop", "pad")
+_POLICIES = ("drop", "truncate_prompt_left")
+_REMAINDERS = ("drop", "pad")
 
 
 def _fail(cls: str, field: str, value: Any, why: str) -> None:
@@ -299,7 +299,7 @@ def length_sorted(items: Iterable[Any], window: int, length: Any) -> Iterator[An
     yield from sorted(chunk, key=length)
 
 
-Layout = Union[StaticLayout, BucketLayout, PackedLayout]
+_Layout = Union[StaticLayout, BucketLayout, PackedLayout]
 _LAYOUTS = (StaticLayout, BucketLayout, PackedLayout)
 
 
@@ -313,8 +313,8 @@ def _check_common(obj: Any, layouts: dict[str, Any]) -> None:
                   "BucketLayout (a packed prompt/response pair has no single prompt end)")
     if not _is_int(obj.pad_id) or obj.pad_id < 0:
         _fail(cls, "pad_id", obj.pad_id, "must be an int >= 0")
-    if obj.policy not in POLICIES:
-        _fail(cls, "policy", obj.policy, f"must be one of {POLICIES}")
+    if obj.policy not in _POLICIES:
+        _fail(cls, "policy", obj.policy, f"must be one of {_POLICIES}")
     if not _is_int(obj.min_prompt_tokens) or obj.min_prompt_tokens < 0:
         _fail(cls, "min_prompt_tokens", obj.min_prompt_tokens, "must be an int >= 0")
 
@@ -391,7 +391,7 @@ class SFTCollator:
     (1, 1)
     """
 
-    layout: Layout
+    layout: _Layout
     pad_id: int
     bos_id: int | None = None  # prepended to every row when given; never cut
     policy: str = "drop"
@@ -532,8 +532,8 @@ class DPOCollator:
     (array([[8, 9, 1, 0]], dtype=int32), array([[1, 1, 1, 0]]))
     """
 
-    prompt_layout: Layout
-    response_layout: Layout
+    prompt_layout: _Layout
+    response_layout: _Layout
     pad_id: int
     policy: str = "drop"
     min_prompt_tokens: int = 1
@@ -698,10 +698,10 @@ class GRPOCollator:
 
 # ----------------------------------------------------------------------------- batching
 
-Collator = Union[SFTCollator, DPOCollator, GRPOCollator]
+_Collator = Union[SFTCollator, DPOCollator, GRPOCollator]
 
 
-def batches(examples: Iterable[Any], batch_size: int, collator: Collator, *,
+def batches(examples: Iterable[Any], batch_size: int, collator: _Collator, *,
             remainder: str = "drop") -> Iterator[dict[str, np.ndarray]]:
     """Fit each example, group ``batch_size`` kept rows, yield each group collated.
 
@@ -723,8 +723,8 @@ def batches(examples: Iterable[Any], batch_size: int, collator: Collator, *,
     """
     if not _is_int(batch_size) or batch_size < 1:
         raise ValueError(f"batch_size={batch_size!r} must be an int >= 1")
-    if remainder not in REMAINDERS:
-        raise ValueError(f"remainder={remainder!r} must be one of {REMAINDERS}")
+    if remainder not in _REMAINDERS:
+        raise ValueError(f"remainder={remainder!r} must be one of {_REMAINDERS}")
     if remainder == "pad" and isinstance(collator, GRPOCollator):
         raise ValueError("GRPO batches cannot be padded (a filler prompt would be rolled "
                          "out and rewarded); use remainder='drop'")

@@ -30,7 +30,7 @@ numeric_backup  [0.0, 0.0, 0.0, 1.5]
 Tag parsing is linear in the completion's length and answers longer than
 the checker's ``MAX_PARSE_CHARS`` are never read as numbers, so a 100 KB degenerate
 completion scores in milliseconds; symbolic answers reach sympy only under a size cap
-and a time limit, and each reward call's sympy work stops at ``SYMBOLIC_BUDGET_SECONDS``
+and a time limit, and each reward call's sympy work stops at ``_SYMBOLIC_BUDGET_SECONDS``
 (answers left unjudged score 0 and count in ``SYMBOLIC_SKIPS``). No reward raises on a
 model output; the one error is a programming error, a missing ``answer`` column.
 """
@@ -65,20 +65,20 @@ __all__ = [
     "reward_groups",
     "MATH_REWARDS",
     "BY_NAME",
-    "SYMBOLIC_BUDGET_SECONDS", "SYMBOLIC_SKIPS",
+    "SYMBOLIC_SKIPS",
 ]
 
-FORMAT_EXACT_SCORE = 3.0
-FORMAT_TAG_SCORE = 0.5       # format_approx: per tag present once, minus this per extra copy
+_FORMAT_EXACT_SCORE = 3.0
+_FORMAT_TAG_SCORE = 0.5       # format_approx: per tag present once, minus this per extra copy
 ANSWER_CORRECT_SCORE = 3.0
 CLOSE_MAX_SCORE = 1.5        # answer_close peaks here, always strictly below answer_correct
 # answer_close reaches 0 at a relative error of 10%. GSM8K's golds are integers and MATH's
 # exact, so no rounding is ever right (answers.check_answer); this is shaping for near misses.
-CLOSE_TOLERANCE = 0.10
-NUMERIC_BACKUP_SCORE = 1.5
+_CLOSE_TOLERANCE = 0.10
+_NUMERIC_BACKUP_SCORE = 1.5
 # multi_domain weights: format, accuracy, reasoning quality, bonus (sum to 1).
-MULTI_WEIGHTS = (0.4, 0.4, 0.1, 0.1)
-REASONING_WORDS = (3, 512)   # a "reasonable" reasoning length, in words
+_MULTI_WEIGHTS = (0.4, 0.4, 0.1, 0.1)
+_REASONING_WORDS = (3, 512)   # a "reasonable" reasoning length, in words
 # CPU seconds of uncached sympy work (parsing and comparing symbolic answers) one reward call
 # may spend (answers.symbolic_budget); after it, an answer that only sympy could judge scores
 # as wrong: never a false credit, but a right answer written in a new symbolic form can miss
@@ -88,7 +88,7 @@ REASONING_WORDS = (3, 512)   # a "reasonable" reasoning length, in words
 # forms of a clearly different value are rejected without sympy, so a realistic step never
 # reaches it. A larger model's longer step affords more (set this module constant before
 # training). Evaluation (evaluate.py) has no budget and stays exact.
-SYMBOLIC_BUDGET_SECONDS = 0.05
+_SYMBOLIC_BUDGET_SECONDS = 0.05
 SYMBOLIC_SKIPS: collections.Counter = collections.Counter()  # reward name -> answers scored unjudged
 
 _log = logging.getLogger(__name__)
@@ -146,7 +146,7 @@ def reasoning_quality(reasoning: Any, answer: Any = None) -> float:
     """A heuristic score in [0, 1] for a reasoning trace: four checks worth 0.25 each.
 
     Empty or missing reasoning scores 0. Otherwise: (1) a reasonable length,
-    ``REASONING_WORDS`` words; (2) it shows work: a number, an operator or a step word
+    ``_REASONING_WORDS`` words; (2) it shows work: a number, an operator or a step word
     ("then", "so", "because"); (3) it is not just the answer repeated; (4) it converges:
     the answer appears in it (word for word after :func:`normalize_text`).
 
@@ -162,7 +162,7 @@ def reasoning_quality(reasoning: Any, answer: Any = None) -> float:
     norm = normalize_text(text)
     ans = normalize_text(answer) if answer is not None else ""
     checks = (
-        REASONING_WORDS[0] <= n_words <= REASONING_WORDS[1],
+        _REASONING_WORDS[0] <= n_words <= _REASONING_WORDS[1],
         _STEP_RE.search(text) is not None,
         norm != ans,
         bool(ans) and f" {ans} " in f" {norm} ",
@@ -185,7 +185,7 @@ def format_exact(prompts: Any, completions: Sequence[Any], **kwargs: Any) -> lis
     [3.0, 0.0, 0.0]
     """
     return _score(format_exact, completions,
-                  lambda text: FORMAT_EXACT_SCORE if has_exact_format(text) else 0.0)
+                  lambda text: _FORMAT_EXACT_SCORE if has_exact_format(text) else 0.0)
 
 
 def format_approx(prompts: Any, completions: Sequence[Any], **kwargs: Any) -> list[float]:
@@ -205,7 +205,7 @@ def format_approx(prompts: Any, completions: Sequence[Any], **kwargs: Any) -> li
         total = 0.0
         for tag in TAGS:
             n = text.count(tag)
-            total += FORMAT_TAG_SCORE if n == 1 else -FORMAT_TAG_SCORE * max(n - 1, 0)
+            total += _FORMAT_TAG_SCORE if n == 1 else -_FORMAT_TAG_SCORE * max(n - 1, 0)
         return min(2.0, max(-2.0, total))
 
     return _score(format_approx, completions, score)
@@ -258,7 +258,7 @@ def answer_verified(prompts: Any, completions: Sequence[Any], **kwargs: Any) -> 
     return _score(answer_verified, completions, score, golds, domains)
 
 
-def answer_close(prompts: Any, completions: Sequence[Any], *, tolerance: float = CLOSE_TOLERANCE,
+def answer_close(prompts: Any, completions: Sequence[Any], *, tolerance: float = _CLOSE_TOLERANCE,
                  **kwargs: Any) -> list[float]:
     r"""Partial credit ``1.5 * (1 - rel_err / tolerance)`` for a number near a numeric gold.
 
@@ -314,7 +314,7 @@ def numeric_backup(prompts: Any, completions: Sequence[Any], **kwargs: Any) -> l
             return 0.0
         final = final_answer(text)
         rule = "math" if domain is None else domain
-        return NUMERIC_BACKUP_SCORE if final is not None and check_answer(rule, final, gold) else 0.0
+        return _NUMERIC_BACKUP_SCORE if final is not None and check_answer(rule, final, gold) else 0.0
 
     return _score(numeric_backup, completions, score, golds, domains)
 
@@ -337,7 +337,7 @@ def multi_domain(prompts: Any, completions: Sequence[Any], **kwargs: Any) -> lis
     completions = _as_list(completions)  # once: an iterator is read once
     golds = _column(kwargs, "answer", completions, "multi_domain")
     domains = _column(kwargs, "domain", completions, None)
-    w_format, w_accuracy, w_quality, w_bonus = MULTI_WEIGHTS
+    w_format, w_accuracy, w_quality, w_bonus = _MULTI_WEIGHTS
 
     def score(text: str, gold: Any, domain: Any) -> float:
         well_formed = has_exact_format(text)
@@ -515,10 +515,10 @@ def _score(reward: Callable, completions: Sequence[Any], score: Callable[..., fl
            *columns: list) -> list[float]:
     """Apply ``score(text, *row)`` to every completion; a bug scores 0.0 instead of raising.
 
-    The call's sympy work is bounded by ``SYMBOLIC_BUDGET_SECONDS``.
+    The call's sympy work is bounded by ``_SYMBOLIC_BUDGET_SECONDS``.
     """
     out = []
-    with symbolic_budget(SYMBOLIC_BUDGET_SECONDS) as budget:
+    with symbolic_budget(_SYMBOLIC_BUDGET_SECONDS) as budget:
         for i, completion in enumerate(_as_list(completions)):
             try:
                 value = float(score(as_text(completion), *(column[i] for column in columns)))
@@ -530,7 +530,7 @@ def _score(reward: Callable, completions: Sequence[Any], score: Callable[..., fl
             out.append(value if math.isfinite(value) else 0.0)
     if budget is not None and budget.skipped:
         SYMBOLIC_SKIPS[reward.__name__] += budget.skipped
-        _warn_once("symbolic budget", f"{reward.__name__} spent its {SYMBOLIC_BUDGET_SECONDS:g} s of "
+        _warn_once("symbolic budget", f"{reward.__name__} spent its {_SYMBOLIC_BUDGET_SECONDS:g} s of "
                    f"sympy time on one call; {budget.skipped} comparisons after it were not made and "
                    "scored as wrong (never credited). rewards.SYMBOLIC_SKIPS counts them; warned once")
     return out

@@ -24,49 +24,47 @@ from typing import Callable, Iterable, Sequence
 from reasonkit.config import DOMAINS
 from reasonkit.template import format_completion, format_prompt, normalize_prompt
 
-__all__ = ["NAMES", "ITEMS", "BOXES", "WORDS", "FRUITS", "ANIMALS", "VEHICLES", "THINGS", "UNITS",
-           "ORDERS", "math_task", "coding_task", "science_task", "instruction_task",
-           "summarization_task", "general_task", "GENERATORS", "MAX_DIFFICULTY", "generate",
+__all__ = ["GENERATORS", "MAX_DIFFICULTY", "generate",
            "generate_all", "fresh_records", "corpus_texts"]
 
-NAMES = ("Ann", "Ben", "Cal", "Dan", "Eva", "Fay", "Gus", "Ivy", "Jon", "Kim", "Leo", "Mia",
+_NAMES = ("Ann", "Ben", "Cal", "Dan", "Eva", "Fay", "Gus", "Ivy", "Jon", "Kim", "Leo", "Mia",
          "Ned", "Pam", "Sam", "Tom")
-ITEMS = ("apples", "pears", "eggs", "pens", "books", "cards", "coins", "shells", "stamps",
+_ITEMS = ("apples", "pears", "eggs", "pens", "books", "cards", "coins", "shells", "stamps",
          "cups", "toys", "rocks")
-BOXES = ("boxes", "bags", "jars", "packs")
-WORDS = ("cat", "dog", "sun", "red", "blue", "tree", "fish", "bird", "milk", "book", "star",
+_BOXES = ("boxes", "bags", "jars", "packs")
+_WORDS = ("cat", "dog", "sun", "red", "blue", "tree", "fish", "bird", "milk", "book", "star",
          "rain", "cake", "lamp", "rose", "ship", "hat", "box", "map", "pen", "cup", "egg",
          "key", "owl", "sea", "king", "moon", "frog", "gold", "leaf")
-FRUITS = ("apple", "pear", "fig", "plum", "lime", "kiwi", "grape", "peach")
-ANIMALS = ("cat", "dog", "cow", "pig", "hen", "fox", "owl", "bee")
-VEHICLES = ("car", "bike", "boat", "train", "bus", "cart")
-THINGS = ("box", "cart", "sled", "rock", "ball", "crate")
+_FRUITS = ("apple", "pear", "fig", "plum", "lime", "kiwi", "grape", "peach")
+_ANIMALS = ("cat", "dog", "cow", "pig", "hen", "fox", "owl", "bee")
+_VEHICLES = ("car", "bike", "boat", "train", "bus", "cart")
+_THINGS = ("box", "cart", "sled", "rock", "ball", "crate")
 # (one big unit, many big units, small unit, small units per big unit)
-UNITS = (("m", "m", "cm", 100), ("km", "km", "m", 1000), ("kg", "kg", "g", 1000),
+_UNITS = (("m", "m", "cm", 100), ("km", "km", "m", 1000), ("kg", "kg", "g", 1000),
          ("hour", "hours", "minutes", 60), ("minute", "minutes", "seconds", 60),
          ("cm", "cm", "mm", 10), ("L", "L", "mL", 1000))
 # (comparative, superlative, opposite superlative)
-ORDERS = (("taller", "tallest", "shortest"), ("older", "oldest", "youngest"),
+_ORDERS = (("taller", "tallest", "shortest"), ("older", "oldest", "youngest"),
           ("faster", "fastest", "slowest"), ("heavier", "heaviest", "lightest"))
 _CONSONANTS, _VOWELS = "bdfgklmnprst", "aeiou"
 
-Task = tuple[str, str, str]  # (prompt, reasoning, answer)
+_Task = tuple[str, str, str]  # (prompt, reasoning, answer)
 
 
 # --- math ------------------------------------------------------------------------------
 
-def math_task(rng: random.Random, difficulty: int = 1) -> Task:
+def _math_task(rng: random.Random, difficulty: int = 1) -> _Task:
     """A word problem of ``difficulty`` operations after the start, numbers up to 4 + 4d.
 
-    >>> p, r, a = math_task(random.Random(8))
+    >>> p, r, a = _math_task(random.Random(8))
     >>> print(p, r, a, sep="\\n")
     Ivy has 3 bags of 7 coins. Ivy gives 3 to Fay. How many coins does Ivy have now?
     3 * 7 = 21. 21 - 3 = 18.
     18
     """
     hi = 4 + 4 * difficulty
-    name, other = rng.sample(NAMES, 2)
-    item, box = rng.choice(ITEMS), rng.choice(BOXES)
+    name, other = rng.sample(_NAMES, 2)
+    item, box = rng.choice(_ITEMS), rng.choice(_BOXES)
     a, b = rng.randint(2, hi), rng.randint(2, hi)
     if rng.random() < 0.5:
         total, text = a * b, [f"{name} has {a} {box} of {b} {item}."]
@@ -107,10 +105,10 @@ def math_task(rng: random.Random, difficulty: int = 1) -> Task:
 
 # --- coding ----------------------------------------------------------------------------
 
-def coding_task(rng: random.Random, difficulty: int = 1) -> Task:
+def _coding_task(rng: random.Random, difficulty: int = 1) -> _Task:
     """What a short Python snippet prints: a chain of ``difficulty`` updates, a list, a string.
 
-    >>> p, r, a = coding_task(random.Random(1))
+    >>> p, r, a = _coding_task(random.Random(1))
     >>> print(p, r, a, sep="\\n")
     What does this code print?
     x = 5
@@ -127,7 +125,7 @@ def coding_task(rng: random.Random, difficulty: int = 1) -> Task:
     return _code_string(rng, difficulty)
 
 
-def _code_chain(rng: random.Random, difficulty: int) -> Task:
+def _code_chain(rng: random.Random, difficulty: int) -> _Task:
     var = rng.choice("xynkab")
     v = rng.randint(1, 9)
     lines, trace = [f"{var} = {v}"], [f"{var} = {v}."]
@@ -165,7 +163,7 @@ def _code_chain(rng: random.Random, difficulty: int) -> Task:
     return _code_prompt(lines), " ".join(trace), str(v)
 
 
-def _code_list(rng: random.Random, difficulty: int) -> Task:
+def _code_list(rng: random.Random, difficulty: int) -> _Task:
     items = [rng.randint(1, 9) for _ in range(2 + difficulty)]
     shown = ", ".join(map(str, items))
     kind = rng.choice(("sum", "max", "min", "len", "index"))
@@ -185,8 +183,8 @@ def _code_list(rng: random.Random, difficulty: int) -> Task:
     return _code_prompt([f"a = [{shown}]", f"print({expr})"]), why, str(value)
 
 
-def _code_string(rng: random.Random, difficulty: int) -> Task:
-    word, other = rng.sample(WORDS, 2)
+def _code_string(rng: random.Random, difficulty: int) -> _Task:
+    word, other = rng.sample(_WORDS, 2)
     k = rng.randint(2, 2 + difficulty)
     if rng.random() < 0.5:
         lines = [f's = "{word}"', f"print(s * {k})"]
@@ -203,10 +201,10 @@ def _code_prompt(lines: Sequence[str]) -> str:
 
 # --- science ---------------------------------------------------------------------------
 
-def science_task(rng: random.Random, difficulty: int = 1) -> Task:
+def _science_task(rng: random.Random, difficulty: int = 1) -> _Task:
     """Motion, force, weight, density, unit conversions; ``difficulty`` >= 2 adds a time step.
 
-    >>> p, r, a = science_task(random.Random(7))
+    >>> p, r, a = _science_task(random.Random(7))
     >>> print(p, r, a, sep="\\n")
     A train moves at 7 m/s for 4 s. How far does it go in m?
     distance = speed * time = 7 * 4 = 28.
@@ -214,7 +212,7 @@ def science_task(rng: random.Random, difficulty: int = 1) -> Task:
     """
     hi = 6 + 6 * difficulty
     a, b = rng.randint(2, hi), rng.randint(2, hi)
-    vehicle, thing = rng.choice(VEHICLES), rng.choice(THINGS)
+    vehicle, thing = rng.choice(_VEHICLES), rng.choice(_THINGS)
     kind = rng.choice(("distance", "speed", "time", "force", "weight", "density", "convert",
                        "unconvert"))
     # Harder tasks more often need a unit changed first: one more step.
@@ -253,7 +251,7 @@ def science_task(rng: random.Random, difficulty: int = 1) -> Task:
         return (f"A {thing} has a mass of {a * b} g and a volume of {b} cm3. "
                 "What is its density in g/cm3?",
                 f"density = mass / volume = {a * b} / {b} = {a}.", str(a))
-    one, big, small, f = rng.choice(UNITS)
+    one, big, small, f = rng.choice(_UNITS)
     if kind == "convert":
         return (f"How many {small} are in {a} {big}?",
                 f"1 {one} = {f} {small}. {a} * {f} = {a * f}.", str(a * f))
@@ -263,16 +261,16 @@ def science_task(rng: random.Random, difficulty: int = 1) -> Task:
 
 # --- instruction -----------------------------------------------------------------------
 
-def instruction_task(rng: random.Random, difficulty: int = 1) -> Task:
+def _instruction_task(rng: random.Random, difficulty: int = 1) -> _Task:
     """Follow a checkable instruction: repeat, reverse, reorder, first letters; 2 + d words.
 
-    >>> p, r, a = instruction_task(random.Random(5))
+    >>> p, r, a = _instruction_task(random.Random(5))
     >>> print(p, r, a, sep="\\n")
     Write these words in reverse order: pen milk owl.
     Last to first: owl, milk, pen.
     owl milk pen
     """
-    words = rng.sample(WORDS, 2 + difficulty)
+    words = rng.sample(_WORDS, 2 + difficulty)
     kind = rng.choice(("repeat", "reverse_letters", "reverse_order", "first_letters", "sort"))
     if kind == "repeat":
         w, k = words[0], rng.randint(2, 3 + difficulty)
@@ -299,16 +297,16 @@ def instruction_task(rng: random.Random, difficulty: int = 1) -> Task:
 
 # --- summarization ---------------------------------------------------------------------
 
-def summarization_task(rng: random.Random, difficulty: int = 1) -> Task:
+def _summarization_task(rng: random.Random, difficulty: int = 1) -> _Task:
     """Extractive summaries of a list of 4 + 2d items: most / least often, count, distinct.
 
-    >>> p, r, a = summarization_task(random.Random(9))
+    >>> p, r, a = _summarization_task(random.Random(9))
     >>> print(p, r, a, sep="\\n")
     Which item appears most often: dog owl dog owl hen dog?
     dog 3, owl 2, hen 1. Most often: dog.
     dog
     """
-    pool = rng.choice((FRUITS, ANIMALS))
+    pool = rng.choice((_FRUITS, _ANIMALS))
     kinds = rng.sample(pool, rng.randint(2, 3 + (difficulty > 1)))
     length = 4 + 2 * difficulty
     kind = rng.choice(("most", "least", "count", "distinct"))
@@ -339,10 +337,10 @@ def summarization_task(rng: random.Random, difficulty: int = 1) -> Task:
 
 # --- general ---------------------------------------------------------------------------
 
-def general_task(rng: random.Random, difficulty: int = 1) -> Task:
+def _general_task(rng: random.Random, difficulty: int = 1) -> _Task:
     """Comparisons and ordering: sort numbers, pick the larger, who is tallest in a chain.
 
-    >>> p, r, a = general_task(random.Random(7))
+    >>> p, r, a = _general_task(random.Random(7))
     >>> print(p, r, a, sep="\\n")
     Eva is taller than Gus. Gus is taller than Leo. Who is the tallest?
     Eva > Gus > Leo. So the tallest is Eva.
@@ -370,8 +368,8 @@ def general_task(rng: random.Random, difficulty: int = 1) -> Task:
         return (f"What is the {word} number: {' '.join(map(str, nums))}?",
                 f"{' > '.join(map(str, sorted(nums, reverse=True)))}. The {word} is {pick}.",
                 str(pick))
-    people = rng.sample(NAMES, 2 + difficulty)  # people[0] is the most
-    more, most, least = rng.choice(ORDERS)
+    people = rng.sample(_NAMES, 2 + difficulty)  # people[0] is the most
+    more, most, least = rng.choice(_ORDERS)
     facts = [f"{a} is {more} than {b}." for a, b in zip(people, people[1:], strict=False)]
     if difficulty > 1:
         rng.shuffle(facts)
@@ -384,15 +382,15 @@ def general_task(rng: random.Random, difficulty: int = 1) -> Task:
 
 # --- records ---------------------------------------------------------------------------
 
-GENERATORS: dict[str, Callable[[random.Random, int], Task]] = {
-    "math": math_task, "coding": coding_task, "science": science_task,
-    "instruction": instruction_task, "summarization": summarization_task,
-    "general": general_task,
+GENERATORS: dict[str, Callable[[random.Random, int], _Task]] = {
+    "math": _math_task, "coding": _coding_task, "science": _science_task,
+    "instruction": _instruction_task, "summarization": _summarization_task,
+    "general": _general_task,
 }
 _RETRIES = 30  # fresh draws before accepting a duplicate prompt
 # The highest difficulty a domain can draw distinct items for: a general chain takes
 # 2 + d people from NAMES, an instruction 2 + d words from WORDS. The others have none.
-MAX_DIFFICULTY = {"general": len(NAMES) - 2, "instruction": len(WORDS) - 2}
+MAX_DIFFICULTY = {"general": len(_NAMES) - 2, "instruction": len(_WORDS) - 2}
 
 
 def _check_args(domain: str, n: int, difficulty: int) -> None:

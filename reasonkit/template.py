@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 __all__ = [
     "REASONING_START", "REASONING_END", "ANSWER_START", "ANSWER_END", "START_OF_TURN",
-    "END_OF_TURN", "EOS", "TAGS", "SPECIAL_TOKENS", "INSTRUCTION", "format_prompt",
+    "END_OF_TURN", "TAGS", "SPECIAL_TOKENS", "INSTRUCTION", "format_prompt",
     "format_completion", "split_tagged", "normalize_prompt", "FAILURE_REASONS", "Extraction",
     "extract_answer", "has_exact_format", "reasoning_of", "as_text",
 ]
@@ -34,7 +34,7 @@ __all__ = [
 REASONING_START, REASONING_END = "<reasoning>", "</reasoning>"
 ANSWER_START, ANSWER_END = "<answer>", "</answer>"
 START_OF_TURN, END_OF_TURN = "<start_of_turn>", "<end_of_turn>"
-EOS = "<eos>"  # Gemma's end of sequence, tolerated after the answer like <end_of_turn>
+_EOS = "<eos>"  # Gemma's end of sequence, tolerated after the answer like <end_of_turn>
 TAGS = (REASONING_START, REASONING_END, ANSWER_START, ANSWER_END)
 # Every special string the tiny tokenizer must keep as one piece.
 SPECIAL_TOKENS = (START_OF_TURN, END_OF_TURN, REASONING_START, REASONING_END,
@@ -227,7 +227,7 @@ def reasoning_of(completion: Any) -> str | None:
 
 
 # Whitespace, <end_of_turn> and <eos>, one at a time: no nested quantifier, linear time.
-_TAIL_RE = re.compile(r"(?:\s|" + re.escape(END_OF_TURN) + "|" + re.escape(EOS) + r")*")
+_TAIL_RE = re.compile(r"(?:\s|" + re.escape(END_OF_TURN) + "|" + re.escape(_EOS) + r")*")
 
 
 def _only_end_markers(text: str, pos: int) -> bool:

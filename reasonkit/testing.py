@@ -9,8 +9,8 @@ proto from a small tokenizer. Encoding never produces an unused piece, so text e
 exactly as with the small tokenizer, while the model, the sampler and the exports see
 the real vocabulary.
 
->>> proto = padded_proto(tiny.ASSET / "tokenizer.model", 600)
->>> len(proto.pieces), proto.pieces[512].piece, proto.pieces[599].type == UNUSED
+>>> proto = _padded_proto(tiny.ASSET / "tokenizer.model", 600)
+>>> len(proto.pieces), proto.pieces[512].piece, proto.pieces[599].type == _UNUSED
 (600, '<unused0>', True)
 
 >>> res = fake_results(base=(0.0, 0.1), sft=(0.9, 0.4))
@@ -35,19 +35,18 @@ from reasonkit.models import tiny
 from reasonkit.presets import get_preset
 from reasonkit.runtime import runs
 
-__all__ = ["UNUSED", "unused_piece", "padded_proto", "write_padded_tokenizer", "hf_config_fields",
-           "write_hf_checkpoint", "write_random_source", "base_differences", "SMALL",
+__all__ = ["write_hf_checkpoint", "write_random_source", "base_differences", "SMALL",
            "small_preset", "make_run", "fake_results", "forward"]
 
-UNUSED = spm_pb2.ModelProto.SentencePiece.Type.UNUSED
+_UNUSED = spm_pb2.ModelProto.SentencePiece.Type.UNUSED
 
 
-def unused_piece(i: int) -> str:
+def _unused_piece(i: int) -> str:
     """The name of the ``i``-th padding piece, as Gemma's tokenizer names its own."""
     return f"<unused{i}>"
 
 
-def padded_proto(tokenizer_model: str | os.PathLike, vocab_size: int) -> spm_pb2.ModelProto:
+def _padded_proto(tokenizer_model: str | os.PathLike, vocab_size: int) -> spm_pb2.ModelProto:
     """``tokenizer_model``'s ModelProto with unused pieces appended up to ``vocab_size``."""
     proto = spm_pb2.ModelProto()
     proto.ParseFromString(pathlib.Path(tokenizer_model).read_bytes())
@@ -55,12 +54,12 @@ def padded_proto(tokenizer_model: str | os.PathLike, vocab_size: int) -> spm_pb2
     if vocab_size < have:
         raise ValueError(f"vocab_size={vocab_size}: {tokenizer_model} already has {have} pieces")
     for i in range(vocab_size - have):
-        proto.pieces.add(piece=unused_piece(i), score=0.0, type=UNUSED)
+        proto.pieces.add(piece=_unused_piece(i), score=0.0, type=_UNUSED)
     proto.trainer_spec.vocab_size = vocab_size
     return proto
 
 
-def write_padded_tokenizer(tokenizer_model: str | os.PathLike, vocab_size: int,
+def _write_padded_tokenizer(tokenizer_model: str | os.PathLike, vocab_size: int,
                            out_dir: str | os.PathLike, *, hf_files: bool = True) -> pathlib.Path:
     """Write ``<out_dir>/tokenizer.model`` padded to ``vocab_size`` (and, with ``hf_files``,
     tokenizer.json, tokenizer_config.json, special_tokens_map.json to match).
@@ -73,20 +72,20 @@ def write_padded_tokenizer(tokenizer_model: str | os.PathLike, vocab_size: int,
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "tokenizer.model"
-    path.write_bytes(padded_proto(tokenizer_model, vocab_size).SerializeToString())
+    path.write_bytes(_padded_proto(tokenizer_model, vocab_size).SerializeToString())
     if hf_files:
         files = models.hf_tokenizer_files(tokenizer_model)
         backend = json.loads(files["tokenizer.json"])
         vocab = backend["model"]["vocab"]  # {piece: id}
         have = len(vocab)
-        vocab.update({unused_piece(i): have + i for i in range(vocab_size - have)})
+        vocab.update({_unused_piece(i): have + i for i in range(vocab_size - have)})
         files["tokenizer.json"] = json.dumps(backend, ensure_ascii=False)
         for name, text in files.items():
             (out / name).write_text(text)
     return path
 
 
-def hf_config_fields(cfg: ModelConfig) -> dict[str, Any]:
+def _hf_config_fields(cfg: ModelConfig) -> dict[str, Any]:
     """The shape fields of a config.json for ``cfg`` (transformers fills in the rest)."""
     return {"model_type": "gemma3_text" if cfg.family == "gemma3" else "gemma2",
             "hidden_size": cfg.embed_dim, "intermediate_size": cfg.hidden_dim,
@@ -121,7 +120,7 @@ def write_hf_checkpoint(path: str | os.PathLike, cfg: ModelConfig,
         tensors[k] = np.zeros(shape, np.float32)
     path.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(path / "model.safetensors"))
-    text = {k: v for k, v in {**hf_config_fields(cfg), **(extra or {})}.items() if v is not ...}
+    text = {k: v for k, v in {**_hf_config_fields(cfg), **(extra or {})}.items() if v is not ...}
     (path / "config.json").write_text(json.dumps(text))
     if tokenizer_path is not None:
         (path / "tokenizer.model").write_bytes(pathlib.Path(tokenizer_path).read_bytes())
@@ -134,11 +133,11 @@ def write_random_source(path: str | os.PathLike, cfg: ModelConfig, *, seed: int 
 
     config.json (:func:`reasonkit.models.hf_config`), random weights in model.safetensors
     (``std`` 0.02: a first loss near ln(vocab_size)) and the tiny tokenizer padded to
-    ``cfg.vocab_size`` with its Hugging Face files (:func:`write_padded_tokenizer`).
+    ``cfg.vocab_size`` with its Hugging Face files (:func:`_write_padded_tokenizer`).
     Point ``model.source`` at the returned directory.
     """
     path = pathlib.Path(path)
-    write_padded_tokenizer(tiny.ASSET / "tokenizer.model", cfg.vocab_size, path)
+    _write_padded_tokenizer(tiny.ASSET / "tokenizer.model", cfg.vocab_size, path)
     write_hf_checkpoint(path, cfg, None, seed=seed, std=std, keep=False, extra=models.hf_config(cfg))
     return path
 
