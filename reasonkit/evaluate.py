@@ -565,7 +565,7 @@ _MOVED = ("pick_examples", "show_completions", "group_advantages", "rollout_grou
 
 def __getattr__(name: str) -> Any:
     if name in _MOVED:
-        from reasonkit.notebook import _show
+        from reasonkit import notebook
 
-        return getattr(_show, name)
+        return getattr(notebook, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

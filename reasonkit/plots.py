@@ -1,7 +1,6 @@
 """Every figure and Markdown table the notebooks show: an older face of :mod:`reasonkit.notebook`."""
 
-from reasonkit.notebook._plots import (
-    GIB,
+from reasonkit.notebook import (
     advantage_table,
     array_table,
     before_after,
@@ -38,10 +37,10 @@ from reasonkit.notebook._plots import (
     stage_table,
 )
 
-__all__ = ["GIB", "markdown_table", "array_table", "count_table", "bullets", "budget_table",
-           "data_table", "drop_table", "before_after", "reward_table", "stage_table", "gsm8k_table",
-           "eval_tables", "domain_table", "failure_table", "judge_table", "side_by_side",
-           "advantage_table", "qualified_name", "parts_table", "config_table", "lora_table",
-           "plot_memory", "plot_token_lengths", "plot_mix", "plot_loss_mask", "plot_sft", "plot_dpo",
-           "plot_grpo", "plot_held_out", "plot_stages", "plot_pass_at_k", "plot_domains",
-           "plot_lengths", "changed_answers"]
+__all__ = ["markdown_table", "array_table", "count_table", "bullets", "budget_table", "data_table",
+           "drop_table", "before_after", "reward_table", "stage_table", "gsm8k_table", "eval_tables",
+           "domain_table", "failure_table", "judge_table", "side_by_side", "advantage_table",
+           "qualified_name", "parts_table", "config_table", "lora_table", "plot_memory",
+           "plot_token_lengths", "plot_mix", "plot_loss_mask", "plot_sft", "plot_dpo", "plot_grpo",
+           "plot_held_out", "plot_stages", "plot_pass_at_k", "plot_domains", "plot_lengths",
+           "changed_answers"]

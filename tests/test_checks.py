@@ -5,6 +5,7 @@ import pytest
 from reasonkit import checks
 from reasonkit.checks import StageDidNotLearn
 from reasonkit.config import DPOConfig, GRPOConfig, SFTConfig
+from reasonkit.notebook import _checks as notebook_checks
 
 
 def _metrics(**series):
@@ -13,8 +14,8 @@ def _metrics(**series):
 
 
 def test_quarters_are_the_first_and_last_quarter_means():
-    assert checks.quarters([1.0, 2.0]) == (1.0, 2.0, 1)
-    assert checks.quarters(list(range(12))) == (1.0, 10.0, 3)
+    assert notebook_checks.quarters([1.0, 2.0]) == (1.0, 2.0, 1)
+    assert notebook_checks.quarters(list(range(12))) == (1.0, 10.0, 3)
 
 
 def test_sft_check_wants_the_format_to_rise_and_the_loss_to_fall():

@@ -32,6 +32,7 @@ from reasonkit.notebook._plots import (
     gsm8k_table,
     judge_table,
     lora_table,
+    markdown_table,
     parts_table,
     plot_domains,
     plot_dpo,
@@ -45,6 +46,7 @@ from reasonkit.notebook._plots import (
     plot_sft,
     plot_stages,
     plot_token_lengths,
+    qualified_name,
     reward_table,
     side_by_side,
     stage_table,
@@ -59,14 +61,15 @@ from reasonkit.notebook._show import (
     show_completions,
 )
 
-__all__ = ["array_table", "count_table", "bullets", "budget_table", "data_table", "drop_table",
-           "before_after", "reward_table", "stage_table", "gsm8k_table", "eval_tables", "domain_table",
-           "failure_table", "judge_table", "side_by_side", "advantage_table", "parts_table",
-           "config_table", "lora_table", "plot_memory", "plot_token_lengths", "plot_mix",
-           "plot_loss_mask", "plot_sft", "plot_dpo", "plot_grpo", "plot_held_out", "plot_stages",
-           "plot_pass_at_k", "plot_domains", "plot_lengths", "changed_answers", "pick_examples",
-           "show_completions", "group_advantages", "rollout_groups", "noise_points", "describe_changes",
-           "judge", "StageDidNotLearn", "check_sft", "check_dpo", "check_grpo", "check_stages"]
+__all__ = ["markdown_table", "array_table", "count_table", "bullets", "budget_table", "data_table",
+           "drop_table", "before_after", "reward_table", "stage_table", "gsm8k_table", "eval_tables",
+           "domain_table", "failure_table", "judge_table", "side_by_side", "advantage_table",
+           "qualified_name", "parts_table", "config_table", "lora_table", "plot_memory",
+           "plot_token_lengths", "plot_mix", "plot_loss_mask", "plot_sft", "plot_dpo", "plot_grpo",
+           "plot_held_out", "plot_stages", "plot_pass_at_k", "plot_domains", "plot_lengths",
+           "changed_answers", "pick_examples", "show_completions", "group_advantages", "rollout_groups",
+           "noise_points", "describe_changes", "judge", "StageDidNotLearn", "check_sft", "check_dpo",
+           "check_grpo", "check_stages"]
 
 # Named as this package's: what a traceback or a notebook shows.
 StageDidNotLearn.__module__ = __name__
