@@ -86,11 +86,10 @@ source = reasonkit_bootstrap.setup()  # reasonkit and the tested JAX stack
 import jax
 import matplotlib.pyplot as plt
 
-from reasonkit import plots
+from reasonkit import notebook
 from reasonkit.budget import budget_table, memory_budget
 from reasonkit.presets import get_preset
-from reasonkit.runtime import hardware, mesh, start_session
-from reasonkit.runtime.runs import RunDir
+from reasonkit.runtime import RunDir, hardware, mesh, start_session
 
 mesh.init_distributed()  # a no-op on one host; joins the pod on several
 session = start_session()  # earlier Kaggle runs restored, compiled programs kept, the deadline set
@@ -141,14 +140,14 @@ if bench["peak_flops_per_s"]:
 from IPython.display import Markdown, display
 
 rows = budget_table(preset, hw)
-display(Markdown(plots.budget_table(rows)))
+display(Markdown(notebook.budget_table(rows)))
 
 # %%
 EXAMPLE = "gemma3-1b"  # shown beside a CPU preset: what this notebook teaches, at Gemma's size
 shown = preset if preset.hardware != "cpu" else get_preset(EXAMPLE)
 target = hardware.from_name(shown.hardware)
 print(f"{shown.name} on the machine it is sized for, {target.name} ({target.device_count} devices):")
-display(Markdown(plots.budget_table(budget_table(shown, target))))
+display(Markdown(notebook.budget_table(budget_table(shown, target))))
 
 # %% [markdown]
 # ## What the compiler says
@@ -194,7 +193,7 @@ for p, machine in examples:
 # ## Where the memory goes
 
 # %%
-fig = plots.plot_memory(rows, f"{preset.name} on {hw.name} "
+fig = notebook.plot_memory(rows, f"{preset.name} on {hw.name} "
                         f"(device memory {rows[0]['capacity'] / 2**30:.1f} GiB)")
 fig.savefig(run.path / "hardware_budget.png", dpi=120)
 plt.show()

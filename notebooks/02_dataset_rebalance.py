@@ -65,10 +65,9 @@ source = reasonkit_bootstrap.setup()  # reasonkit and the tested JAX stack
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
-from reasonkit import data, models, plots, template
+from reasonkit import data, models, notebook, template
 from reasonkit.presets import get_preset
-from reasonkit.runtime import start_session
-from reasonkit.runtime.runs import RunDir, finish_data
+from reasonkit.runtime import RunDir, finish_data, start_session
 
 session = start_session()  # earlier Kaggle runs restored, compiled programs kept, the deadline set
 preset = get_preset()  # $REASONKIT_PRESET (default "auto": tiny on a CPU), $REASONKIT_OVERRIDES
@@ -165,7 +164,7 @@ for (key, n), stages in cuts.items():
     print(f"{key:20s} budget {n:5d} tokens: {', '.join(stages)}")
 
 # %%
-fig_lengths = plots.plot_token_lengths(lengths, cuts, len(records))
+fig_lengths = notebook.plot_token_lengths(lengths, cuts, len(records))
 plt.show()
 
 # %% [markdown]
@@ -185,7 +184,7 @@ plt.show()
 splits, report = data.build_splits(records, preset.data, count_tokens=count_tokens,
                                    limits=limits, source_reports=source_reports)
 print("records per split:", splits.sizes())
-display(Markdown(plots.data_table(report)))
+display(Markdown(notebook.data_table(report)))
 
 # %% [markdown]
 # ### GRPO's prompts, one step harder
@@ -212,7 +211,7 @@ if splits.eval_hard:
 # (or `file:line`) to look at. Notes name the domains that missed their target, and why.
 
 # %%
-display(Markdown(plots.drop_table(report)))
+display(Markdown(notebook.drop_table(report)))
 print("\n".join(report.notes) or "no shortfalls: every domain reached its target")
 
 # %% [markdown]
@@ -221,7 +220,7 @@ print("\n".join(report.notes) or "no shortfalls: every domain reached its target
 # marks are the target mix from `data.domain_weights`.
 
 # %%
-fig_mix = plots.plot_mix(report, f"domain mix, {preset.name} preset")
+fig_mix = notebook.plot_mix(report, f"domain mix, {preset.name} preset")
 plt.show()
 
 # %% [markdown]
@@ -270,7 +269,7 @@ weights = {"math": 3, "coding": 2, "science": 1, "instruction": 1, "summarizatio
            "general": 1}
 config = preset.replace(**{"data.domain_weights": weights}).data
 _, demo = data.build_splits(lopsided, config, count_tokens=count_tokens, limits=limits)
-plots.plot_mix(demo, "lopsided input, weights 3:2:1:1:1:1")
+notebook.plot_mix(demo, "lopsided input, weights 3:2:1:1:1:1")
 plt.show()
 print("\n".join(demo.notes))
 

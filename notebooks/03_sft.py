@@ -68,11 +68,10 @@ import dataclasses
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
-from reasonkit import checks, data, evaluate, models, plots, train
+from reasonkit import data, models, notebook, train
 from reasonkit.budget import memory_budget
 from reasonkit.presets import get_preset
-from reasonkit.runtime import hardware, mesh, start_session
-from reasonkit.runtime.runs import RunDir, checkpoint_dir
+from reasonkit.runtime import RunDir, checkpoint_dir, hardware, mesh, start_session
 
 mesh.init_distributed()  # a no-op on one host; joins the pod on several
 session = start_session()  # earlier Kaggle runs restored, compiled programs kept, the deadline set
@@ -127,7 +126,7 @@ print(f"{preset.model.num_params / 1e6:.1f}M base parameters, tokenizer of {tok.
 # (each `w` or `kernel`, with its $A$ and $B$), then every layer.
 
 # %%
-display(Markdown(plots.lora_table(model)))
+display(Markdown(notebook.lora_table(model)))
 print(f"rank {preset.lora.rank}, alpha {preset.lora.alpha}: the adapters' output is scaled by "
       f"{preset.lora.alpha / preset.lora.rank:g}")
 
@@ -161,7 +160,7 @@ batch = next(iter(batches))  # {"input_tokens": [B, S] int32, "input_mask": [B, 
 ids, loss = batch["input_tokens"][0], batch["input_mask"][0]  # row 0: [S], [S]
 real = ids != tok.pad_id()
 one = batch["segment_ids"][0] == 1 if "segment_ids" in batch else real  # sft.packing: 1st example
-display(Markdown(plots.array_table(batch)))
+display(Markdown(notebook.array_table(batch)))
 print(f"row 0: {(one & ~loss).sum()} tokens BOS + prompt (no loss), {(one & loss).sum()} completion "
       f"tokens (loss), {(~real).sum()} padding (no loss, not attended)")
 print("--- prompt, read but not learned:")
@@ -173,7 +172,7 @@ print(tok.DecodeIds(ids[one & loss].tolist()))
 # The whole batch at a glance: each row is one example, each column one position.
 
 # %%
-plots.plot_loss_mask(batch, tok.pad_id())
+notebook.plot_loss_mask(batch, tok.pad_id())
 plt.show()
 
 # %% [markdown]
@@ -185,8 +184,8 @@ plt.show()
 # right?
 
 # %%
-EXAMPLES = evaluate.pick_examples(splits.eval)  # math, coding, summarization if present
-before = evaluate.show_completions(model, tok, EXAMPLES, preset.model, preset.eval, "base")
+EXAMPLES = notebook.pick_examples(splits.eval)  # math, coding, summarization if present
+before = notebook.show_completions(model, tok, EXAMPLES, preset.model, preset.eval, "base")
 
 # %% [markdown]
 # The base model continues in its pretraining style, without tags. Free it before
@@ -265,11 +264,11 @@ policy, finished = result.policy, result.finished
 
 # %%
 if r.trains:
-    display(Markdown(plots.parts_table({
+    display(Markdown(notebook.parts_table({
         "trainer": trainer, "loss": trainer.loss_fn, "model inputs": trainer.gen_model_input_fn,
         "batches": train.sft_collator(preset, tok),
         "optimizer state (LoRA params only)": trainer.optimizer})))
-    display(Markdown(plots.config_table(trainer.config)))
+    display(Markdown(notebook.config_table(trainer.config)))
 
 # %% [markdown]
 # ## The curves
@@ -280,7 +279,7 @@ if r.trains:
 # means overfitting: fewer steps or more data.
 
 # %%
-fig = plots.plot_sft(train.read_metrics(run, "sft"))
+fig = notebook.plot_sft(train.read_metrics(run, "sft"))
 fig.savefig(run.stage("sft") / "sft_curves.png", dpi=120)
 plt.show()
 
@@ -291,8 +290,8 @@ plt.show()
 
 # %%
 if finished:
-    after = evaluate.show_completions(policy, tok, EXAMPLES, preset.model, preset.eval, "SFT")
-    display(Markdown(plots.before_after(EXAMPLES, before, after, ("base", "SFT"))))
+    after = notebook.show_completions(policy, tok, EXAMPLES, preset.model, preset.eval, "SFT")
+    display(Markdown(notebook.before_after(EXAMPLES, before, after, ("base", "SFT"))))
 else:
     print("SFT stopped before max_steps (deadline): run this notebook again to resume.")
 
@@ -310,7 +309,7 @@ print("checkpoint steps:", sorted(p.name for p in checkpoint_dir(run, "sft").ite
 
 # %% [markdown]
 # ## Check: SFT taught the format
-# The last cell calls `checks.check_sft`. It fails when SFT did not do its job (a learning
+# The last cell calls `notebook.check_sft`. It fails when SFT did not do its job (a learning
 # rate of 1e-12, say, or adapters left at their start). Its margins:
 #
 # - **The format rises**: more of the 3 held-out answers above are in the exact format
@@ -324,7 +323,7 @@ print("checkpoint steps:", sorted(p.name for p in checkpoint_dir(run, "sft").ite
 
 # %%
 if finished:
-    print(checks.check_sft(before, after, train.read_metrics(run, "sft")))
+    print(notebook.check_sft(before, after, train.read_metrics(run, "sft")))
 else:
     print("SFT has not finished: nothing to check yet")
 

@@ -69,11 +69,10 @@ import dataclasses
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
-from reasonkit import checks, data, evaluate, models, plots, train
+from reasonkit import data, models, notebook, train
 from reasonkit.budget import memory_budget
 from reasonkit.presets import get_preset
-from reasonkit.runtime import hardware, mesh, start_session
-from reasonkit.runtime.runs import RunDir, start_from
+from reasonkit.runtime import RunDir, hardware, mesh, start_from, start_session
 
 mesh.init_distributed()  # a no-op on one host; joins the pod on several
 session = start_session()  # earlier Kaggle runs restored, compiled programs kept, the deadline set
@@ -115,7 +114,7 @@ print(f"{preset.model.num_params / 1e6:.1f}M base parameters + LoRA rank {preset
 
 # %%
 kinds = collections.Counter(r["rejected_kind"] for r in splits.dpo)
-display(Markdown(plots.count_table(kinds, "rejected_kind")))
+display(Markdown(notebook.count_table(kinds, "rejected_kind")))
 
 # %% [markdown]
 # The trainer sees fixed-shape arrays. The prompt is **left**-padded, so it ends where the
@@ -125,7 +124,7 @@ display(Markdown(plots.count_table(kinds, "rejected_kind")))
 # %%
 batches, _ = train.dpo_batches(train.dpo_examples(splits.dpo, tok), preset, tok)
 batch = next(iter(batches))
-display(Markdown(plots.array_table(batch)))
+display(Markdown(notebook.array_table(batch)))
 for part in ("prompt", "chosen", "rejected"):
     ids, mask = batch[f"{part}_ids"][0], batch[f"{part}_mask"][0].astype(bool)
     print(f"--- {part} ({mask.sum()} tokens, {(~mask).sum()} padding)")
@@ -136,8 +135,8 @@ for part in ("prompt", "chosen", "rejected"):
 # The three held-out prompts of `03_sft`, greedy, scored by `evaluate.score`.
 
 # %%
-EXAMPLES = evaluate.pick_examples(splits.eval)  # math, coding, summarization if present
-before = evaluate.show_completions(model, tok, EXAMPLES, preset.model, preset.eval, start.upper())
+EXAMPLES = notebook.pick_examples(splits.eval)  # math, coding, summarization if present
+before = notebook.show_completions(model, tok, EXAMPLES, preset.model, preset.eval, start.upper())
 del model
 models.free()  # the trainer loads its own copy onto the DPO mesh
 
@@ -206,16 +205,16 @@ policy, finished = result.policy, result.finished
 
 # %%
 if r.trains:
-    display(Markdown(plots.parts_table({
+    display(Markdown(notebook.parts_table({
         "trainer": trainer, "loss": trainer.loss_fn, "batches": train.dpo_collator(preset, tok)})))
-    display(Markdown(plots.config_table(trainer.config)))
+    display(Markdown(notebook.config_table(trainer.config)))
 
 # %% [markdown]
 # ## The curves
 # One point per batch (`dpo.batch_size` pairs), so they are noisy.
 
 # %%
-fig = plots.plot_dpo(train.read_metrics(run, "dpo"))
+fig = notebook.plot_dpo(train.read_metrics(run, "dpo"))
 fig.savefig(run.stage("dpo") / "dpo_curves.png", dpi=120)
 plt.show()
 
@@ -229,8 +228,8 @@ plt.show()
 
 # %%
 if finished:
-    after = evaluate.show_completions(policy, tok, EXAMPLES, preset.model, preset.eval, "DPO")
-    display(Markdown(plots.before_after(EXAMPLES, before, after, (start.upper(), "DPO"))))
+    after = notebook.show_completions(policy, tok, EXAMPLES, preset.model, preset.eval, "DPO")
+    display(Markdown(notebook.before_after(EXAMPLES, before, after, (start.upper(), "DPO"))))
 else:
     print("DPO stopped before max_steps (deadline): run this notebook again to resume.")
 
@@ -251,7 +250,7 @@ print(sorted(p.name for p in run.stage("dpo").iterdir()))
 
 # %% [markdown]
 # ## Check: DPO moved towards the chosen answers
-# The last cell calls `checks.check_dpo` on DPO's metrics. It averages them over the first
+# The last cell calls `notebook.check_dpo` on DPO's metrics. It averages them over the first
 # and last quarter of the logged steps, as one batch a step is noisy. It fails when DPO
 # did not do its job (a learning rate of 1e-12, adapters left at their start). Its
 # margins:
@@ -266,7 +265,7 @@ print(sorted(p.name for p in run.stage("dpo").iterdir()))
 
 # %%
 if finished and preset.dpo.algorithm == "dpo":
-    print(checks.check_dpo(train.read_metrics(run, "dpo")))
+    print(notebook.check_dpo(train.read_metrics(run, "dpo")))
 else:
     print("not checked:", "ORPO: no reference" if finished else "DPO has not finished")
 

@@ -70,11 +70,10 @@ import re
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
-from reasonkit import checks, data, evaluate, models, plots, rewards, train
+from reasonkit import data, models, notebook, rewards, train
 from reasonkit.budget import memory_budget
 from reasonkit.presets import get_preset
-from reasonkit.runtime import hardware, mesh, runs, start_session
-from reasonkit.runtime.runs import RunDir, start_from
+from reasonkit.runtime import RunDir, hardware, mesh, runs, start_from, start_session
 
 mesh.init_distributed()  # a no-op on one host; joins the pod on several
 session = start_session()  # earlier Kaggle runs restored, compiled programs kept, the deadline set
@@ -142,15 +141,15 @@ for fn in reward_fns:  # the first line of each docstring, without its reST mark
 # then each reward function's score.
 
 # %%
-EXAMPLES = evaluate.pick_examples(splits.eval)  # math, coding, summarization if present
-before = evaluate.show_completions(model, tok, EXAMPLES, preset.model, preset.eval, start.upper())
+EXAMPLES = notebook.pick_examples(splits.eval)  # math, coding, summarization if present
+before = notebook.show_completions(model, tok, EXAMPLES, preset.model, preset.eval, start.upper())
 
 # %%
 texts = [s["completion"] for s in before]
 columns = {"answer": [r["answer"] for r in EXAMPLES], "domain": [r["domain"] for r in EXAMPLES]}
 scored = {fn.__name__: fn(None, texts, **columns) for fn in reward_fns}
 scored["sum"] = [sum(v) for v in zip(*scored.values(), strict=True)]
-display(Markdown(plots.reward_table(EXAMPLES, scored)))
+display(Markdown(notebook.reward_table(EXAMPLES, scored)))
 
 # %% [markdown]
 # ## How GRPO learns, and what it logs
@@ -179,7 +178,7 @@ display(Markdown(plots.reward_table(EXAMPLES, scored)))
 # The starting policy answers the first prompts of the first batch `num_generations` times
 # each, sampled like the rollouts (a Tunix sampler, GRPO's temperature, top-p, top-k and
 # lengths). The rewards score each answer. Advantages are Tunix 0.1.7's, with the group's
-# sample standard deviation (`evaluate.group_advantages`, tested against Tunix's own):
+# sample standard deviation (`notebook.group_advantages`, tested against Tunix's own):
 #
 # $$A_i = \frac{r_i - \operatorname{mean}(r_1, \dots, r_G)}{\operatorname{std}(r_1, \dots, r_G) + 10^{-6}}$$
 #
@@ -189,7 +188,7 @@ display(Markdown(plots.reward_table(EXAMPLES, scored)))
 
 # %%
 G = preset.grpo.num_generations
-groups = evaluate.rollout_groups(model, tok, batch, preset, reward_fns, seed=preset.grpo.seed,
+groups = notebook.rollout_groups(model, tok, batch, preset, reward_fns, seed=preset.grpo.seed,
                                  prompts=max(1, preset.eval.batch_size // G))  # one sampler batch
 totals = groups["total"].reshape(-1, G)  # [prompts, G]
 for i, row in enumerate(totals):
@@ -198,7 +197,7 @@ for i, row in enumerate(totals):
 shown = next((i for i, row in enumerate(totals) if row.std() > 0), 0)  # the first with a spread
 part = slice(shown * G, (shown + 1) * G)
 print(f"\nprompt {shown + 1} (gold answer {str(batch['answer'][shown])!r}), its {G} answers:")
-display(Markdown(plots.advantage_table(groups["completions"][part], {
+display(Markdown(notebook.advantage_table(groups["completions"][part], {
     name: values[part] for name, values in groups["rewards"].items()}, groups["advantages"][part])))
 
 # %% [markdown]
@@ -212,7 +211,7 @@ display(Markdown(plots.advantage_table(groups["completions"][part], {
 # %%
 same = [5.0] * G  # every answer well-formed (format_exact 3 + format_approx 2) and wrong
 print("rewards:   ", same)
-print("advantages:", evaluate.group_advantages(same, G).tolist())
+print("advantages:", notebook.group_advantages(same, G).tolist())
 print(f"here: {sum(row.std() == 0 for row in totals)} of the {len(totals)} sampled groups have no spread")
 del model
 models.free()  # the trainer loads its own copy onto the GRPO mesh
@@ -247,7 +246,7 @@ if cfg.loss in ("grpo", "gspo-token"):
                              beta=cfg.beta, epsilon=cfg.epsilon, kl_loss_mode=cfg.kl_loss_mode,
                              loss_algo=cfg.loss)
 for part in (training_config, rollout_config, *([algo_config] if cfg.loss in ("grpo", "gspo-token") else [])):
-    display(Markdown(f"`{type(part).__name__}`\n\n{plots.config_table(part)}"))
+    display(Markdown(f"`{type(part).__name__}`\n\n{notebook.config_table(part)}"))
 
 # %% [markdown]
 # ## Train
@@ -302,7 +301,7 @@ finished = result.finished
 
 # %%
 if r.trains:
-    display(Markdown(plots.parts_table({
+    display(Markdown(notebook.parts_table({
         "RL cluster": cluster, "learner": learner, "actor trainer": cluster.actor_trainer,
         "policy loss": cluster.actor_trainer.loss_fn,
         "reference log-probs": cluster.inference_worker.get_ref_per_token_logps,
@@ -316,7 +315,7 @@ if r.trains:
 # `%tensorboard` cell shows it, with `run.stage("grpo")`.
 
 # %%
-fig = plots.plot_grpo(train.read_metrics(run, "grpo"), reward_fns, beta=preset.grpo.beta)
+fig = notebook.plot_grpo(train.read_metrics(run, "grpo"), reward_fns, beta=preset.grpo.beta)
 fig.savefig(run.stage("grpo") / "grpo_curves.png", dpi=120)
 plt.show()
 
@@ -331,7 +330,7 @@ plt.show()
 # %%
 from reasonkit.train import held_out
 
-fig = plots.plot_held_out(train.read_metrics(run, "grpo"), held_out.best_info(run))
+fig = notebook.plot_held_out(train.read_metrics(run, "grpo"), held_out.best_info(run))
 fig.savefig(run.stage("grpo") / "grpo_held_out.png", dpi=120)
 plt.show()
 p = held_out.progress(run)
@@ -346,8 +345,8 @@ if p["checks"]:
 
 # %%
 if finished:
-    after = evaluate.show_completions(result.policy, tok, EXAMPLES, preset.model, preset.eval, "GRPO")
-    display(Markdown(plots.before_after(EXAMPLES, before, after, (start.upper(), "GRPO"))))
+    after = notebook.show_completions(result.policy, tok, EXAMPLES, preset.model, preset.eval, "GRPO")
+    display(Markdown(notebook.before_after(EXAMPLES, before, after, (start.upper(), "GRPO"))))
 else:
     print("GRPO stopped before max_steps (deadline): run this notebook again to resume.")
 
@@ -407,13 +406,13 @@ else:
     fmt_run = runs.branch(run, f"{run.name}-format-only",
                           stages=[s for s in ("data", "sft", "dpo") if run.is_finished(s)])
     fmt = train.train_or_load(fmt_preset, fmt_run, "grpo", deadline=run.deadline())
-    plots.plot_grpo(train.read_metrics(fmt_run, "grpo"), rewards.from_config(FORMAT_ONLY),
+    notebook.plot_grpo(train.read_metrics(fmt_run, "grpo"), rewards.from_config(FORMAT_ONLY),
                     beta=preset.grpo.beta)
     plt.show()
 
 # %% [markdown]
 # ## Check: GRPO moved the policy, for the right answers
-# The last cell calls `checks.check_grpo`, comparing the first and last quarter of GRPO's
+# The last cell calls `notebook.check_grpo`, comparing the first and last quarter of GRPO's
 # steps. It fails a GRPO that did not do its job (a learning rate of 1e-12, adapters left
 # at their start, a reward not paying for right answers):
 #
@@ -433,7 +432,7 @@ else:
 
 # %%
 if finished:
-    print(checks.check_grpo(train.read_metrics(run, "grpo"), held_out_prompts=preset.grpo.eval_prompts))
+    print(notebook.check_grpo(train.read_metrics(run, "grpo"), held_out_prompts=preset.grpo.eval_prompts))
 else:
     print("GRPO has not finished: nothing to check yet")
 

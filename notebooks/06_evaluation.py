@@ -69,10 +69,9 @@ import dataclasses
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
-from reasonkit import checks, data, evaluate, models, plots, template
+from reasonkit import data, evaluate, models, notebook, template
 from reasonkit.presets import get_preset
-from reasonkit.runtime import mesh, start_session
-from reasonkit.runtime.runs import NOTEBOOK_OF, RunDir, latest_step
+from reasonkit.runtime import NOTEBOOK_OF, RunDir, latest_step, mesh, start_session
 
 mesh.init_distributed()  # a no-op on one host; joins the pod on several
 session = start_session()  # earlier Kaggle runs restored, compiled programs kept, the deadline set
@@ -132,7 +131,7 @@ print("evaluating:", " -> ".join(stages))
 # %%
 from tunix import CacheConfig, Sampler
 
-from reasonkit.tunix_patches.sampling import without_remat
+from reasonkit.tunix_patches import without_remat
 
 model, tok = evaluate.load_stage(preset, run, stages[-1], mesh=None)  # the base, plus that stage's adapters
 cache = CacheConfig(cache_size=preset.eval.max_prompt_length + preset.eval.max_generation_length,
@@ -178,8 +177,8 @@ results, seconds = evaluate.evaluate_run(preset, run, stages, mesh=eval_mesh)
 
 # %%
 k = preset.eval.num_samples
-display(Markdown(plots.stage_table(results, k=k)))
-fig_stages = plots.plot_stages(results, k=k)
+display(Markdown(notebook.stage_table(results, k=k)))
+fig_stages = notebook.plot_stages(results, k=k)
 plt.show()
 
 # %% [markdown]
@@ -195,7 +194,7 @@ plt.show()
 if "base" in results and "sft" in results:
     base_o, sft_o = results["base"]["summary"]["overall"], results["sft"]["summary"]["overall"]
     gap = 100 * (sft_o["accuracy"] - base_o["lenient_accuracy"])
-    noise = evaluate.noise_points(base_o["lenient_accuracy"], sft_o["accuracy"], base_o["n"], sft_o["n"])
+    noise = notebook.noise_points(base_o["lenient_accuracy"], sft_o["accuracy"], base_o["n"], sft_o["n"])
     print(f"base, read leniently (in its own prose): {base_o['lenient_accuracy']:.1%} right; "
           f"SFT, strictly (in the tags): {sft_o['accuracy']:.1%}, format pass {sft_o['format_rate']:.1%}")
     print(f"SFT - base: {gap:+.1f} points of accuracy "
@@ -216,14 +215,15 @@ if "base" in results and "sft" in results:
 hard = {s: results[s]["hard"] for s in results if "hard" in results[s]}
 block, where = (hard, "the hard block") if hard else (results, "the held-out set")
 if hard:
-    display(Markdown(plots.stage_table(hard, k=k)))
+    display(Markdown(notebook.stage_table(hard, k=k)))
 curves = {s: evaluate.pass_at_k_curve(block[s]["rows"]) for s in block if s != "base"}
 n_block = len(next(iter(block.values()))["rows"])
-fig_pass = plots.plot_pass_at_k(curves, f"pass@k on {where} ({n_block} prompts)")
+fig_pass = notebook.plot_pass_at_k(curves, f"pass@k on {where} ({n_block} prompts)")
 plt.show()
 before = "dpo" if "dpo" in block else "sft"
 if "grpo" in block and before in block:
-    display(Markdown(plots.changed_answers(block[before]["rows"], block["grpo"]["rows"], (before, "grpo"))))
+    changed = notebook.changed_answers(block[before]["rows"], block["grpo"]["rows"], (before, "grpo"))
+    display(Markdown(changed))
 
 # %% [markdown]
 # ## Try it: format-only GRPO
@@ -242,9 +242,9 @@ if not fmt_run.is_finished("grpo"):
     print(f"no finished GRPO in {fmt_run.path}: run the last section of 05_grpo to add this row")
 else:
     fmt_results, _ = evaluate.evaluate_run(preset, fmt_run, ["grpo"], mesh=eval_mesh)
-    display(Markdown(plots.stage_table({**results, FORMAT_ONLY_ROW: fmt_results["grpo"]}, k=k)))
+    display(Markdown(notebook.stage_table({**results, FORMAT_ONLY_ROW: fmt_results["grpo"]}, k=k)))
     compared = [s for s in (fmt_run.finished_info("grpo").get("started_from"), "grpo") if s in results]
-    display(Markdown(plots.bullets([x for s in compared for x in evaluate.describe_changes(
+    display(Markdown(notebook.bullets([x for s in compared for x in notebook.describe_changes(
         {s: results[s], FORMAT_ONLY_ROW: fmt_results["grpo"]})], "- nothing to compare it with")))
 
 # %% [markdown]
@@ -259,7 +259,7 @@ else:
 
 # %%
 if any("gsm8k" in res for res in results.values()):
-    display(Markdown(plots.gsm8k_table(results)))
+    display(Markdown(notebook.gsm8k_table(results)))
 else:
     print(f"GSM8K test: skipped (preset {preset.name!r} sets no eval.gsm8k_test; "
           """REASONKIT_OVERRIDES='{"eval.gsm8k_test": "hf"}' turns it on)""")
@@ -270,12 +270,12 @@ else:
 # accuracy*, greedy.
 
 # %%
-display(Markdown(plots.domain_table(results)))
+display(Markdown(notebook.domain_table(results)))
 
 # %%
-fig_domains = plots.plot_domains(results, metric="accuracy")
+fig_domains = notebook.plot_domains(results, metric="accuracy")
 plt.show()
-fig_domain_format = plots.plot_domains(results, metric="format_rate")
+fig_domain_format = notebook.plot_domains(results, metric="format_rate")
 plt.show()
 
 # %% [markdown]
@@ -286,7 +286,7 @@ plt.show()
 # `text_after_answer`: no stop after `</answer>`.
 
 # %%
-display(Markdown(plots.failure_table(results)))
+display(Markdown(notebook.failure_table(results)))
 
 # %% [markdown]
 # ## Answer lengths
@@ -295,7 +295,7 @@ display(Markdown(plots.failure_table(results)))
 # answers, not only its correctness.
 
 # %%
-fig_lengths = plots.plot_lengths(results, max_length=preset.eval.max_generation_length)
+fig_lengths = notebook.plot_lengths(results, max_length=preset.eval.max_generation_length)
 plt.show()
 near = {s: sum(r["length"] >= 0.95 * preset.eval.max_generation_length for r in res["rows"])
         for s, res in results.items()}
@@ -313,7 +313,7 @@ print("completions at or near the length limit (likely cut off):",
 rows = results["base"]["rows"]
 first = [rows.index(next(r for r in rows if r["domain"] == d)) for d in sorted(per_domain)]  # one each
 picked = {s: {"rows": [res["rows"][i] for i in first]} for s, res in results.items()}
-display(Markdown(plots.side_by_side(picked, n=3)))
+display(Markdown(notebook.side_by_side(picked, n=3)))
 
 # %% [markdown]
 # ## What improved, what regressed
@@ -322,8 +322,8 @@ display(Markdown(plots.side_by_side(picked, n=3)))
 # ⚠.
 
 # %%
-changes = evaluate.describe_changes(results)
-display(Markdown(plots.bullets(changes, "- only the base model was evaluated: "
+changes = notebook.describe_changes(results)
+display(Markdown(notebook.bullets(changes, "- only the base model was evaluated: "
                                 "nothing to compare yet (run 03_sft and come back)")))
 print(f"{sum('REGRESSED' in x for x in changes)} regression(s) between consecutive stages")
 
@@ -334,8 +334,8 @@ print(f"{sum('REGRESSED' in x for x in changes)} regression(s) between consecuti
 # %%
 last = evaluate.ordered(results)[-1]
 net = [x for s in evaluate.ordered(results)[:-2]
-       for x in evaluate.describe_changes({s: results[s], last: results[last]})]
-display(Markdown(plots.bullets(net, "- nothing to add: fewer than three stages")))
+       for x in notebook.describe_changes({s: results[s], last: results[last]})]
+display(Markdown(notebook.bullets(net, "- nothing to add: fewer than three stages")))
 
 # %% [markdown]
 # The same per domain, moves only. A domain has a sixth of the prompts, so a move must
@@ -346,9 +346,9 @@ moved = []  # stays empty with the base model alone
 for d in sorted(per_domain):
     per = {s: {"summary": {"overall": results[s]["summary"]["per_domain"][d]}}
            for s in results if d in results[s]["summary"]["per_domain"]}
-    moved += [f"{d}: {x}" for x in evaluate.describe_changes(per, min_points=10)
+    moved += [f"{d}: {x}" for x in notebook.describe_changes(per, min_points=10)
               if "unchanged" not in x]
-display(Markdown(plots.bullets(moved, "- no domain moved beyond noise" if len(results) > 1
+display(Markdown(notebook.bullets(moved, "- no domain moved beyond noise" if len(results) > 1
                                 else "- nothing to compare yet")))
 
 # %% [markdown]
@@ -384,11 +384,11 @@ JUDGE_MAX_ROWS = 100
 if JUDGE is None:
     print("LLM judge: off (set JUDGE above to score reasoning and answers 1-10)")
 else:
-    judged = {s: evaluate.judge(results[s]["rows"][:JUDGE_MAX_ROWS], JUDGE)
+    judged = {s: notebook.judge(results[s]["rows"][:JUDGE_MAX_ROWS], JUDGE)
               for s in evaluate.ordered(results)}
     for s, scores in judged.items():
         results[s]["summary"]["judge"] = scores  # saved with results.json below
-    display(Markdown(plots.judge_table(judged)))
+    display(Markdown(notebook.judge_table(judged)))
 
 # %% [markdown]
 # ## Exports and push
@@ -429,7 +429,7 @@ else:
 
 # %%
 out = evaluate.save_run(run, preset, results, seconds, files={
-    **plots.eval_tables(results, k), "stages.png": fig_stages, "domains_accuracy.png": fig_domains,
+    **notebook.eval_tables(results, k), "stages.png": fig_stages, "domains_accuracy.png": fig_domains,
     "domains_format.png": fig_domain_format, "lengths.png": fig_lengths})  # stale completions go
 print(sorted(p.name for p in out.iterdir()))
 
@@ -437,7 +437,7 @@ print(sorted(p.name for p in out.iterdir()))
 # ## Check: stages changed the model; SFT taught the format
 # The last cell asserts the rows exactly: the base and each finished stage, every held-out
 # prompt, rates in [0, 1], mean lengths within `eval.max_generation_length`, the same rows
-# in `stage_table.md`. Then `checks.check_stages` fails a stage that did not do its job:
+# in `stage_table.md`. Then `notebook.check_stages` fails a stage that did not do its job:
 #
 # - **Each stage differs from the one before it**: some held-out prompt gets another
 #   greedy completion. Unmoved adapters (learning rate 1e-12, say) or a secret base model
@@ -457,7 +457,7 @@ for name in stages:
     assert 0 < o["mean_length"] <= preset.eval.max_generation_length, (name, o["mean_length"])
     assert f"| {name} | {o['n']} |" in table, f"{name} is not in {out / 'stage_table.md'}"
 print(f"{len(stages)} rows ({', '.join(stages)}), each over {len(splits.eval)} prompts, in range")
-print(checks.check_stages(results, stages))
+print(notebook.check_stages(results, stages))
 
 # %% [markdown]
 # ## What next

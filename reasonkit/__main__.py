@@ -3,7 +3,7 @@
 What the notebooks 02_dataset_rebalance to 06_evaluation do, without their plots of the
 data and the curves: build the data splits, train SFT, DPO and GRPO (exporting the GRPO
 model), evaluate every finished stage (and, with ``eval.gsm8k_test`` set, GSM8K's test
-split). Before training it prints the time model (:func:`reasonkit.runtime.hardware.time_model`)
+split). Before training it prints the time model (:func:`reasonkit.runtime._hardware.time_model`)
 and whether the stages left fit the session's deadline; once each stage has warmed up it
 prints its measured ETA. At the deadline a stage stops cleanly; run the command again (in
 a new session: on Kaggle, with this session's output attached as an input) and it goes on
@@ -32,13 +32,12 @@ import sys
 import time
 from typing import Sequence
 
-from reasonkit import evaluate, models, plots, train
-from reasonkit.config import Preset
+from reasonkit import evaluate, models, notebook, train
+from reasonkit.config import TRAIN_STAGES, Preset
 from reasonkit.presets import get_preset
-from reasonkit.runtime import hardware, mesh, runs, session
-from reasonkit.runtime.runs import RunDir
+from reasonkit.runtime import RunDir, hardware, mesh, runs, session
 
-TRAINING = ("sft", "dpo", "grpo")
+TRAINING = TRAIN_STAGES
 STOPPED = 3
 REFUSED = 2  # a push that cannot go ahead: an incomplete export, no credentials, a bad destination
 GGUF = "f16"  # the GGUF export's tensor type: the merged weights without quantization error
@@ -133,10 +132,10 @@ def run_series(preset_name: str | None = None, run_name: str | None = None) -> i
             return STOPPED
         results, seconds = evaluate.evaluate_run(preset, run, stages)
         k = preset.eval.num_samples
-        files = {**plots.eval_tables(results, k), "stages.png": plots.plot_stages(results, k),
-                 "lengths.png": plots.plot_lengths(results, preset.eval.max_generation_length),
-                 "domains_accuracy.png": plots.plot_domains(results, metric="accuracy"),
-                 "domains_format.png": plots.plot_domains(results, metric="format_rate")}
+        files = {**notebook.eval_tables(results, k), "stages.png": notebook.plot_stages(results, k),
+                 "lengths.png": notebook.plot_lengths(results, preset.eval.max_generation_length),
+                 "domains_accuracy.png": notebook.plot_domains(results, metric="accuracy"),
+                 "domains_format.png": notebook.plot_domains(results, metric="format_rate")}
         evaluate.save_run(run, preset, results, seconds, files)
     print((run.stage("eval") / "stage_table.md").read_text(), end="")
     gsm8k = run.stage("eval") / "gsm8k_table.md"  # with eval.gsm8k_test set (docs/gsm8k.md)

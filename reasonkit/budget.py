@@ -2,14 +2,14 @@
 
 ``memory_budget`` estimates the bytes *per device* a stage needs at its peak, item by
 item, from the preset's shapes, its mesh and the machine
-(:class:`reasonkit.runtime.hardware.HardwareInfo`), and suggests changes when it does not
+(:class:`reasonkit.runtime._hardware.HardwareInfo`), and suggests changes when it does not
 fit (each suggestion re-runs the estimate on a changed preset). ``budget_table`` is the
 same for every stage, one row each, as notebook 01 shows it.
 
 A budget by hand, for the tiny preset on one device (bytes):
 
 >>> from reasonkit.presets import get_preset
->>> from reasonkit.runtime.hardware import from_name
+>>> from reasonkit.runtime._hardware import from_name
 >>> p = get_preset("tiny")  # float32, V=512, D=128, F=512, L=6, H=4, K=1, h=32, rank 8
 >>> b = memory_budget(p, "sft", hw=from_name("cpu-1"))
 >>> for name, n in b.items.items():
@@ -58,8 +58,8 @@ from typing import Any, NamedTuple
 
 from reasonkit import train
 from reasonkit.config import ModelConfig, Preset
-from reasonkit.runtime.hardware import HardwareInfo, detect, format_bytes
-from reasonkit.runtime.mesh import STAGES, factorizations, resolve_shape, stage_mesh_config
+from reasonkit.runtime import HardwareInfo, detect, format_bytes
+from reasonkit.runtime import mesh as mesh_lib
 
 __all__ = ["ACT_D", "ACT_F", "ACT_HEADS", "ATTN_COPIES", "LOGIT_CHUNK_COPIES", "LORA_COPIES",
            "CPU_EMBED_COPIES", "CPU_CONSTANT_CHUNKS", "SHARED_KV_COPIES", "BACKENDS",
@@ -419,8 +419,8 @@ def memory_budget(preset: Preset, stage: str, n_devices: int | None = None,
                   hw: HardwareInfo | None = None, *, backend: str = "tpu") -> Budget:
     """Estimated peak bytes per device for ``stage`` in ("sft", "dpo", "grpo", "eval").
 
-    ``hw`` defaults to :func:`reasonkit.runtime.hardware.detect` (pass
-    ``reasonkit.runtime.hardware.from_name(preset.hardware)`` to check the
+    ``hw`` defaults to :func:`reasonkit.runtime._hardware.detect` (pass
+    ``reasonkit.runtime._hardware.from_name(preset.hardware)`` to check the
     machine a preset was sized for); ``n_devices`` to ``hw.device_count``. The stage's
     mesh comes from the preset (``eval`` uses GRPO's) and must fit ``n_devices``.
 
@@ -470,14 +470,14 @@ def memory_budget(preset: Preset, stage: str, n_devices: int | None = None,
       every query head (:func:`_cpu_generation_items`).
     - Fits means total <= 90% of the device's memory.
     """
-    if stage not in STAGES:
-        raise ValueError(f"stage={stage!r}: must be one of {', '.join(STAGES)}")
+    if stage not in mesh_lib.STAGES:
+        raise ValueError(f"stage={stage!r}: must be one of {', '.join(mesh_lib.STAGES)}")
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r}: must be one of {', '.join(BACKENDS)}")
     hw = hw or detect()
     n_devices = n_devices or hw.device_count
-    cfg = stage_mesh_config(preset, stage)
-    shape = resolve_shape(cfg.shape, n_devices)
+    cfg = mesh_lib.stage_mesh_config(preset, stage)
+    shape = mesh_lib.resolve_shape(cfg.shape, n_devices)
     mesh = dict(zip(cfg.axis_names, shape, strict=True))
     mesh.setdefault("fsdp", 1)
     mesh.setdefault("tp", 1)
@@ -550,7 +550,7 @@ def _candidates(preset: Preset, stage: str, n_devices: int,
         out.append(("QLoRA: NF4 base weights (lora.qlora=True)", {"lora.qlora": True}))
     mesh_section = "grpo" if stage == "eval" else stage
     mesh_cfg = getattr(preset, mesh_section).mesh
-    for shape in factorizations(n_devices, len(mesh_cfg.shape)):
+    for shape in mesh_lib.factorizations(n_devices, len(mesh_cfg.shape)):
         if shape != tuple(mesh_shape):
             out.append((f"use mesh {shape} for {mesh_section} "
                         f"(fsdp x tp over {n_devices} devices)",
@@ -607,7 +607,7 @@ def budget_table(preset: Preset, hw: HardwareInfo | None = None,
                  n_devices: int | None = None) -> list[dict[str, Any]]:
     """One row per stage: mesh, bytes per item (``COLUMNS``), total, capacity, fits."""
     rows = []
-    for stage in STAGES:
+    for stage in mesh_lib.STAGES:
         b = memory_budget(preset, stage, n_devices, hw)
         row: dict[str, Any] = {"stage": stage, "mesh": b.mesh_shape, "phase": b.phase}
         for col in COLUMNS:

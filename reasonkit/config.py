@@ -17,12 +17,14 @@ import dataclasses
 import math
 from typing import Any, Callable, Mapping
 
-__all__ = ["DOMAINS", "check_weights", "ATTENTION_IMPLS", "ModelConfig", "LORA_TARGETS",
+__all__ = ["DOMAINS", "TRAIN_STAGES", "check_weights", "ATTENTION_IMPLS", "ModelConfig", "LORA_TARGETS",
            "LoraConfig", "MeshConfig", "DataConfig", "TrainConfig", "SFTConfig", "DPOConfig",
            "DEFAULT_REWARDS", "MAX_LENGTH_SHAPES", "GRPOConfig", "GSM8K_TEST_SIZE",
            "GSM8K_SOURCES", "EvalConfig", "OPTIMISATIONS", "Preset"]
 
 DOMAINS = ("math", "coding", "science", "instruction", "summarization", "general")
+# The training stages, in order: the one definition every other list of stages derives from.
+TRAIN_STAGES = ("sft", "dpo", "grpo")
 
 
 def _fail(cls: str, field: str, value: Any, why: str) -> None:

@@ -33,12 +33,11 @@ import numpy as np
 
 from reasonkit import answers, data, models, template
 from reasonkit import rewards as rewards_lib
-from reasonkit.config import EvalConfig, ModelConfig, Preset
+from reasonkit.config import TRAIN_STAGES, EvalConfig, ModelConfig, Preset
 from reasonkit.rewards import extract
+from reasonkit.runtime import RunDir, is_writer, write_files
 from reasonkit.runtime import mesh as mesh_lib
-from reasonkit.runtime.processes import is_writer
-from reasonkit.runtime.runs import RunDir, write_files
-from reasonkit.train.generation import generate, make_sampler, prompt_lengths
+from reasonkit.train import generate, make_sampler, prompt_lengths
 
 __all__ = ["METRICS", "LABELS", "make_sampler", "prompt_lengths",
            "generate", "score", "majority", "extract", "score_stage",
@@ -47,7 +46,7 @@ __all__ = ["METRICS", "LABELS", "make_sampler", "prompt_lengths",
            "evaluate_run", "save_run", "standard_error", "paired_difference", "ordered",
            "write_results"]
 
-_STAGE_ORDER = ("base", "sft", "dpo", "grpo")
+_STAGE_ORDER = ("base", *TRAIN_STAGES)
 _NUMERIC = answers.NUMERIC_DOMAINS
 # accuracy is strict (the answer tag, right); lenient accuracy also reads an untagged answer
 # in prose, so a model that answers without the format (the base) is measured as it answers.
@@ -420,7 +419,7 @@ def gsm8k_line(summary: dict[str, Any]) -> str:
 def stages_to_evaluate(run: RunDir) -> list[str]:
     """The base model, then each of SFT, DPO, GRPO that finished (a stage a deadline
     stopped half-way is not what it set out to train, so it is left out)."""
-    return ["base"] + [s for s in ("sft", "dpo", "grpo") if run.is_finished(s)]
+    return ["base"] + [s for s in TRAIN_STAGES if run.is_finished(s)]
 
 
 def load_stage(preset: Preset, run: RunDir, name: str, mesh):
@@ -559,13 +558,3 @@ def write_results(results: dict[str, dict], out_dir: str | pathlib.Path, setting
 
 # What the notebooks show of an evaluation moved to reasonkit.notebook; these names stay
 # here until the notebooks import them from there.
-_MOVED = ("pick_examples", "show_completions", "group_advantages", "rollout_groups", "noise_points",
-          "describe_changes", "judge")
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        from reasonkit import notebook
-
-        return getattr(notebook, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -55,7 +55,7 @@ import jax.numpy as jnp
 
 from reasonkit import evaluate, train
 from reasonkit.budget import FIT_FRACTION, memory_budget
-from reasonkit.config import Preset
+from reasonkit.config import TRAIN_STAGES, Preset
 from reasonkit.presets import get_preset
 from reasonkit.runtime import hardware
 from reasonkit.runtime import mesh as mesh_lib
@@ -63,7 +63,7 @@ from reasonkit.runtime import mesh as mesh_lib
 __all__ = ["CHECK_STAGES", "CPU_XLA_FLAGS", "BUDGET_STAGE", "PHASE", "Memory", "check", "estimate",
            "device_count", "check_in_subprocess", "describe", "main"]
 
-CHECK_STAGES = ("sft", "dpo", "grpo", "rollout", "eval")
+CHECK_STAGES = (*TRAIN_STAGES, "rollout", "eval")
 CPU_XLA_FLAGS = "--xla_disable_hlo_passes=cse_barrier_expander --xla_backend_optimization_level=0"
 BUDGET_STAGE = {"sft": "sft", "dpo": "dpo", "grpo": "grpo", "rollout": "grpo", "eval": "eval"}
 PHASE = {"sft": "train", "dpo": "train", "grpo": "train", "rollout": "rollout", "eval": "generate"}

@@ -1,4 +1,4 @@
-"""reasonkit.tunix_patches.attention against Tunix 0.1.7's own attention, on small random float32 models."""
+"""reasonkit.tunix_patches._attention against Tunix 0.1.7's own attention, on small random float32 models."""
 
 import dataclasses
 

@@ -17,7 +17,7 @@ from reasonkit.config import (
 )
 from reasonkit.presets import PRESETS, get_preset
 from reasonkit.presets import get_preset as PRESET_OF
-from reasonkit.runtime.hardware import GiB, HardwareInfo, detect, from_name
+from reasonkit.runtime._hardware import GiB, HardwareInfo, detect, from_name
 
 # --- the budget by hand ------------------------------------------------------------------
 

@@ -1,10 +1,10 @@
-"""reasonkit.checks: each notebook's final check passes a stage that learned and fails one that did not."""
+"""The notebooks' final checks (reasonkit.notebook): they pass a stage that learned, fail one that did not."""
 
 import pytest
 
-from reasonkit import checks
-from reasonkit.checks import StageDidNotLearn
+from reasonkit import notebook
 from reasonkit.config import DPOConfig, GRPOConfig, SFTConfig
+from reasonkit.notebook import StageDidNotLearn
 from reasonkit.notebook import _checks as notebook_checks
 
 
@@ -21,57 +21,57 @@ def test_quarters_are_the_first_and_last_quarter_means():
 def test_sft_check_wants_the_format_to_rise_and_the_loss_to_fall():
     no, yes = {"format_ok": False}, {"format_ok": True}
     loss = {"eval/loss": ([0, 20, 40], [4.0, 1.0, 0.2])}
-    assert "format 0 -> 3 of 3" in checks.check_sft([no] * 3, [yes] * 3, loss)
-    assert "format 0 -> 2 of 3" in checks.check_sft([no] * 3, [yes, yes, no], loss)
+    assert "format 0 -> 3 of 3" in notebook.check_sft([no] * 3, [yes] * 3, loss)
+    assert "format 0 -> 2 of 3" in notebook.check_sft([no] * 3, [yes, yes, no], loss)
     with pytest.raises(StageDidNotLearn, match="format 2 of 3 before, 2 after"):
-        checks.check_sft([yes, yes, no], [yes, yes, no], loss)
+        notebook.check_sft([yes, yes, no], [yes, yes, no], loss)
     with pytest.raises(StageDidNotLearn, match="format 0 of 3 before, 1 after"):
-        checks.check_sft([no] * 3, [yes, no, no], loss)
+        notebook.check_sft([no] * 3, [yes, no, no], loss)
     with pytest.raises(StageDidNotLearn, match="held-out loss 4.000 at step 0 -> 3.700"):
-        checks.check_sft([no] * 3, [yes] * 3, {"eval/loss": ([0, 20], [4.0, 3.7])})
+        notebook.check_sft([no] * 3, [yes] * 3, {"eval/loss": ([0, 20], [4.0, 3.7])})
     with pytest.raises(StageDidNotLearn, match="1 held-out loss"):
-        checks.check_sft([no] * 3, [yes] * 3, {"eval/loss": ([0], [4.0])})
+        notebook.check_sft([no] * 3, [yes] * 3, {"eval/loss": ([0], [4.0])})
     with pytest.raises(ValueError, match="same prompts"):
-        checks.check_sft([no] * 2, [yes] * 3, loss)
+        notebook.check_sft([no] * 2, [yes] * 3, loss)
 
 
 def test_dpo_check_wants_the_margin_to_rise_and_the_pairs_ranked():
     rising = [0.0, 0.01, 0.05, 0.1, 0.12, 0.15, 0.14, 0.16]
     good = _metrics(train__rewards__margin=rising, train__rewards__accuracy=[0.5] * 4 + [0.8] * 4)
-    assert "reward margin 0.005 -> 0.150" in checks.check_dpo(good)
+    assert "reward margin 0.005 -> 0.150" in notebook.check_dpo(good)
     with pytest.raises(StageDidNotLearn, match="reward margin"):
-        checks.check_dpo(good | _metrics(train__rewards__margin=[0.2, 0.2, 0.1, 0.1]))  # fell
+        notebook.check_dpo(good | _metrics(train__rewards__margin=[0.2, 0.2, 0.1, 0.1]))  # fell
     with pytest.raises(StageDidNotLearn, match="preference accuracy 0.50"):
-        checks.check_dpo(good | _metrics(train__rewards__accuracy=[0.5] * 8))
+        notebook.check_dpo(good | _metrics(train__rewards__accuracy=[0.5] * 8))
     with pytest.raises(StageDidNotLearn, match="no 'train/rewards/margin'"):
-        checks.check_dpo({})
+        notebook.check_dpo({})
 
 
 def test_grpo_check_wants_the_policy_moved_paid_for_correctness_and_not_worse():
     kl = [0.0, 0.0002, 0.001, 0.002, 0.003, 0.004, 0.004, 0.005]
     good = _metrics(actor__train__kl=kl, rewards__train__answer_correct=[1.0, 0.9, 1.1, 1.0] * 2)
-    assert "KL 0.0001 -> 0.0045" in checks.check_grpo(good)
+    assert "KL 0.0001 -> 0.0045" in notebook.check_grpo(good)
     with pytest.raises(StageDidNotLearn, match="did not move"):
-        checks.check_grpo(good | _metrics(actor__train__kl=[1e-12] * 8))
+        notebook.check_grpo(good | _metrics(actor__train__kl=[1e-12] * 8))
     with pytest.raises(StageDidNotLearn, match="no 'rewards/train/answer_correct'"):  # format only
-        checks.check_grpo(_metrics(actor__train__kl=kl))
+        notebook.check_grpo(_metrics(actor__train__kl=kl))
     verified = _metrics(actor__train__kl=kl, rewards__train__answer_verified_x2=[1.0, 0.9, 1.1, 1.0] * 2)
-    assert "answer_verified_x2 0.950 -> 1.050" in checks.check_grpo(verified)  # the verified reward counts
+    assert "answer_verified_x2 0.950 -> 1.050" in notebook.check_grpo(verified)  # the verified reward counts
     jitter = [0.1 * (i % 3 - 1) for i in range(21)]
     fell = [1.5 + j for j in jitter] + [0.5 + j for j in jitter]  # 42 steps: a fall of 1, a spread of 0.1
     with pytest.raises(StageDidNotLearn, match=r"answer_correct fell from 1\.\d+ to 0\.\d+"):
-        checks.check_grpo(_metrics(actor__train__kl=[i * 1e-4 for i in range(42)],
+        notebook.check_grpo(_metrics(actor__train__kl=[i * 1e-4 for i in range(42)],
                                    rewards__train__answer_correct=fell))
     checked = {"held_out/accuracy": ([0, 10, 20], [0.5, 0.53, 0.44])}  # 100 prompts: 2 SE = 0.1
     assert "held-out accuracy 0.500 -> 0.440 (best 0.530, two standard errors 0.100)" in \
-        checks.check_grpo(good | checked, held_out_prompts=100)
+        notebook.check_grpo(good | checked, held_out_prompts=100)
     with pytest.raises(StageDidNotLearn, match="held-out accuracy fell from 0.500 at step 0 to 0.380"):
-        checks.check_grpo(good | {"held_out/accuracy": ([0, 10, 20], [0.5, 0.45, 0.38])},
+        notebook.check_grpo(good | {"held_out/accuracy": ([0, 10, 20], [0.5, 0.45, 0.38])},
                           held_out_prompts=100)
     with pytest.raises(StageDidNotLearn, match="1 held-out check"):
-        checks.check_grpo(good | {"held_out/accuracy": ([0], [0.3])}, held_out_prompts=100)
+        notebook.check_grpo(good | {"held_out/accuracy": ([0], [0.3])}, held_out_prompts=100)
     with pytest.raises(ValueError, match="grpo.eval_prompts"):
-        checks.check_grpo(good | checked)
+        notebook.check_grpo(good | checked)
 
 
 def _results(format_rates, completions):
@@ -84,13 +84,13 @@ def test_stages_check_wants_each_stage_to_change_and_sft_to_beat_the_base_on_for
     texts = {"base": ["a", "b"], "sft": ["<answer>a", "b"], "dpo": ["<answer>a", "c"], "grpo": ["x", "c"]}
     rates = {"base": 0.0, "sft": 0.9, "dpo": 0.95, "grpo": 0.95}
     stages = ["base", "sft", "dpo", "grpo"]
-    line = checks.check_stages(_results(rates, texts), stages)
+    line = notebook.check_stages(_results(rates, texts), stages)
     assert "base->sft 1/2, sft->dpo 1/2, dpo->grpo 1/2" in line and "base 0.0% -> SFT 90.0%" in line
     with pytest.raises(StageDidNotLearn, match="grpo: all 2 greedy completions are dpo's"):
-        checks.check_stages(_results(rates, texts | {"grpo": texts["dpo"]}), stages)
+        notebook.check_stages(_results(rates, texts | {"grpo": texts["dpo"]}), stages)
     with pytest.raises(StageDidNotLearn, match="format pass 10.0% against the base's 0.0%"):
-        checks.check_stages(_results(rates | {"sft": 0.1}, texts), stages)
-    assert "format" not in checks.check_stages(_results(rates, texts), ["base", "dpo"])  # SFT skipped
+        notebook.check_stages(_results(rates | {"sft": 0.1}, texts), stages)
+    assert "format" not in notebook.check_stages(_results(rates, texts), ["base", "dpo"])  # SFT skipped
 
 
 @pytest.mark.parametrize("config", [SFTConfig, DPOConfig, GRPOConfig])

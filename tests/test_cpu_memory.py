@@ -1,4 +1,4 @@
-"""reasonkit.tunix_patches.cpu_memory: each CPU step reuses its temporaries, and nothing else changes."""
+"""reasonkit.tunix_patches._cpu_memory: each CPU step reuses its temporaries, and nothing else changes."""
 
 import json
 import os

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reasonkit import answers, config, data, plots, tasks, template
+from reasonkit import answers, config, data, notebook, tasks, template
 from reasonkit.config import DOMAINS, DataConfig
 from reasonkit.data import Limits
 from reasonkit.data import _pairs as data_pairs
@@ -644,7 +644,7 @@ def test_build_splits_on_tasks(task_records):
     assert not leaks(splits)
     assert all(data_records.validate_record(r) is None for r in splits.eval + splits.sft + splits.grpo)
     assert report.input == {d: 200 for d in DOMAINS}
-    assert "| math | 200 | 10 | 100 | 100 | 100 |" in plots.data_table(report)
+    assert "| math | 200 | 10 | 100 | 100 | 100 |" in notebook.data_table(report)
 
 
 def test_eval_is_held_out_before_rebalancing(task_records):
@@ -778,7 +778,7 @@ def test_a_domain_with_nothing_to_evaluate_is_named():
         eval_per_domain=3, train_size=10, domain_weights={"math": 1.0, "general": 1.0}))
     assert report.eval == {"math": 3, "general": 0}
     assert "eval general: 0 of 3: 0 eligible records, at most half are held out" in report.notes
-    assert "| general | 10 | 0 | 0 | 5 | 0 |" in plots.data_table(report)
+    assert "| general | 10 | 0 | 0 | 5 | 0 |" in notebook.data_table(report)
 
 
 PROMPTS = st.sampled_from(["Sort 3 1 2.", "Which is larger, 4 or 9?", "Reverse dog.",
@@ -873,7 +873,7 @@ def test_the_package_layers_one_way():
         ours = {m for m in imported if m.startswith("reasonkit")} - {"reasonkit"}
         assert ours <= allowed | {f"reasonkit.data.{m}" for m in order[:i]}, (name, ours)
     assert all(hasattr(data, n) for n in data.__all__)
-    assert plots.qualified_name(data.DataReport()) == "reasonkit.data.DataReport"
+    assert notebook.qualified_name(data.DataReport()) == "reasonkit.data.DataReport"
 
 
 # --- GRPO on harder prompts ------------------------------------------------------------

@@ -15,10 +15,11 @@ import pytest
 
 from benchmarks.real_270m import e2e_real
 from reasonkit import data, rewards, train
+from reasonkit.config import TRAIN_STAGES
 from reasonkit.presets import get_preset
 from reasonkit.runtime import runs
 
-STAGES = ("sft", "dpo", "grpo")
+STAGES = TRAIN_STAGES
 pytestmark = pytest.mark.slow  # one Gemma-shaped run of every stage, shared by the tests here
 
 

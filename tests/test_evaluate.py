@@ -5,7 +5,7 @@ import types
 import numpy as np
 import pytest
 
-from reasonkit import data, evaluate, models, plots, rewards, tasks, template
+from reasonkit import data, evaluate, models, notebook, rewards, tasks, template
 from reasonkit.notebook import _show as notebook_show
 from reasonkit.presets import get_preset
 from reasonkit.testing import fake_results
@@ -125,7 +125,7 @@ def test_score_of_a_missing_completion():
 
 def test_a_stage_with_no_rows_is_not_compared():
     res = {"base": {"summary": evaluate.summarize([]), "rows": []}, **fake_results(sft=(0.5, 0.5))}
-    assert "sft vs base: accuracy not measured (n = 0, 100)" in evaluate.describe_changes(res)
+    assert "sft vs base: accuracy not measured (n = 0, 100)" in notebook.describe_changes(res)
 
 
 def test_summary_and_what_regressed(tmp_path):
@@ -134,7 +134,7 @@ def test_summary_and_what_regressed(tmp_path):
     assert res["sft"]["summary"]["overall"]["format_rate"] == pytest.approx(0.9)
     assert set(res["sft"]["summary"]["per_domain"]) == {"math", "general"}
     assert res["base"]["summary"]["overall"]["failures"] == {}  # readable, just unformatted
-    lines = evaluate.describe_changes(res)
+    lines = notebook.describe_changes(res)
     assert "dpo vs sft: format pass REGRESSED 90.0% -> 70.0% (-20.0 points)" in lines
     assert "grpo vs dpo: accuracy improved 50.0% -> 75.0% (+25.0 points)" in lines
     evaluate.write_results(res, tmp_path, {"num_samples": 1})
@@ -146,7 +146,7 @@ def test_summary_and_what_regressed(tmp_path):
 def test_small_moves_are_called_noise():
     res = fake_results(base=(0.5, 0.50), sft=(0.5, 0.53))
     assert ("sft vs base: accuracy unchanged within noise (50.0% -> 53.0%)"
-            in evaluate.describe_changes(res))
+            in notebook.describe_changes(res))
 
 
 def test_a_paired_difference_is_tighter_than_an_unpaired_one_and_needs_the_same_prompts():
@@ -154,7 +154,7 @@ def test_a_paired_difference_is_tighter_than_an_unpaired_one_and_needs_the_same_
     after = [dict(r, correct=r["correct"] or r["id"] % 10 == 1) for r in before]  # 20 more right
     d = evaluate.paired_difference(before, after)
     assert d == {"n": 200, "mean": 10.0, "se": 2.13}
-    assert 2 * d["se"] < evaluate.noise_points(0.5, 0.6, 200, 200)  # pairing removes the shared part
+    assert 2 * d["se"] < notebook.noise_points(0.5, 0.6, 200, 200)  # pairing removes the shared part
     with pytest.raises(ValueError, match="different prompts .*200 and 199 rows"):
         evaluate.paired_difference(before, after[1:])
     with pytest.raises(ValueError, match="ids differ"):
@@ -171,7 +171,7 @@ def test_judge_counts_failures():
             raise got
         return got
 
-    assert evaluate.judge(rows, judge_fn) == {"reasoning": 5.0, "judged": 1, "skipped": 2}
+    assert notebook.judge(rows, judge_fn) == {"reasoning": 5.0, "judged": 1, "skipped": 2}
 
 
 @pytest.mark.slow
@@ -190,7 +190,7 @@ def test_evaluate_the_tiny_base_model_for_real(capsys):
     sampler = evaluate.make_sampler(model, tok, preset.model, greedy_only)  # reused below: compiled once
     again = evaluate.evaluate_model(model, tok, records[:4], preset.model, greedy_only, sampler=sampler)
     assert [r["completion"] for r in again["rows"]] == [r["completion"] for r in rows[:4]]
-    shown = evaluate.show_completions(model, tok, records[:4], preset.model, greedy_only, "base")
+    shown = notebook.show_completions(model, tok, records[:4], preset.model, greedy_only, "base")
     assert [r["completion"] for r in shown] == [r["completion"] for r in rows[:4]]
     printed = capsys.readouterr().out
     assert printed.count("--- base · ") == 4 and f"(gold {records[0]['answer']!r})" in printed
@@ -231,10 +231,10 @@ def test_evaluate_the_tiny_base_model_for_real(capsys):
 def test_pick_examples_prefers_the_named_domains_and_fills_in():
     recs = [{"id": f"{d}{i}", "domain": d} for i in range(2)
             for d in ("general", "summarization", "math", "science")]
-    assert [r["id"] for r in evaluate.pick_examples(recs)] == ["math0", "summarization0", "general0"]
-    assert [r["id"] for r in evaluate.pick_examples(recs, prefer=("science",), n=2)] == [
+    assert [r["id"] for r in notebook.pick_examples(recs)] == ["math0", "summarization0", "general0"]
+    assert [r["id"] for r in notebook.pick_examples(recs, prefer=("science",), n=2)] == [
         "science0", "general0"]
-    assert evaluate.pick_examples([]) == []
+    assert notebook.pick_examples([]) == []
 
 
 # --- a run's evaluation (06_evaluation and python -m reasonkit run) ---------------------------
@@ -270,7 +270,7 @@ def test_evaluate_run_every_finished_stage_then_save(tmp_path, monkeypatch, caps
     assert loaded == ["base", "free", "sft", "free", "grpo", "free"]
     assert list(results) == list(seconds) == ["base", "sft", "grpo"]
     assert "grpo  format pass 100.0%" in capsys.readouterr().out
-    out = evaluate.save_run(run, preset, results, seconds, files=plots.eval_tables(results, k=4))
+    out = evaluate.save_run(run, preset, results, seconds, files=notebook.eval_tables(results, k=4))
     assert sorted(p.name for p in out.iterdir()) == [
         "completions_base.jsonl", "completions_grpo.jsonl", "completions_sft.jsonl", "finished.json",
         "results.json", "stage_table.md"]
@@ -369,7 +369,7 @@ def test_gsm8k_summary_and_table_count_too_long_prompts_as_wrong():
     assert evaluate.summarize_gsm8k([]) == {"n": 0, "too_long": 0}
     res = {"sft": {"gsm8k": {"summary": s}}, "base": {"gsm8k": {"summary": evaluate.summarize_gsm8k([])}},
            "dpo": {}}  # a stage evaluated without GSM8K has no row
-    table = plots.gsm8k_table(res).splitlines()
+    table = notebook.gsm8k_table(res).splitlines()
     assert table[0].startswith("| stage | n | GSM8K test, strict / lenient | ± 1 s.e. |")
     assert table[2:] == ["| base | 0 | - | - | - | 0 | - |",
                          "| sft | 4 | 25.0% / 50.0% | 25.0 | 25.0% | 1 | 1.7 |"]  # length: words
@@ -482,7 +482,7 @@ def test_evaluate_run_scores_the_gsm8k_test_split_beside_the_held_out_set(tmp_pa
     assert ("sft   format pass 100.0%  accuracy  33.3%" in out and "      GSM8K test, strict / lenient: "
             "66.7% / 66.7% of 3 (1 prompt too long: counted wrong)" in out)
 
-    saved = evaluate.save_run(run, preset, results, seconds, files=plots.eval_tables(results))
+    saved = evaluate.save_run(run, preset, results, seconds, files=notebook.eval_tables(results))
     assert sorted(p.name for p in saved.glob("*gsm8k*")) == [
         "gsm8k_completions_base.jsonl", "gsm8k_completions_sft.jsonl", "gsm8k_table.md"]
     table = (saved / "gsm8k_table.md").read_text().splitlines()
@@ -495,7 +495,7 @@ def test_evaluate_run_scores_the_gsm8k_test_split_beside_the_held_out_set(tmp_pa
     assert [json.loads(line)["completion"] for line in lines][1] == replies["sft"]["A robe"]
     # evaluated again without it: nothing of GSM8K is left behind to be read as current
     plain = {s: {k: v for k, v in r.items() if k != "gsm8k"} for s, r in results.items()}
-    evaluate.save_run(run, preset, plain, seconds, files=plots.eval_tables(plain))
+    evaluate.save_run(run, preset, plain, seconds, files=notebook.eval_tables(plain))
     assert not list(saved.glob("*gsm8k*")) and "gsm8k" not in json.loads(
         (saved / "results.json").read_text())
 
@@ -508,14 +508,14 @@ def test_group_advantages_are_tunix_grpo_advantages():
 
     rewards = np.random.default_rng(0).choice([0.0, 1.5, 3.0, 5.0, 8.0], size=32)
     rewards[:8] = 5.0  # one group whose answers all score the same
-    ours = evaluate.group_advantages(rewards, 8)
+    ours = notebook.group_advantages(rewards, 8)
     np.testing.assert_allclose(ours, compute_advantages(rewards, 8), rtol=1e-6, atol=1e-9)
     assert not ours[:8].any()  # no spread, no advantage: that group moves nothing
     np.testing.assert_allclose(ours.reshape(4, 8).mean(axis=1), 0.0, atol=1e-9)
     with pytest.raises(ValueError, match=r"\(6,\) rewards do not split into groups of num_generations=4"):
-        evaluate.group_advantages(rewards[:6], 4)
+        notebook.group_advantages(rewards[:6], 4)
     with pytest.raises(ValueError, match="num_generations=1; a group needs at least 2"):
-        evaluate.group_advantages(rewards, 1)
+        notebook.group_advantages(rewards, 1)
 
 
 def test_rollout_groups_samples_g_answers_a_prompt_and_scores_them(monkeypatch, tiny_dir):
@@ -534,7 +534,7 @@ def test_rollout_groups_samples_g_answers_a_prompt_and_scores_them(monkeypatch, 
     monkeypatch.setattr(notebook_show, "make_sampler", lambda *args: Sampler())
     batch = {"prompts": np.array(["What is 2 + 2?", "What is 3 + 3?", "unused"]),
              "answer": np.array(["4", "6", "0"]), "domain": np.array(["math"] * 3)}
-    out = evaluate.rollout_groups("a model", tok, batch, preset, rewards.MATH_REWARDS, prompts=2, seed=7)
+    out = notebook.rollout_groups("a model", tok, batch, preset, rewards.MATH_REWARDS, prompts=2, seed=7)
     (prompts, steps, length, seed, kw), = calls  # one batch: 2 prompts x G = 4
     assert prompts == ["What is 2 + 2?"] * 4 + ["What is 3 + 3?"] * 4
     assert (steps, length, seed) == (preset.grpo.max_generation_length, preset.grpo.max_prompt_length,
@@ -543,9 +543,9 @@ def test_rollout_groups_samples_g_answers_a_prompt_and_scores_them(monkeypatch, 
     assert out["completions"] == answers * 2
     assert out["rewards"]["answer_correct"] == [3.0, 0.0, 0.0, 0.0] + [0.0] * 4
     np.testing.assert_allclose(out["total"], np.sum(list(out["rewards"].values()), axis=0))
-    np.testing.assert_allclose(out["advantages"], evaluate.group_advantages(out["total"], 4))
+    np.testing.assert_allclose(out["advantages"], notebook.group_advantages(out["total"], 4))
     assert out["advantages"][0] > 0 > out["advantages"][3]  # the right answer leads its group
-    assert len(evaluate.rollout_groups("a model", tok, batch, preset, rewards.MATH_REWARDS,
+    assert len(notebook.rollout_groups("a model", tok, batch, preset, rewards.MATH_REWARDS,
                                        prompts=5)["completions"]) == 3 * 4  # the batch has 3 rows
 
 

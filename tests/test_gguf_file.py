@@ -320,8 +320,8 @@ def test_real_gemma_sft_starts_low_and_two_lora_steps_lower_it(real):
 
     from reasonkit import tasks
     from reasonkit.testing import base_differences
-    from reasonkit.train import batches as train_batches
-    from reasonkit.train import build as train_build
+    from reasonkit.train import _batches as train_batches
+    from reasonkit.train import _build as train_build
     from reasonkit.tunix_patches import logprobs
 
     _, path, _, _ = real

@@ -7,7 +7,7 @@ import pytest
 
 from reasonkit.presets import get_preset
 from reasonkit.runtime import hardware as hwmod
-from reasonkit.runtime.hardware import GiB, from_name
+from reasonkit.runtime._hardware import GiB, from_name
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

@@ -8,11 +8,10 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 PKG = ROOT / "reasonkit"
 # Each unit (a top-level module or a sub-package) imports only units before it.
 ORDER = ["config", "presets", "template", "answers", "tasks", "data", "masks", "collate", "tunix_patches",
-         "runtime", "models", "rewards", "train", "budget", "evaluate", "shapes", "notebook", "plots",
-         "checks", "testing", "__main__"]
-# Imports against the order, each named and temporary: evaluate still hands out the notebook
-# helpers that moved to reasonkit.notebook (lazily, by name) until the notebooks import them there.
-LATE = {("evaluate", "notebook")}
+         "runtime", "models", "rewards", "train", "budget", "evaluate", "shapes", "notebook", "testing",
+         "__main__"]
+# Imports against the order, each named and temporary: none now.
+LATE: set[tuple[str, str]] = set()
 
 
 def unit_of(path: pathlib.Path) -> str:
@@ -80,7 +79,7 @@ def test_every_public_module_declares_its_public_names():
 
 def test_imports_by_name_count_as_imports(tmp_path):
     code = ("import importlib\nfrom importlib import import_module\n"
-            "a = importlib.import_module('reasonkit.train.stages')\n"
+            "a = importlib.import_module('reasonkit.train._stages')\n"
             "b = import_module('reasonkit.models')\nc = __import__('reasonkit.plots')\n"
             "d = importlib.import_module(name)\n")
     (tmp_path / "m.py").write_text(code)
@@ -149,7 +148,7 @@ def test_few_public_names():
 
 def face_violations(path: pathlib.Path) -> list[str]:
     """What ``path`` imports of a sub-package (not its own) past the sub-package's face: a
-    module of it (``reasonkit.train.stages``, ``reasonkit.models._lora``), or a private name
+    module of it (``reasonkit.train._stages``, ``reasonkit.models._lora``), or a private name
     from the face (``from reasonkit.models import _lora``)."""
     own = unit_of(path) if path.is_relative_to(PKG) else None
     where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
@@ -179,8 +178,8 @@ def test_code_outside_a_subpackage_imports_only_its_face():
 
 
 def test_face_violations_are_found(tmp_path):
-    code = ("from reasonkit.models import load_model, _lora\nimport reasonkit.train.stages\n"
+    code = ("from reasonkit.models import load_model, _lora\nimport reasonkit.train._stages\n"
             "from reasonkit.data._records import read_jsonl\nfrom reasonkit import models\n")
     (tmp_path / "m.py").write_text(code)
     found = [v.split(" imports ")[1] for v in face_violations(tmp_path / "m.py")]
-    assert found == ["reasonkit.train.stages", "reasonkit.data._records", "reasonkit.models._lora"]
+    assert found == ["reasonkit.train._stages", "reasonkit.data._records", "reasonkit.models._lora"]

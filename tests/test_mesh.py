@@ -427,7 +427,7 @@ _TWO_PROCESSES = textwrap.dedent("""
     from orbax.checkpoint._src.checkpointers.async_checkpointer import AsyncCheckpointer
     from reasonkit.presets import get_preset
     from reasonkit.runtime import mesh as rkmesh
-    from reasonkit.train.build import _checkpointing
+    from reasonkit.train._build import _checkpointing
 
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     joined = rkmesh.init_distributed()  # $JAX_COORDINATOR_ADDRESS, $JAX_NUM_PROCESSES, $JAX_PROCESS_ID

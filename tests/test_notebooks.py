@@ -15,7 +15,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from reasonkit import checks
+from reasonkit import notebook
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PYS = sorted((ROOT / "notebooks").glob("[0-9]*.py"))
@@ -221,9 +221,9 @@ CONSTRUCTORS = {"03_sft": ["PeftTrainer(", "TrainingConfig(", ".with_gen_model_i
                 "05_grpo": ["RLCluster(", "ClusterConfig(", "RLTrainingConfig(", "RolloutConfig(",
                             "GRPOLearner(", "GRPOConfig("],
                 "06_evaluation": ["Sampler("]}
-# The function of reasonkit.checks each notebook's last code cell calls.
-FINAL_CHECKS = {"03_sft": "checks.check_sft(", "04_dpo": "checks.check_dpo(",
-                "05_grpo": "checks.check_grpo(", "06_evaluation": "checks.check_stages("}
+# The function of reasonkit.notebook each notebook's last code cell calls.
+FINAL_CHECKS = {"03_sft": "notebook.check_sft(", "04_dpo": "notebook.check_dpo(",
+                "05_grpo": "notebook.check_grpo(", "06_evaluation": "notebook.check_stages("}
 PRIVATE = re.compile(r"\.(_[A-Za-z][A-Za-z0-9_]*)")  # `obj._name`; dunders like __name__ are public
 
 
@@ -305,16 +305,16 @@ def _not_learned_and_learned():
 @pytest.mark.parametrize("stage", ["sft", "dpo", "grpo", "stages"])
 def test_each_final_check_fails_a_stage_that_did_not_learn(stage):
     not_learned, learned = _not_learned_and_learned()[stage]
-    check = getattr(checks, f"check_{stage}")
+    check = getattr(notebook, f"check_{stage}")
     if stage == "grpo":  # its held-out block's size: grpo.eval_prompts
-        check = lambda metrics, n: checks.check_grpo(metrics, held_out_prompts=n)  # noqa: E731
-    with pytest.raises(checks.StageDidNotLearn):
+        check = lambda metrics, n: notebook.check_grpo(metrics, held_out_prompts=n)  # noqa: E731
+    with pytest.raises(notebook.StageDidNotLearn):
         check(*not_learned)
     assert check(*learned).startswith("checked:")
 
 
 def test_a_format_only_grpo_fails_its_check():
     steps = list(range(40))
-    with pytest.raises(checks.StageDidNotLearn, match="answer_correct"):
-        checks.check_grpo({"actor/train/kl": (steps, [0.0001 * s for s in steps]),
+    with pytest.raises(notebook.StageDidNotLearn, match="answer_correct"):
+        notebook.check_grpo({"actor/train/kl": (steps, [0.0001 * s for s in steps]),
                            "rewards/train/format_exact": (steps, [2.9] * 40)})

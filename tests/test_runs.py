@@ -8,7 +8,7 @@ import pytest
 from reasonkit import data
 from reasonkit.presets import get_preset
 from reasonkit.runtime import processes, runs, session
-from reasonkit.runtime.runs import RunDir, open_jsonl
+from reasonkit.runtime._runs import RunDir, open_jsonl
 from reasonkit.testing import make_run, small_preset
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""reasonkit.tunix_patches.sampling: the sampler's model against Tunix 0.1.7's own, on the tiny model."""
+"""reasonkit.tunix_patches._sampling: the sampler's model against Tunix 0.1.7's own, on the tiny model."""
 
 import jax
 import jax.numpy as jnp

@@ -13,7 +13,7 @@ import pytest
 
 import reasonkit_bootstrap as boot
 from reasonkit.runtime import platform, processes, session
-from reasonkit.runtime.platform import default_root
+from reasonkit.runtime._platform import default_root
 from reasonkit.tunix_patches import cpu_memory
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -48,7 +48,7 @@ def test_one_deadline_per_session_for_every_notebook_and_process(tmp_path, capsy
                                  kaggle=False) == 1000.0 + 3 * 3600
     assert session.session_deadline(tmp_path, env={}, now=4600.0, kaggle=False) is None
     # another process of this session reads the same file
-    code = (f"from reasonkit.runtime.session import session_deadline; print(repr(session_deadline("
+    code = (f"from reasonkit.runtime._session import session_deadline; print(repr(session_deadline("
             f"{str(tmp_path)!r}, env={{'REASONKIT_DEADLINE_HOURS': '2'}}, kaggle=False, quiet=True)))")
     here = session.session_deadline(tmp_path / "real", env=env, kaggle=False, quiet=True)
     out = subprocess.run([sys.executable, "-c", code.replace(str(tmp_path), str(tmp_path / "real"))],
@@ -322,7 +322,7 @@ def test_the_stacks_noise_is_silenced_and_nothing_else(caplog):
 def test_importing_the_runtime_prints_no_warning_of_the_stack(module):
     """Whichever runtime module comes first (the notebooks import the session, the trainers
     the processes), the runtime package quiets the stack before Tunix loads."""
-    out = subprocess.run([sys.executable, "-W", "default", "-c", f"import reasonkit.runtime.{module}"],
+    out = subprocess.run([sys.executable, "-W", "default", "-c", f"import reasonkit.runtime._{module}"],
                          capture_output=True, text=True, cwd=ROOT, check=True)
     assert "IProgress" not in out.stderr and "absl" not in out.stderr, out.stderr
 

@@ -23,15 +23,15 @@ from reasonkit.config import SFTConfig
 from reasonkit.models import _adapters as models_adapters
 from reasonkit.presets import get_preset
 from reasonkit.runtime import compiles, runs
-from reasonkit.runtime.hardware import format_duration
-from reasonkit.runtime.runs import RunDir
+from reasonkit.runtime._hardware import format_duration
+from reasonkit.runtime._runs import RunDir
 from reasonkit.testing import SMALL, make_run, small_preset
-from reasonkit.train import batches as train_batches
-from reasonkit.train import build as train_build
+from reasonkit.train import _batches as train_batches
+from reasonkit.train import _build as train_build
+from reasonkit.train import _metrics as train_metrics
+from reasonkit.train import _optim as train_optim
+from reasonkit.train import _stages as train_stages
 from reasonkit.train import clock as train_clock
-from reasonkit.train import metrics as train_metrics
-from reasonkit.train import optim as train_optim
-from reasonkit.train import stages as train_stages
 from reasonkit.tunix_patches import grpo, loss_swap, private
 
 
@@ -753,7 +753,7 @@ def test_export_once_keeps_an_export_that_is_there(tmp_path, monkeypatch, capsys
     run = RunDir.create("exp", root=tmp_path)
     result = train.StageResult("grpo", 2, True, "dpo", 0.0, {})
     calls = []
-    monkeypatch.setattr(train.stages, "export", lambda r, p, rd: calls.append(r.stage) or {"adapter": "new"})
+    monkeypatch.setattr(train_stages, "export", lambda r, p, rd: calls.append(r.stage) or {"adapter": "new"})
     assert train.export_once(result, "a preset", run) == {"adapter": "new"} and calls == ["grpo"]
     for name in ("adapter/adapter_model.safetensors", "merged/model.safetensors"):
         (run.stage("grpo") / name).parent.mkdir(parents=True, exist_ok=True)

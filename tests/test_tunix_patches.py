@@ -215,7 +215,7 @@ def test_every_patch_names_its_module_and_a_test_that_exists():
     names = [p.name for p in tunix_patches.PATCHES]
     assert len(names) == len(set(names))
     for patch in tunix_patches.PATCHES:
-        assert (ROOT / "reasonkit" / "tunix_patches" / f"{patch.module}.py").is_file(), patch.name
+        assert (ROOT / "reasonkit" / "tunix_patches" / f"_{patch.module}.py").is_file(), patch.name
         file, _, test = patch.test.partition("::")
         assert f"\ndef {test}(" in (ROOT / file).read_text(), patch.test
         assert patch.written_for and patch.replaces and patch.why

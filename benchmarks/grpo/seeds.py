@@ -37,11 +37,12 @@ import numpy as np
 
 from benchmarks.common import result_path, write_json
 from reasonkit import data, evaluate, models, tasks, template, train
+from reasonkit.config import TRAIN_STAGES
 from reasonkit.models import tiny
 from reasonkit.presets import env_overrides, get_preset
 from reasonkit.runtime import runs, session
 
-STAGES = ("sft", "dpo", "grpo")  # the base scores 0%: it never writes the tags
+STAGES = TRAIN_STAGES  # the base scores 0%: it never writes the tags
 FRESH_SEED = 50_000  # task seeds from here on: apart from the pool's and pretraining's
 HARD_SEED = 60_000  # the hard set's; data.HARD_SEED (20_000) draws GRPO's harder prompts
 HARD_DIFFICULTY = 2

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks.common import clock, peak_rss_gib, write_json
-from reasonkit import evaluate, masks, models, plots, testing, train
+from reasonkit import evaluate, masks, models, notebook, testing, train
 from reasonkit.config import Preset
 from reasonkit.presets import get_preset
 from reasonkit.runtime import runs
@@ -150,7 +150,7 @@ def pipeline(preset: Preset, root: str | os.PathLike, stages=("grpo",), *,
         models.free()
     out["eval"], seconds = timed("eval", evaluate.evaluate_run, preset, run, stages)
     evaluate.save_run(run, preset, out["eval"], seconds,
-                      plots.eval_tables(out["eval"], preset.eval.num_samples))
+                      notebook.eval_tables(out["eval"], preset.eval.num_samples))
     return out
 
 

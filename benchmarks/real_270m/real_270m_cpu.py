@@ -28,6 +28,7 @@ import time
 from benchmarks.common import ROOT, peak_rss_gib, result_path, write_json
 from benchmarks.real_270m import e2e_real
 from reasonkit import evaluate, train
+from reasonkit.config import TRAIN_STAGES
 from reasonkit.data import read_jsonl
 from reasonkit.presets import get_preset
 from reasonkit.runtime import hardware
@@ -35,7 +36,7 @@ from reasonkit.runtime import hardware
 PRESET = "gemma3-270m-cpu"
 OUT = result_path("real_270m_cpu.json")
 FIGURE = ROOT / "docs" / "images" / "real_270m_cpu.png"
-STAGES = ("base", "sft", "dpo", "grpo")
+STAGES = ("base", *TRAIN_STAGES)
 METRICS = ("format_rate", "accuracy", "lenient_accuracy")
 
 

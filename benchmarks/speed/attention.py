@@ -1,4 +1,4 @@
-"""Tunix's attention vs reasonkit.tunix_patches.attention's, on the jitted forward + LoRA gradient.
+"""Tunix's attention vs reasonkit.tunix_patches._attention's, on the jitted forward + LoRA gradient.
 
 Run from the repository root: ``python -m benchmarks.speed.attention`` (``--widths 128,512``
 adds the tiny preset's architecture at width 512; ``--ceiling`` adds the step with no
@@ -55,7 +55,7 @@ NONE = "none"  # not an attention: the step with its attention core left out (th
 
 
 def _no_attention(q, k, v, attn_mask, **kw):
-    """Stands in for :func:`reasonkit.tunix_patches.attention.attend` in :data:`NONE`: the queries as they
+    """Stands in for :func:`reasonkit.tunix_patches._attention.attend` in :data:`NONE`: the queries as they
     are, [B, T, N, H], nothing mixed across positions; the projections around it stay."""
     return q.astype(v.dtype)
 
@@ -63,7 +63,7 @@ def _no_attention(q, k, v, attn_mask, **kw):
 @contextlib.contextmanager
 def tracing_as(impl: str):
     """Within: a model traced for ``impl`` :data:`NONE` gets :func:`_no_attention` as its
-    attention core (``reasonkit.tunix_patches.attention`` looks ``attend`` up when it traces); any
+    attention core (``reasonkit.tunix_patches._attention`` looks ``attend`` up when it traces); any
     other ``impl`` changes nothing."""
     real = attention.attend
     attention.attend = _no_attention if impl == NONE else real

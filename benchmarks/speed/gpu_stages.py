@@ -13,12 +13,12 @@ rollout runs to the full generation length, as the time model assumes.
 Each stage runs in a process of its own (``train.train_or_load`` for ``--steps`` steps,
 as the notebooks call it, DPO starting from SFT's adapters and GRPO from DPO's), so that
 its peak device memory is its own. A step's time is the gap between two batch requests
-(:func:`reasonkit.train.clock.until`), the first step and any step that compiled left out.
+(:func:`reasonkit.train._clock.until`), the first step and any step that compiled left out.
 Then 64 rollouts: the GRPO policy samples ``--rollouts`` completions of the full
 generation length in one batch through Tunix's ``Sampler``, timed on the second call.
 
 Beside each measurement it writes what the package predicts: the time model's seconds per
-step (:func:`reasonkit.runtime.hardware.time_model`, as ``python -m reasonkit plan``
+step (:func:`reasonkit.runtime._hardware.time_model`, as ``python -m reasonkit plan``
 prints it) and the memory budget's peak (:func:`reasonkit.budget.memory_budget`). ``--tiny``
 runs the tiny preset's shapes on a CPU in a minute (a smoke run; the numbers mean little).
 """

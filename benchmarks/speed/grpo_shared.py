@@ -12,7 +12,7 @@ half to all of it), each repeated ``grpo.num_generations`` times as Tunix's lear
 repeats them, and a different answer per row (length drawn up to
 ``grpo.max_generation_length``, EOS, then padding). Two programs each for ``group`` = 1
 (Tunix's way: every row whole) and ``group`` = G
-(:func:`reasonkit.tunix_patches.logprobs.shared_prompt_hidden`):
+(:func:`reasonkit.tunix_patches._logprobs.shared_prompt_hidden`):
 
 - **update**: the sum of the answers' log-probabilities and its gradient in the LoRA
   parameters, through ``logprobs.grpo_compute_per_token_logps`` (what GRPO's policy loss

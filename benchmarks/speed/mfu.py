@@ -5,7 +5,7 @@ Run from the repository root on a machine with an accelerator::
     python -m benchmarks.speed.mfu --preset gemma3-1b --batch 8 --seq 1024 --out mfu.json
 
 One process, one device: the preset's architecture (random weights in its dtype) with its
-LoRA, and the step the SFT stage jits: ``reasonkit.tunix_patches.logprobs.sft_loss`` (the final hidden
+LoRA, and the step the SFT stage jits: ``reasonkit.tunix_patches._logprobs.sft_loss`` (the final hidden
 states, then the vocabulary projection and log-softmax a chunk of positions at a time)
 and its gradient with respect to the LoRA parameters, the optimizer's few elementwise ops
 left out. Each attention implementation (``--impls``) and remat setting (``--remat``)

@@ -18,7 +18,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from reasonkit import tasks
-from reasonkit.config import DOMAINS, DataConfig, check_weights
+from reasonkit.config import DOMAINS, TRAIN_STAGES, DataConfig, check_weights
 from reasonkit.data._pairs import preference_pair
 from reasonkit.data._records import (
     DataReport,
@@ -68,7 +68,7 @@ class Limits:
                                  "int >= 1 (tokens)")
 
 
-STAGES = ("eval", "sft", "dpo", "grpo")
+STAGES = ("eval", *TRAIN_STAGES)  # the splits: the held-out one, then one per training stage
 
 
 def _check_limits(limits: Any) -> dict[str, Limits]:
@@ -458,7 +458,7 @@ def build_splits(records: Iterable[Any], config: DataConfig, *,
     pool = drop_eval_prompts(pool, held, report.drop("eval"))
 
     sets = {}
-    for stage in ("sft", "dpo", "grpo"):
+    for stage in TRAIN_STAGES:
         drops = report.drop(stage)
         candidates = pool if stage == "dpo" else drop_pairs(pool, drops)
         if stage == "grpo":

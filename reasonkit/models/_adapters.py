@@ -19,8 +19,7 @@ from reasonkit.models._checkpoint import load_model, use_optimisations
 from reasonkit.models._lora import apply_lora
 from reasonkit.models._sources import resolve_source
 from reasonkit.models._tokenizer import load_tokenizer
-from reasonkit.runtime import runs
-from reasonkit.runtime.runs import NOTEBOOK_OF, RunDir
+from reasonkit.runtime import NOTEBOOK_OF, RunDir, runs
 
 __all__ = ["restore_lora", "load_policy", "frozen_reference", "free"]
 

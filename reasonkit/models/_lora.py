@@ -70,7 +70,7 @@ def lora_params(model: nnx.Module) -> dict[str, np.ndarray]:
     """The LoRA adapters alone, whole on the host, as ``{path: array}``.
 
     On several processes each holds only its shards: every process must call it (the
-    adapters alone are gathered, :func:`~reasonkit.runtime.mesh.host_copy`).
+    adapters alone are gathered, :func:`~reasonkit.runtime._mesh.host_copy`).
     """
     state = nnx.state(model, nnx.LoRAParam)
     if jax.process_count() > 1:

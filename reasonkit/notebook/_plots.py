@@ -638,7 +638,7 @@ def plot_held_out(m: Metrics, best: Mapping[str, Any] | None = None):
 
     Left axis: the total reward of each step and its running mean; right axis: the greedy
     accuracy of each held-out check (``held_out/accuracy``,
-    :mod:`reasonkit.train.held_out`), the checks that raised the alarm (reward up,
+    :mod:`reasonkit.train._held_out`), the checks that raised the alarm (reward up,
     accuracy down) crossed, ``best`` (``held_out.best_info(run)``) starred, and the accuracy
     on a block of its own training prompts, dashed, when it was checked. A reward that
     climbs while the held-out accuracy does not is GRPO learning what the reward pays for,

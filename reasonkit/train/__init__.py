@@ -1,30 +1,26 @@
 """Build and run Tunix SFT / DPO / GRPO from a preset: LoRA, resume, hand-off, deadline, export.
 
 This package is the public face; its modules, each importing only those before it:
-:mod:`~reasonkit.train.optim` (AdamW and its warm-up + cosine schedule),
-:mod:`~reasonkit.train.metrics` (metrics.jsonl, TensorBoard, compile counts, GRPO's own
-metrics), :mod:`~reasonkit.train.clock` (the deadline: stop in time, say when a stage
-ends), :mod:`~reasonkit.train.batches` (deterministic batch streams per stage),
-:mod:`~reasonkit.train.policies` (base, policy and reference with real, random or abstract
-weights), :mod:`~reasonkit.train.build` (the parts Tunix's constructors take, one call
+:mod:`~reasonkit.train._optim` (AdamW and its warm-up + cosine schedule),
+:mod:`~reasonkit.train._metrics` (metrics.jsonl, TensorBoard, compile counts, GRPO's own
+metrics), :mod:`~reasonkit.train._clock` (the deadline: stop in time, say when a stage
+ends), :mod:`~reasonkit.train._batches` (deterministic batch streams per stage),
+:mod:`~reasonkit.train._policies` (base, policy and reference with real, random or abstract
+weights), :mod:`~reasonkit.train._build` (the parts Tunix's constructors take, one call
 each, and a stage built from them and not run: the Tunix trainer or GRPO learner) and
-:mod:`~reasonkit.train.generation` (Tunix's sampler, batched greedy or sampled),
-:mod:`~reasonkit.train.held_out` (GRPO's held-out checks as it trains, and its best
-adapters) and :mod:`~reasonkit.train.stages` (train, resume, load or export a stage;
-:func:`~reasonkit.train.stages.stage_run` leaves Tunix's call to the notebook cell).
+:mod:`~reasonkit.train._generation` (Tunix's sampler, batched greedy or sampled),
+:mod:`~reasonkit.train._held_out` (GRPO's held-out checks as it trains, and its best
+adapters) and :mod:`~reasonkit.train._stages` (train, resume, load or export a stage;
+:func:`~reasonkit.train._stages.stage_run` leaves Tunix's call to the notebook cell).
 Loading a trained stage's model for use outside training is :func:`reasonkit.models.load_policy`.
 """
 
-from reasonkit.train import generation, held_out
-from reasonkit.train._seam import (
-    SharedPrefill,
-    attention_block_size,
-    logprob_chunk_positions,
-    sampler_of,
-    sampler_programs,
-    tpu_sharding_constraints,
-)
-from reasonkit.train.batches import (
+# Modules used as namespaces (``train.held_out.load_best``), then the names, by name.
+from reasonkit.train import _clock as clock
+from reasonkit.train import _contrast as contrast
+from reasonkit.train import _generation as generation
+from reasonkit.train import _held_out as held_out
+from reasonkit.train._batches import (
     dpo_batches,
     dpo_collator,
     dpo_examples,
@@ -35,7 +31,7 @@ from reasonkit.train.batches import (
     sft_examples,
     take,
 )
-from reasonkit.train.build import (
+from reasonkit.train._build import (
     TRAIN_STAGES,
     Stage,
     build_stage,
@@ -55,10 +51,19 @@ from reasonkit.train.build import (
     stage_has_reference,
     stage_models,
 )
-from reasonkit.train.metrics import read_metrics
-from reasonkit.train.optim import make_optimizer, schedule
-from reasonkit.train.policies import build_models
-from reasonkit.train.stages import (
+from reasonkit.train._generation import generate, make_sampler, prompt_lengths
+from reasonkit.train._metrics import read_metrics
+from reasonkit.train._optim import make_optimizer, schedule
+from reasonkit.train._policies import build_models
+from reasonkit.train._seam import (
+    SharedPrefill,
+    attention_block_size,
+    logprob_chunk_positions,
+    sampler_of,
+    sampler_programs,
+    tpu_sharding_constraints,
+)
+from reasonkit.train._stages import (
     StageResult,
     StageRun,
     export,
@@ -72,7 +77,8 @@ from reasonkit.train.stages import (
     train_with_recipe,
 )
 
-__all__ = ["generation", "held_out", "schedule", "make_optimizer", "read_metrics", "take", "sft_examples",
+__all__ = ["clock", "contrast", "generation", "held_out", "generate", "make_sampler", "prompt_lengths",
+           "schedule", "make_optimizer", "read_metrics", "take", "sft_examples",
            "dpo_examples", "grpo_records", "sft_collator", "dpo_collator", "sft_batches", "dpo_batches",
            "grpo_batches", "build_models", "TRAIN_STAGES", "gen_model_input_fn", "sft_training_config",
            "dpo_training_config", "grpo_training_config", "rollout_config", "cluster_config",

@@ -23,20 +23,19 @@ from __future__ import annotations
 
 import dataclasses
 
-from reasonkit.tunix_patches import (
-    attention,
-    cpu_memory,
-    grpo,
-    logprobs,
-    lora_delta,
-    loss_swap,
-    private,
-    progress,
-    rl_cluster,
-    sampling,
-    sharding,
-    trainers,
-)
+# Each patch's module, as a namespace (``tunix_patches.attention.use``): the seams that apply them.
+from reasonkit.tunix_patches import _attention as attention
+from reasonkit.tunix_patches import _cpu_memory as cpu_memory
+from reasonkit.tunix_patches import _grpo as grpo
+from reasonkit.tunix_patches import _logprobs as logprobs
+from reasonkit.tunix_patches import _lora_delta as lora_delta
+from reasonkit.tunix_patches import _loss_swap as loss_swap
+from reasonkit.tunix_patches import _private as private
+from reasonkit.tunix_patches import _progress as progress
+from reasonkit.tunix_patches import _rl_cluster as rl_cluster
+from reasonkit.tunix_patches import _sampling as sampling
+from reasonkit.tunix_patches import _sharding as sharding
+from reasonkit.tunix_patches import _trainers as trainers
 
 __all__ = ["Patch", "PATCHES", "in_force", "by_name", "attention",
            "cpu_memory", "grpo", "logprobs", "lora_delta", "loss_swap", "private", "progress",
@@ -48,7 +47,7 @@ class Patch:
     """One replacement of another library's internals."""
 
     name: str
-    module: str  # reasonkit.tunix_patches.<module>
+    module: str  # reasonkit/tunix_patches/_<module>.py
     replaces: str  # what of the library's it replaces or reads
     why: str
     written_for: str  # the library version it was written against

@@ -4,7 +4,7 @@ The parts come one call each, named for what they are, and go to Tunix's own
 constructors as its examples pass them: the configs (:func:`sft_training_config`,
 :func:`dpo_training_config`, :func:`cluster_config` with :func:`grpo_training_config` and
 :func:`rollout_config`, :func:`grpo_algorithm`), the optimizer
-(:func:`~reasonkit.train.optim.make_optimizer`), the model inputs
+(:func:`~reasonkit.train._optim.make_optimizer`), the model inputs
 (:func:`gen_model_input_fn`), the rewards and GRPO's metrics, and reasonkit's patches
 (``patch_*``, from :mod:`reasonkit.train._seam`, the one place patches are applied).
 :func:`sft_trainer`, :func:`dpo_trainer` and :func:`grpo_learner` put them together as
@@ -24,16 +24,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from reasonkit import masks, models, rewards
-from reasonkit.config import Preset, TrainConfig
+from reasonkit.config import TRAIN_STAGES, Preset, TrainConfig
+from reasonkit.runtime import RunDir, runs
 from reasonkit.runtime import mesh as mesh_lib
-from reasonkit.runtime import runs
-from reasonkit.runtime.runs import RunDir
 from reasonkit.train import _seam
+from reasonkit.train._batches import dpo_collator, sft_collator
+from reasonkit.train._metrics import grpo_metrics, metrics_options
+from reasonkit.train._optim import make_optimizer
+from reasonkit.train._policies import build_models
 from reasonkit.train._seam import patch_dpo_trainer, patch_grpo_learner, patch_rl_cluster, patch_sft_trainer
-from reasonkit.train.batches import dpo_collator, sft_collator
-from reasonkit.train.metrics import grpo_metrics, metrics_options
-from reasonkit.train.optim import make_optimizer
-from reasonkit.train.policies import build_models
 
 __all__ = ["TRAIN_STAGES", "gen_model_input_fn", "Stage", "run_options", "stage_models",
            "sft_training_config", "dpo_training_config", "grpo_training_config", "rollout_config",
@@ -41,7 +40,6 @@ __all__ = ["TRAIN_STAGES", "gen_model_input_fn", "Stage", "run_options", "stage_
            "dpo_trainer", "grpo_learner", "build_stage", "stage_has_reference"]
 
 
-TRAIN_STAGES = ("sft", "dpo", "grpo")
 
 
 def gen_model_input_fn(pad_id: int) -> Callable[[Any], dict[str, Any]]:

@@ -37,8 +37,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from reasonkit.tunix_patches.private import set_tunix_private, tunix_private
-from reasonkit.tunix_patches.sampling import is_grouped
+from reasonkit.tunix_patches._private import set_tunix_private, tunix_private
+from reasonkit.tunix_patches._sampling import is_grouped
 
 __all__ = ["patch_grpo_step", "fit_bucket", "used_width", "cut_columns", "cuts_answers"]
 

@@ -16,8 +16,8 @@ from flax import nnx
 from reasonkit import models
 from reasonkit.config import ModelConfig, Preset
 from reasonkit.models import tiny
+from reasonkit.runtime import RunDir
 from reasonkit.runtime import mesh as mesh_lib
-from reasonkit.runtime.runs import RunDir
 
 __all__ = ["WEIGHTS", "SHAPE_TOKENIZER", "placed_abstractly", "materialised", "abstract_base",
            "build_models"]
@@ -37,7 +37,7 @@ def _leaf_specs(state) -> list:
 def placed_abstractly(model, mesh, dtype: str | None = None):
     """``model`` (abstract or not) as ShapeDtypeStructs placed as its sharding metadata says.
 
-    Axes that do not divide a dimension are dropped, as :func:`reasonkit.runtime.mesh.reshard`
+    Axes that do not divide a dimension are dropped, as :func:`reasonkit.runtime._mesh.reshard`
     does; ``dtype`` recasts floating-point leaves (Tunix's Gemma 2 initialises in float32
     whatever the checkpoint's dtype).
     """

@@ -36,10 +36,9 @@ import numpy as np
 
 from reasonkit import data, models, rewards, template
 from reasonkit.config import Preset
-from reasonkit.runtime.processes import from_writer, is_writer
-from reasonkit.runtime.runs import RunDir
-from reasonkit.train import generation
-from reasonkit.train.metrics import read_metrics
+from reasonkit.runtime import RunDir, from_writer, is_writer
+from reasonkit.train import _generation as generation
+from reasonkit.train._metrics import read_metrics
 
 __all__ = ["BEST_DIR", "ADAPTERS_FILE", "INFO_FILE", "Reading", "held_out_block", "diverging",
            "HeldOutCheck", "for_run", "checked", "best_info", "load_best", "progress"]
@@ -235,7 +234,7 @@ class HeldOutCheck:
                   f"{reading.accuracy:.1%} of {reading.n} prompts, more than one standard error): the "
                   "policy may be learning what the reward pays for rather than right answers. The "
                   f"best adapters so far are step {self.best['step']}'s "
-                  "(reasonkit.train.held_out.load_best)")
+                  "(reasonkit.train._held_out.load_best)")
 
 
 def for_run(preset: Preset, run: RunDir, policy, tokenizer, *, start: int = 0,

@@ -1,7 +1,7 @@
 """Text from a model with Tunix's sampler: greedy or sampled, in fixed-size batches.
 
 Evaluation (:mod:`reasonkit.evaluate`) and GRPO's held-out check
-(:mod:`reasonkit.train.held_out`) generate the same way, through here: one sampler per
+(:mod:`reasonkit.train._held_out`) generate the same way, through here: one sampler per
 model (:func:`make_sampler`, its programs compiled once), every call at one batch shape
 (:func:`generate`).
 """

@@ -22,7 +22,7 @@ import jax
 import numpy as np
 from tunix.sft import progress_bar
 
-from reasonkit.tunix_patches.private import set_tunix_private
+from reasonkit.tunix_patches._private import set_tunix_private
 
 __all__ = ["SHORT", "fmt", "line", "RecentProgressBar", "show_recent"]
 

@@ -9,8 +9,8 @@ the data and the seed, so a resumed run ends where an uninterrupted one would. T
 hand-off: DPO starts from the SFT adapters, GRPO from DPO's (or SFT's when DPO was
 skipped); adapters are restored onto the new stage's mesh. Which stage starts from
 which, the settings each records and the checks on them live with the run directory,
-in :mod:`reasonkit.runtime.runs`. GRPO checks its accuracy on held-out prompts as it
-trains and keeps its best adapters beside the last (:mod:`reasonkit.train.held_out`).
+in :mod:`reasonkit.runtime._runs`. GRPO checks its accuracy on held-out prompts as it
+trains and keeps its best adapters beside the last (:mod:`reasonkit.train._held_out`).
 """
 
 from __future__ import annotations
@@ -27,18 +27,13 @@ import jax
 
 from reasonkit import collate, data, models
 from reasonkit.config import Preset, TrainConfig
-from reasonkit.runtime import compiles, runs
+from reasonkit.runtime import RunDir, compiles, is_writer, runs, sync
 from reasonkit.runtime import mesh as mesh_lib
-from reasonkit.runtime.processes import is_writer, sync
-from reasonkit.runtime.runs import RunDir
-from reasonkit.train import _seam, clock, contrast, held_out
-from reasonkit.train._seam import (
-    patch_dpo_trainer,
-    patch_grpo_learner,
-    patch_rl_cluster,
-    patch_sft_trainer,
-)
-from reasonkit.train.batches import (
+from reasonkit.train import _clock as clock
+from reasonkit.train import _contrast as contrast
+from reasonkit.train import _held_out as held_out
+from reasonkit.train import _seam
+from reasonkit.train._batches import (
     dpo_batches,
     dpo_examples,
     grpo_batches,
@@ -47,7 +42,7 @@ from reasonkit.train.batches import (
     sft_examples,
     take,
 )
-from reasonkit.train.build import (
+from reasonkit.train._build import (
     TRAIN_STAGES,
     dpo_trainer,
     grpo_learner,
@@ -57,7 +52,13 @@ from reasonkit.train.build import (
     sft_trainer,
     stage_models,
 )
-from reasonkit.train.metrics import Recorded, log_compiles, show_progress
+from reasonkit.train._metrics import Recorded, log_compiles, show_progress
+from reasonkit.train._seam import (
+    patch_dpo_trainer,
+    patch_grpo_learner,
+    patch_rl_cluster,
+    patch_sft_trainer,
+)
 
 __all__ = ["StageResult", "StageRun", "saves_land_on_interrupt", "stage_run", "train_with_recipe",
            "train_sft", "train_dpo", "train_grpo", "export", "exported", "export_once", "train_or_load"]
@@ -216,7 +217,7 @@ class StageRun:
         return self._until(mesh_lib.global_batches(stream, mesh), label)
 
     def _until(self, stream: Iterable[Any], label: str) -> Iterator[Any]:
-        """``stream`` until the deadline (:func:`reasonkit.train.clock.until`), its compilations counted.
+        """``stream`` until the deadline (:func:`reasonkit.train._clock.until`), its compilations counted.
 
         The batches a resumed trainer skips (``skip``, its restored step) are neither timed
         nor counted as warm-up. The ETA line's time per step leaves out every step the
@@ -344,7 +345,7 @@ def stage_run(preset: Preset, run: RunDir, stage: str, *, retrain: bool = False,
 
 def train_with_recipe(r: StageRun) -> None:
     """Build ``r``'s Tunix object with the stage's recipe and train it: the notebook cell's
-    lines, for scripts (:func:`~reasonkit.train.build.sft_trainer` and its siblings)."""
+    lines, for scripts (:func:`~reasonkit.train._build.sft_trainer` and its siblings)."""
     if r.stage == "sft":
         trainer = sft_trainer(r.preset, r.policy, r.tokenizer, r.run)
         trainer.train(r.batches(trainer), r.eval_batches)

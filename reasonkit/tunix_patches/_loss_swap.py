@@ -1,7 +1,7 @@
 """Tunix 0.1.7's DPO and GRPO log-probabilities, computed in chunks (:mod:`.logprobs`).
 
 Tunix computes DPO's and GRPO's log-probabilities from full-vocabulary float32 logits,
-which do not fit a Gemma step (:mod:`reasonkit.tunix_patches.logprobs` says why). Its
+which do not fit a Gemma step (:mod:`reasonkit.tunix_patches._logprobs` says why). Its
 trainers look the functions up at call time, so :func:`chunked_log_probs` swaps reasonkit's
 chunked equivalents in while a loss or a forward of ours is traced, and restores Tunix's
 after: :func:`chunk_dpo` and :func:`chunk_grpo` wrap a built trainer's loss and forwards in it.
@@ -14,9 +14,9 @@ import functools
 import importlib
 from typing import Callable, Iterator
 
-from reasonkit.tunix_patches import logprobs
-from reasonkit.tunix_patches.private import set_tunix_private, tunix_private
-from reasonkit.tunix_patches.sampling import is_grouped
+from reasonkit.tunix_patches import _logprobs as logprobs
+from reasonkit.tunix_patches._private import set_tunix_private, tunix_private
+from reasonkit.tunix_patches._sampling import is_grouped
 
 __all__ = ["chunked_log_probs", "chunked", "chunked_if_grouped", "chunk_dpo", "chunk_grpo"]
 
@@ -34,7 +34,7 @@ def chunked_log_probs(group: int = 1) -> Iterator[None]:
     numbers, no ``[B, S, V]`` float32 logits). GRPO's "logits" come back as the
     per-token entropy they are only used for, with the matching entropy function.
     ``group`` > 1: GRPO's rows are groups of that many sharing a prompt, each prompt run
-    once (:func:`reasonkit.tunix_patches.logprobs.shared_prompt_hidden`); only for rows known to be.
+    once (:func:`reasonkit.tunix_patches._logprobs.shared_prompt_hidden`); only for rows known to be.
     """
     saved = []
     try:

@@ -18,7 +18,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from reasonkit.config import ModelConfig, Preset
+from reasonkit.config import TRAIN_STAGES, ModelConfig, Preset
 
 __all__ = ["GiB", "PEAK_TABLE", "DEVICE_KINDS", "generation_of", "HardwareInfo", "detect",
            "from_name", "matmul_benchmark", "format_bytes", "UTILISATION", "EVAL_STAGES",
@@ -281,7 +281,7 @@ UTILISATION: dict[str, dict[str, float]] = {
     "train": {"tpu": 0.3, "gpu": 0.194, "cpu": 0.12, "cpu-gemma": 0.4},
     "generate": {"tpu": 0.05, "gpu": 0.05, "cpu": 0.12, "cpu-gemma": 0.6},
 }
-EVAL_STAGES = ("base", "sft", "dpo", "grpo")
+EVAL_STAGES = ("base", *TRAIN_STAGES)
 
 
 def utilisation_key(platform: str, m: ModelConfig) -> str:

@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from reasonkit.tunix_patches.private import set_tunix_private, tunix_private
+from reasonkit.tunix_patches._private import set_tunix_private, tunix_private
 
 __all__ = ["is_grouped", "sampling_class", "sampling_graphdef", "without_remat", "SharedPrefill",
            "trace_for_sampling", "sampler_of", "sampler_programs"]

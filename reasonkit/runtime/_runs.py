@@ -11,7 +11,7 @@ runs/                session.json (this session's deadline), .jax_cache/ (compil
 Every notebook reads what the notebook before it wrote, so each can run on its
 own in a later session as long as the earlier outputs exist.
 
-The session (deadline, restored runs, processes) is :mod:`reasonkit.runtime.session`'s.
+The session (deadline, restored runs, processes) is :mod:`reasonkit.runtime._session`'s.
 
 A stage's lifecycle: where its checkpoints are and which is the latest,
 which earlier stage it starts from, the settings it records (``settings.json``) and the
@@ -43,11 +43,11 @@ import warnings
 from typing import IO, Any, Callable, Mapping, Sequence, TypeVar
 
 from reasonkit import data
-from reasonkit.config import DEFAULT_REWARDS, Preset
+from reasonkit.config import DEFAULT_REWARDS, TRAIN_STAGES, Preset
 from reasonkit.presets import PRESETS, preset_name
-from reasonkit.runtime.platform import default_root
-from reasonkit.runtime.processes import is_writer, sync
-from reasonkit.runtime.session import STAGES, holds_no_file, session_deadline
+from reasonkit.runtime._platform import default_root
+from reasonkit.runtime._processes import is_writer, sync
+from reasonkit.runtime._session import STAGES, holds_no_file, session_deadline
 
 __all__ = ["STAGES", "NOTEBOOK_OF", "open_jsonl", "RunDir", "PREVIOUS", "load_or_build", "write_files",
            "checkpoint_dir", "latest_step", "start_from", "SETTINGS_FILE", "CONTRAST_FILES", "LAYOUT_ONLY",
@@ -64,7 +64,7 @@ T = TypeVar("T")
 # --- several processes ---------------------------------------------------------------------
 #
 # On a multi-host slice every host runs the same program as one of JAX's processes (see
-# reasonkit.runtime.mesh.init_distributed) and they share the runs root. Orbax checkpoints are
+# reasonkit.runtime._mesh.init_distributed) and they share the runs root. Orbax checkpoints are
 # written by all of them together (each its shards); every other file of a run by process 0
 # alone, and every process reads them.
 
@@ -286,7 +286,7 @@ def recorded_settings(run: RunDir, stage: str) -> dict[str, Any] | None:
 def trained_from(run: RunDir, stage: str) -> list[str]:
     """The later stages that started from ``stage``'s adapters, directly or through another."""
     found = [stage]
-    for later in ("dpo", "grpo"):
+    for later in TRAIN_STAGES[1:]:
         if (recorded_settings(run, later) or {}).get("started_from") in found:
             found.append(later)
     return found[1:]

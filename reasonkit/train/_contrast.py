@@ -19,14 +19,13 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from reasonkit import models, rewards, template
 from reasonkit.data import read_jsonl, write_jsonl
-from reasonkit.runtime import runs
-from reasonkit.runtime.processes import is_writer
-from reasonkit.train import generation
+from reasonkit.runtime import is_writer, runs
+from reasonkit.train import _generation as generation
 
 if TYPE_CHECKING:
     from reasonkit.config import EvalConfig, Preset
     from reasonkit.data import Splits
-    from reasonkit.runtime.runs import RunDir
+    from reasonkit.runtime import RunDir
 
 __all__ = ["PROMPTS_FILE", "SUMMARY_FILE", "as_rollouts", "rights", "keep_contrast", "check_difficulty",
            "grpo_prompts"]

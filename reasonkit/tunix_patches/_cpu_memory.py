@@ -2,8 +2,8 @@
 
 :func:`keep_step_memory` is the one process-wide setting reasonkit changes on a CPU: the
 optimisation ``"cpu step memory"`` of a preset's ``optimisations``, made when the session
-starts (:func:`reasonkit.runtime.processes.keep_step_memory`, from
-:func:`reasonkit.runtime.session.start_session`, printed there). It reads
+starts (:func:`reasonkit.runtime._processes.keep_step_memory`, from
+:func:`reasonkit.runtime._session.start_session`, printed there). It reads
 ``jax._src.xla_bridge`` (JAX 0.10.2) to know whether the backends started, which JAX has no
 public way to ask.
 """
@@ -77,7 +77,7 @@ def keep_step_memory(libc: Any = None) -> str:
       process: 3.5 GiB at its peak).
 
     The numbers computed are the same, bit for bit. The flag must be set before JAX
-    starts its backends, so call this first in a process (:func:`reasonkit.runtime.session.start_session`
+    starts its backends, so call this first in a process (:func:`reasonkit.runtime._session.start_session`
     does, when the preset's optimisations include ``"cpu step memory"``); it never starts them
     itself. A process where JAX may use an accelerator (:func:`cpu_only`), whose backends
     started first, or without glibc is left as it is. ``libc`` is for tests.

@@ -19,9 +19,7 @@ import numpy as np
 
 from reasonkit import rewards, template
 from reasonkit.config import GRPOConfig, Preset
-from reasonkit.runtime import compiles
-from reasonkit.runtime.processes import is_writer
-from reasonkit.runtime.runs import RunDir, open_jsonl
+from reasonkit.runtime import RunDir, compiles, is_writer, open_jsonl
 from reasonkit.train import _seam
 
 __all__ = ["JsonlBackend", "metrics_options", "read_metrics", "log_compiles", "Recorded",

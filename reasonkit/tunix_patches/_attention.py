@@ -36,7 +36,7 @@ one here. The choice travels with the model
 undone with ``use(model, "tunix")``. A call with a KV cache (the sampler's prefill and
 decode) or a single query goes to Tunix's ``block`` unchanged, except a cache marked by
 :func:`continues`: a training forward that runs a prompt once into a cache and its
-answers on from it (GRPO, :func:`reasonkit.tunix_patches.logprobs.shared_prompt_hidden`). Its new keys
+answers on from it (GRPO, :func:`reasonkit.tunix_patches._logprobs.shared_prompt_hidden`). Its new keys
 land at the cache's ``end_index`` as in Tunix, and its queries take :func:`attend` with
 the window on their true slots (query blocks against the keys up to their last query).
 
@@ -274,7 +274,7 @@ def continues(cache: dict) -> dict:
     Tunix 0.1.7 calls with a cache only from its sampler, and its Gemma 3 builds a
     multi-token call's sliding window as if the call started at slot 0. A marked cache
     goes through :func:`attend` instead, windows on the true slots, and the new keys land
-    at ``end_index`` as in Tunix (:func:`reasonkit.tunix_patches.logprobs.shared_prompt_hidden` uses it:
+    at ``end_index`` as in Tunix (:func:`reasonkit.tunix_patches._logprobs.shared_prompt_hidden` uses it:
     a prompt's keys computed once for its G answers).
     """
     return {**cache, CONTINUES: jnp.zeros((), jnp.int32)}

@@ -1,6 +1,6 @@
 """This process and the others of a run: which one writes, how they wait, what this one keeps.
 
-On several hosts (a TPU pod slice, after :func:`reasonkit.runtime.mesh.init_distributed`)
+On several hosts (a TPU pod slice, after :func:`reasonkit.runtime._mesh.init_distributed`)
 process 0 writes the run's files and the others wait for it (:func:`is_writer`,
 :func:`sync`, :func:`from_writer`); on one host all of these are trivial. On a CPU,
 :func:`keep_step_memory` makes the one process-wide change reasonkit makes there, when the
@@ -107,9 +107,9 @@ def keep_step_memory(optimisations: Sequence[str] | None = None, *, libc: Any = 
 
     ``optimisations`` default to the preset's (``$REASONKIT_PRESET`` with
     ``$REASONKIT_OVERRIDES``; ``REASONKIT_OVERRIDES='{"optimisations": []}'`` turns it off).
-    The change (:func:`reasonkit.tunix_patches.cpu_memory.keep_step_memory`: glibc's malloc
+    The change (:func:`reasonkit.tunix_patches._cpu_memory.keep_step_memory`: glibc's malloc
     settings and JAX's CPU dispatch) is to the whole process and must come before JAX starts
-    its backends, so :func:`reasonkit.runtime.session.start_session` makes it once, first in
+    its backends, so :func:`reasonkit.runtime._session.start_session` makes it once, first in
     a session; a preset chosen later in the process cannot undo it (a fresh process, with the
     preset's ``optimisations=[]``, runs without it). ``libc`` is for tests.
     """

@@ -43,8 +43,8 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.custom_derivatives import SymbolicZero
 
-from reasonkit.tunix_patches import attention
-from reasonkit.tunix_patches.sharding import current_mesh
+from reasonkit.tunix_patches import _attention as attention
+from reasonkit.tunix_patches._sharding import current_mesh
 
 __all__ = ["CHUNK_BYTES", "GRAD_IN_FORWARD", "gradient_path", "chunk_positions", "hidden_states",
            "output_embedding", "final_softcap", "token_log_probs", "shared_prompt_hidden",
@@ -257,7 +257,7 @@ def shared_prompt_hidden(model: nnx.Module, tokens: jax.Array, positions: jax.Ar
     ``tokens`` [B, S] are prompts (the first ``S - keep`` columns) each repeated in ``group``
     consecutive rows, then their answers; the caller knows the rows are such groups. The
     first row of each group runs its prompt into a KV cache; the cache is repeated to every
-    row of the group and the answers run on from it (:func:`reasonkit.tunix_patches.attention.continues`),
+    row of the group and the answers run on from it (:func:`reasonkit.tunix_patches._attention.continues`),
     so a prompt position costs once per group instead of once per row. The numbers are
     those of one forward over the whole rows: the same keys, values, masks and positions.
     """

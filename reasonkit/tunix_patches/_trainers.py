@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 import jax
 
-from reasonkit.tunix_patches.private import set_tunix_private, tunix_private
+from reasonkit.tunix_patches._private import set_tunix_private, tunix_private
 
 __all__ = ["detached_after", "rl_metrics_logger", "dpo_prepared_inputs"]
 

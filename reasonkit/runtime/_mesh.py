@@ -34,7 +34,7 @@ from typing import Any, Iterable, NamedTuple, Sequence
 import jax
 import numpy as np
 
-from reasonkit.config import MeshConfig, Preset
+from reasonkit.config import TRAIN_STAGES, MeshConfig, Preset
 
 __all__ = ["AXIS_NAMES", "STAGES", "DATA_AXES", "factorizations", "resolve_shape", "make_mesh",
            "stage_mesh_config", "stage_mesh", "Layout", "recommended_layouts", "data_ways",
@@ -42,7 +42,7 @@ __all__ = ["AXIS_NAMES", "STAGES", "DATA_AXES", "factorizations", "resolve_shape
            "init_distributed", "global_batch", "global_batches"]
 
 AXIS_NAMES = ("fsdp", "tp")
-STAGES = ("sft", "dpo", "grpo", "eval")
+STAGES = (*TRAIN_STAGES, "eval")  # the stages with a mesh of their own
 # The axes a batch's rows are split over: Tunix's ``TrainingConfig.data_sharding_axis`` and
 # its models' activation constraints (``act_btd = ("fsdp", None, "tp")``) both say fsdp.
 DATA_AXES = ("fsdp",)
@@ -514,7 +514,7 @@ def init_distributed(env: Any = None, *, coordinator_address: str | None = None,
         if "only be called once" in str(err):  # the user initialised it already
             _DISTRIBUTED = True
             return True
-        raise RuntimeError(f"{err}: call reasonkit.runtime.mesh.init_distributed() first thing, "
+        raise RuntimeError(f"{err}: call reasonkit.runtime._mesh.init_distributed() first thing, "
                            "before any jax.devices() / array creation") from err
     except ValueError as err:  # e.g. a coordinator without the number of processes
         given = ", ".join(f"{k}={v!r}" for k, v in kwargs.items() if v is not None) or "nothing"

@@ -14,9 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any, Iterable, Iterator
 
-from reasonkit.runtime.compiles import CompileCounter
-from reasonkit.runtime.hardware import format_duration
-from reasonkit.runtime.processes import from_writer
+from reasonkit.runtime import CompileCounter, format_duration, from_writer
 
 __all__ = ["until", "eta"]
 
@@ -36,12 +34,12 @@ def until(stream: Iterable[Any], deadline: float | None, margin_s: float = 120.0
     The trainer stops when its data ends and saves a final checkpoint, so stopping the
     stream is a clean stop; re-running the notebook resumes from there. The margin
     grows to twice the slowest step seen, plus ``margin_s`` for the checkpoint write.
-    ``deadline`` is the session's (:meth:`reasonkit.runtime.runs.RunDir.deadline`).
+    ``deadline`` is the session's (:meth:`reasonkit.runtime._runs.RunDir.deadline`).
 
     With ``total`` (the stage's ``max_steps``), once ``warmup`` steady steps have run, it
     prints the measured time per step, when the stage should end and whether that is
     before the deadline. Steady: not the first step (it compiles), and, with ``counter``
-    (a :class:`~reasonkit.runtime.compiles.CompileCounter` watching the same stream), no
+    (a :class:`~reasonkit.runtime._compiles.CompileCounter` watching the same stream), no
     step during which the counter saw a compilation, a new batch shape or a new step shape
     (GRPO's length buckets): those are warm-up, their time counted apart and named in the
     line. ``skip``: batches a resumed trainer reads and discards first (they take no step).

@@ -3,7 +3,7 @@
 A session is one start of the machine (or container) the kernel runs on.
 :func:`start_session`, which every notebook calls once reasonkit is importable (the cell
 after ``reasonkit_bootstrap.setup()``, and ``python -m reasonkit``), makes the preset's one
-process-wide change on a CPU first (:func:`reasonkit.runtime.processes.keep_step_memory`),
+process-wide change on a CPU first (:func:`reasonkit.runtime._processes.keep_step_memory`),
 mounts Google Drive on Colab (the runs live there by default: each Colab notebook runs in its
 own runtime), restores runs found in attached Kaggle inputs into the runs root (never
 replacing work already there, and saying what each run holds, or where it looked when it
@@ -27,15 +27,17 @@ import sys
 import time
 from typing import Mapping, Sequence
 
-from reasonkit.runtime import platform, processes
-from reasonkit.runtime.platform import default_root
-from reasonkit.runtime.processes import is_writer, sync
+from reasonkit.config import TRAIN_STAGES
+from reasonkit.runtime import _platform as platform
+from reasonkit.runtime import _processes as processes
+from reasonkit.runtime._platform import default_root
+from reasonkit.runtime._processes import is_writer, sync
 
 __all__ = ["STAGES", "CACHE_DIR", "KAGGLE_HOURS", "session_id", "parse_hours",
            "session_deadline", "MIN_COMPILE_ENV", "use_compilation_cache", "restore_runs", "run_holds",
            "Session", "holds_no_file", "start_session"]
 
-STAGES = ("data", "sft", "dpo", "grpo", "eval")  # what a run directory holds, in order
+STAGES = ("data", *TRAIN_STAGES, "eval")  # what a run directory holds, in order
 _SESSION_FILE = "session.json"
 CACHE_DIR = ".jax_cache"
 KAGGLE_HOURS = 8.5  # Kaggle stops a session after 9 hours; the rest is for saving the outputs
@@ -293,7 +295,7 @@ def start_session(root: str | os.PathLike | None = None, *, inputs: str | os.Pat
 
     First, on a CPU, each step keeps its temporaries for the next when the preset's
     ``optimisations`` include ``"cpu step memory"``
-    (:func:`reasonkit.runtime.processes.keep_step_memory`). ``optimisations`` default to the
+    (:func:`reasonkit.runtime._processes.keep_step_memory`). ``optimisations`` default to the
     preset's: ``$REASONKIT_PRESET`` with ``$REASONKIT_OVERRIDES`` (a preset that does not
     exist stops the session here, as it would stop the notebook's ``get_preset()``);
     ``REASONKIT_OVERRIDES='{"optimisations": []}'`` leaves the process as Tunix and JAX
@@ -302,7 +304,7 @@ def start_session(root: str | os.PathLike | None = None, *, inputs: str | os.Pat
 
     On Kaggle (an input root exists) it says which runs it restored and what each holds,
     or, finding none, where it looked. On several hosts, after
-    :func:`reasonkit.runtime.mesh.init_distributed` (process 0 restores and writes the
+    :func:`reasonkit.runtime._mesh.init_distributed` (process 0 restores and writes the
     session's files, the others wait for it).
     """
     step_memory = processes.keep_step_memory(optimisations)
