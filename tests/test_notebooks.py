@@ -280,7 +280,8 @@ def _not_learned_and_learned():
     no, yes = {"format_ok": False}, {"format_ok": True}
     kl_moved = [0.0001 * s for s in steps]
     correct = [1.0 + 0.05 * (s % 3 - 1) for s in steps]  # flat within its noise
-    rows = lambda texts: [{"completion": t} for t in texts]  # noqa: E731
+    rows = lambda texts: [{"id": i, "completion": t, "correct": t.endswith(("16", "pen"))}  # noqa: E731
+                          for i, t in enumerate(texts)]
     texts = {"base": ["16", "pen"], "sft": ["<answer>15", "<answer>pen"],
              "dpo": ["<answer>16", "<answer>pen"], "grpo": ["<answer>16", "<answer>pen."]}
     rates = {"base": 0.0, "sft": 0.97, "dpo": 0.98, "grpo": 0.99}
@@ -311,6 +312,44 @@ def test_each_final_check_fails_a_stage_that_did_not_learn(stage):
     with pytest.raises(notebook.StageDidNotLearn):
         check(*not_learned)
     assert check(*learned).startswith("checked:")
+
+
+def _worse_and_not_worse():
+    """``{stage: (what a stage that made held-out answers worse left, what one that did not left)}``.
+
+    Worse: 5 of the 40 prompts right before the stage turn wrong and none turns right (-12.5
+    points, beyond two paired standard errors, 10.6), though the stage learned by its own
+    metrics: a DPO margin that rises, a GRPO that moved and was paid for right answers.
+    Not worse: 2 turn wrong and 2 turn right. The held-out pair is per-prompt correctness.
+    """
+    learned = {s: args for s, (_, args) in _not_learned_and_learned().items()}
+    before = [True] * 15 + [False] * 25
+    worse = [True] * 10 + [False] * 30
+    shuffled = [False] * 2 + [True] * 13 + [True] * 2 + [False] * 23
+    rows = lambda right, tag: [{"id": i, "completion": f"{tag}{i}", "correct": c}  # noqa: E731
+                               for i, c in enumerate(right)]
+    stages = lambda last: {"base": {"rows": rows([False] * 40, "b"),  # noqa: E731
+                                    "summary": {"overall": {"format_rate": 0.0}}},
+                           "sft": {"rows": rows(before, "s"), "summary": {"overall": {"format_rate": 1.0}}},
+                           "grpo": {"rows": rows(last, "g"), "summary": {"overall": {"format_rate": 1.0}}}}
+    return {
+        "dpo": ((*learned["dpo"], (before, worse)), (*learned["dpo"], (before, shuffled))),
+        "grpo": ((*learned["grpo"], (before, worse)), (*learned["grpo"], (before, shuffled))),
+        "stages": ((stages(worse), ["base", "sft", "grpo"]), (stages(shuffled), ["base", "sft", "grpo"])),
+    }
+
+
+@pytest.mark.parametrize("stage", ["dpo", "grpo", "stages"])
+def test_each_final_check_fails_a_stage_that_made_things_worse(stage):
+    """04 and 05 with the held-out pair, 06 with the stage table's rows: a fall beyond two
+    paired standard errors fails; a reshuffle of which prompts are right passes."""
+    worse, not_worse = _worse_and_not_worse()[stage]
+    check = {"dpo": lambda metrics, pair: notebook.check_dpo(metrics, held_out=pair),
+             "grpo": lambda metrics, n, pair: notebook.check_grpo(metrics, held_out_prompts=n, held_out=pair),
+             "stages": notebook.check_stages}[stage]
+    with pytest.raises(notebook.StageDidNotLearn, match="-12.5 points, more than 2 paired standard errors"):
+        check(*worse)
+    assert "(paired: +0.0 ± " in check(*not_worse)
 
 
 def test_a_format_only_grpo_fails_its_check():

@@ -4,7 +4,8 @@ None of it trains or scores: the numbers come from the units before this one (ha
 budgets, data reports, training metrics, evaluation results). Its private modules:
 :mod:`~reasonkit.notebook._plots` (every figure and Markdown table, one call each),
 :mod:`~reasonkit.notebook._show` (a few completions, GRPO's groups, the changes from stage
-to stage, an LLM judge) and :mod:`~reasonkit.notebook._checks` (did each stage do its job).
+to stage, an LLM judge) and :mod:`~reasonkit.notebook._checks` (did each stage do its job,
+and not make held-out answers worse beyond noise).
 :mod:`reasonkit.plots` and :mod:`reasonkit.checks` are older faces of the same names.
 """
 
@@ -14,6 +15,7 @@ from reasonkit.notebook._checks import (
     check_grpo,
     check_sft,
     check_stages,
+    paired_fall,
 )
 from reasonkit.notebook._plots import (
     advantage_table,
@@ -69,7 +71,7 @@ __all__ = ["markdown_table", "array_table", "count_table", "bullets", "budget_ta
            "plot_held_out", "plot_stages", "plot_pass_at_k", "plot_domains", "plot_lengths",
            "changed_answers", "pick_examples", "show_completions", "group_advantages", "rollout_groups",
            "noise_points", "describe_changes", "judge", "StageDidNotLearn", "check_sft", "check_dpo",
-           "check_grpo", "check_stages"]
+           "check_grpo", "check_stages", "paired_fall"]
 
 # Named as this package's: what a traceback or a notebook shows.
 StageDidNotLearn.__module__ = __name__

@@ -3,8 +3,9 @@
 A check takes what the stage left (its metrics as :func:`reasonkit.train.read_metrics`
 returns them, ``{name: (steps, values)}``, or scored completions) and raises
 :class:`StageDidNotLearn` naming the numbers when the stage did not do what it is for,
-e.g. trained with a learning rate of 1e-12, or left its adapters at their start. It
-returns one line saying what it checked, for the notebook to print.
+e.g. trained with a learning rate of 1e-12, or left its adapters at their start, or
+when it made held-out accuracy worse beyond noise (:func:`paired_fall`). It returns one
+line saying what it checked, for the notebook to print.
 
 >>> flat = {"eval/loss": ([0, 10], [4.0, 3.8])}
 >>> check_sft([{"format_ok": False}] * 3, [{"format_ok": True}] * 3, flat)  # doctest: +ELLIPSIS
@@ -19,9 +20,11 @@ import math
 import statistics
 from typing import Any, Mapping, Sequence
 
-__all__ = ["StageDidNotLearn", "quarters", "check_sft", "check_dpo", "check_grpo", "check_stages",
-           "CORRECTNESS", "HELD_OUT", "SFT_LOSS_DROP", "DPO_MIN_MARGIN", "DPO_MIN_ACCURACY", "GRPO_MIN_KL",
-           "MIN_FORMAT_GAIN"]
+from reasonkit.evaluate import paired_difference
+
+__all__ = ["StageDidNotLearn", "quarters", "paired_fall", "check_sft", "check_dpo", "check_grpo",
+           "check_stages", "CORRECTNESS", "HELD_OUT", "SFT_LOSS_DROP", "DPO_MIN_MARGIN", "DPO_MIN_ACCURACY",
+           "GRPO_MIN_KL", "MIN_FORMAT_GAIN", "MAX_FALL_SES"]
 
 Metrics = Mapping[str, tuple[Sequence[int], Sequence[float]]]
 
@@ -33,6 +36,7 @@ GRPO_MIN_KL = 1e-4  # the last quarter's mean KL to the reference is at least th
 CORRECTNESS = ("rewards/train/answer_correct", "rewards/train/answer_verified")
 HELD_OUT = "held_out/accuracy"  # GRPO's greedy accuracy on held-out prompts, when it checks them
 MIN_FORMAT_GAIN = 0.2  # SFT's held-out format pass is at least 20 points above the base's
+MAX_FALL_SES = 2  # held-out accuracy may fall at most this many paired standard errors
 
 
 class StageDidNotLearn(AssertionError):
@@ -59,6 +63,43 @@ def quarters(values: Sequence[float]) -> tuple[float, float, int]:
     return statistics.fmean(values[:n]), statistics.fmean(values[-n:]), n
 
 
+def _rows(scored: Sequence[Any]) -> list[Mapping[str, Any]]:
+    """Scored rows (``id``, ``correct``) as they are, or booleans in prompt order as rows."""
+    return [x if isinstance(x, Mapping) else {"id": i, "correct": bool(x)} for i, x in enumerate(scored)]
+
+
+def paired_fall(before: Sequence[Any], after: Sequence[Any], stage: str, was: str) -> str:
+    """Raise :class:`StageDidNotLearn` when accuracy ``after`` is more than
+    :data:`MAX_FALL_SES` (2) paired standard errors below ``before``; else say how it moved.
+
+    ``before`` and ``after`` score the same prompts in the same order: rows with ``correct``
+    (and ``id``, as :func:`reasonkit.evaluate.score_stage` writes them), or booleans. The
+    difference is paired (:func:`reasonkit.evaluate.paired_difference`): a prompt both get
+    right or both wrong adds no noise, so on 32 prompts it resolves a fall of a few points
+    where two binomial standard errors of the block allow about 17. ``was`` names ``before``.
+
+    >>> paired_fall([1, 1, 0, 0] * 8, [1, 1, 0, 0] * 8, "GRPO", "its start")
+    'held-out accuracy 50.0% -> 50.0% on 32 prompts (paired: +0.0 ± 0.0 points)'
+    >>> paired_fall([1, 1, 0, 0] * 8, [1, 0, 0, 0] * 8, "GRPO", "its start")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    reasonkit.notebook.StageDidNotLearn: GRPO: held-out accuracy 50.0% -> 25.0% on the same 32 prompts: ...
+    """
+    a, b = _rows(before), _rows(after)
+    if len(a) != len(b) or len(a) < 2:
+        raise ValueError(f"{stage}: before and after must score the same prompts, at least two: "
+                         f"{len(a)} and {len(b)}")
+    d = paired_difference(a, b)  # ids must match, or it raises
+    acc = [sum(bool(r["correct"]) for r in rows) / len(rows) for rows in (a, b)]
+    moved = f"held-out accuracy {acc[0]:.1%} -> {acc[1]:.1%}"
+    if d["mean"] < -MAX_FALL_SES * d["se"]:
+        raise StageDidNotLearn(f"{stage}: {moved} on the same {d['n']} prompts: {d['mean']:+.1f} points, "
+                               f"more than {MAX_FALL_SES} paired standard errors "
+                               f"({MAX_FALL_SES * d['se']:.1f} points) below {was}: the stage made "
+                               "the model worse")
+    return f"{moved} on {d['n']} prompts (paired: {d['mean']:+.1f} ± {d['se']:.1f} points)"
+
+
 def check_sft(before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]],
               metrics: Metrics) -> str:
     """SFT taught the format: more of the held-out answers ``after`` SFT are in the exact
@@ -83,10 +124,18 @@ def check_sft(before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, 
             f"{last:.3f} ({last / first - 1:+.0%})")
 
 
-def check_dpo(metrics: Metrics) -> str:
-    """DPO moved towards the chosen answers: the mean reward margin of the last quarter of
-    the steps is at least :data:`DPO_MIN_MARGIN` (0.05) and above the first quarter's, and
-    the last quarter's preference accuracy is at least :data:`DPO_MIN_ACCURACY` (0.6)."""
+def check_dpo(metrics: Metrics, *, held_out: tuple[Sequence[Any], Sequence[Any]] | None = None) -> str:
+    """DPO moved towards the chosen answers, and did not make held-out answers worse.
+
+    - **Moved**: the mean reward margin of the last quarter of the steps is at least
+      :data:`DPO_MIN_MARGIN` (0.05) and above the first quarter's, and the last quarter's
+      preference accuracy is at least :data:`DPO_MIN_ACCURACY` (0.6).
+    - **Not worse**, when ``held_out`` is given: ``(before, after)``, the per-prompt
+      correctness of the same held-out prompts before DPO's first step (SFT's adapters)
+      and after its last (rows with ``correct``, or booleans). DPO fails when its accuracy
+      is more than two paired standard errors below SFT's (:func:`paired_fall`). A margin
+      can rise on pairs a model never writes while its own answers get worse.
+    """
     early, late, _ = quarters(_series(metrics, "train/rewards/margin", "DPO"))
     _, ranked, _ = quarters(_series(metrics, "train/rewards/accuracy", "DPO"))
     if not (late >= DPO_MIN_MARGIN and late > early):
@@ -95,11 +144,14 @@ def check_dpo(metrics: Metrics) -> str:
     if not ranked >= DPO_MIN_ACCURACY:
         raise StageDidNotLearn(f"DPO: preference accuracy {ranked:.2f} in the last quarter, under "
                                f"{DPO_MIN_ACCURACY}")
-    return f"checked: reward margin {early:.3f} -> {late:.3f}; preference accuracy {ranked:.2f} at the end"
+    line = f"checked: reward margin {early:.3f} -> {late:.3f}; preference accuracy {ranked:.2f} at the end"
+    if held_out is not None:
+        line += "; " + paired_fall(*held_out, "DPO", "SFT's")
+    return line
 
 
-def check_grpo(metrics: Metrics, *, correctness: str | None = None,
-               held_out_prompts: int | None = None) -> str:
+def check_grpo(metrics: Metrics, *, correctness: str | None = None, held_out_prompts: int | None = None,
+               held_out: tuple[Sequence[Any], Sequence[Any]] | None = None) -> str:
     """GRPO moved the policy, was paid for correct answers, and did not get worse at them.
 
     - **Moved**: the last quarter's mean KL to the reference is at least
@@ -109,11 +161,16 @@ def check_grpo(metrics: Metrics, *, correctness: str | None = None,
       rewards only fails here.
     - **Correctness did not fall**: its last-quarter mean is no more than three standard
       errors (of the difference of the two quarter means) below the first quarter's.
-    - **Held-out accuracy did not fall**: when GRPO logged its greedy accuracy on
-      ``held_out_prompts`` held-out prompts (:data:`HELD_OUT`, at its start and every few
-      steps), the last is no more than two binomial standard errors of that block below
-      the first. A rise is not asserted: on the tiny preset GRPO's held-out gain is
-      smaller than one prompt of a 32-prompt block (the line printed says how it moved).
+    - **Held-out accuracy did not fall**: with ``held_out``, ``(first, last)``, the
+      per-prompt correctness of the held-out block at the first check and at the last
+      (rows with ``correct``, or booleans), the last is no more than two *paired* standard
+      errors below the first (:func:`paired_fall`). Without it, when GRPO logged its greedy
+      accuracy on ``held_out_prompts`` held-out prompts (:data:`HELD_OUT`, at its start and
+      every few steps), the last is no more than two binomial standard errors of that
+      block below the first: a wider margin (about 17 points on 32 prompts at 35%), the
+      fallback when the per-prompt results were not kept. A rise is not asserted: on the
+      tiny preset GRPO's held-out gain is smaller than one prompt of a 32-prompt block
+      (the line printed says how it moved).
     """
     kl_early, kl_late, _ = quarters(_series(metrics, "actor/train/kl", "GRPO"))
     if not (kl_late >= GRPO_MIN_KL and kl_late > kl_early):
@@ -133,7 +190,9 @@ def check_grpo(metrics: Metrics, *, correctness: str | None = None,
                                f"(noise ±{noise:.3f})")
     line = (f"checked: KL {kl_early:.4f} -> {kl_late:.4f}; {correctness.rsplit('/', 1)[-1]} "
             f"{early:.3f} -> {late:.3f} ({late - early:+.3f}, noise ±{noise:.3f})")
-    if HELD_OUT in metrics:
+    if held_out is not None:
+        line += "; " + paired_fall(*held_out, "GRPO", "its first held-out check")
+    elif HELD_OUT in metrics:
         if not held_out_prompts or held_out_prompts < 1:
             raise ValueError(f"held_out_prompts={held_out_prompts!r}: the size of GRPO's held-out block "
                              "(grpo.eval_prompts) is needed to judge its accuracy")
@@ -146,18 +205,28 @@ def check_grpo(metrics: Metrics, *, correctness: str | None = None,
             raise StageDidNotLearn(f"GRPO: held-out accuracy fell from {first:.3f} at step {steps[0]} to "
                                    f"{last:.3f} at step {steps[-1]} (two standard errors: {2 * se:.3f})")
         line += (f"; held-out accuracy {first:.3f} -> {last:.3f} (best {max(accuracy):.3f}, "
-                 f"two standard errors {2 * se:.3f})")
+                 f"two standard errors {2 * se:.3f}, unpaired)")
     return line
 
 
 def check_stages(results: Mapping[str, Mapping[str, Any]], stages: Sequence[str]) -> str:
-    """Each stage differs from the one before it, and SFT beats the base on format.
+    """Each stage differs from the one before it, SFT beats the base on format, and the last
+    stage does not end below SFT.
 
     ``results`` is :func:`reasonkit.evaluate.evaluate_run`'s: per stage, ``rows`` (one per
-    held-out prompt, with its greedy ``completion``) and ``summary``. Greedy decoding is
-    deterministic, so a stage whose adapters did not move from the one before writes the
-    same greedy completion for every prompt: each stage must change at least one. SFT's
-    format pass must be at least :data:`MIN_FORMAT_GAIN` (20 points) above the base's.
+    held-out prompt, with its greedy ``completion`` and whether it is ``correct``) and
+    ``summary``. Greedy decoding is deterministic, so a stage whose adapters did not move
+    from the one before writes the same greedy completion for every prompt: each stage
+    must change at least one. SFT's format pass must be at least :data:`MIN_FORMAT_GAIN`
+    (20 points) above the base's. The last stage after SFT (DPO or GRPO) must not end more
+    than :data:`MAX_FALL_SES` (2) paired standard errors below SFT's accuracy on the same
+    prompts (:func:`paired_fall`): a series that ends worse than SFT fails, so keep SFT.
+
+    >>> from reasonkit.testing import fake_results
+    >>> check_stages(fake_results(sft=(1.0, 0.5), grpo=(1.0, 0.3)), ["sft", "grpo"])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    reasonkit.notebook.StageDidNotLearn: GRPO: held-out accuracy 50.0% -> 30.0% on the same 100 prompts: ...
     """
     changed = []
     for prev, cur in zip(stages, stages[1:], strict=False):  # consecutive pairs
@@ -177,4 +246,8 @@ def check_stages(results: Mapping[str, Mapping[str, Any]], stages: Sequence[str]
             raise StageDidNotLearn(f"SFT: format pass {sft:.1%} against the base's {base:.1%}: not "
                                    f"{MIN_FORMAT_GAIN * 100:.0f} points above it")
         line += f"; format pass base {base:.1%} -> SFT {sft:.1%}"
+    last = stages[-1]
+    if "sft" in stages and stages.index("sft") < len(stages) - 1:  # a stage after SFT
+        line += f"; {last} against SFT: " + paired_fall(results["sft"]["rows"], results[last]["rows"],
+                                                        last.upper(), "SFT's")
     return line
