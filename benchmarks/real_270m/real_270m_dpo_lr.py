@@ -43,18 +43,14 @@ EVAL_METRICS = ("loss", "rewards/accuracy", "rewards/margin")
 def train_and_measure(preset, run: runs.RunDir, train_pairs, held_pairs, held_sft, steps: int) -> dict:
     """DPO for ``steps`` from ``run``'s SFT adapters: Tunix's held-out DPO metrics at step 0
     and at the last step, and the gold answers' loss after."""
-    import tunix
-
     p = preset.replace(**{"dpo.max_steps": steps})
     mesh = mesh_lib.stage_mesh(p, "dpo")
     with mesh:
         _, policy, reference, tok, _ = train.build_models(p, mesh, "checkpoint", run=run,
                                                           started="sft", reference=True)
-        # the notebooks' DPOTrainer (train.dpo_trainer), evaluating at step 0 and at the last
+        # the stage's recipe (train.dpo_trainer), evaluating at step 0 and at the last
         config = dataclasses.replace(train.dpo_training_config(p), eval_every_n_steps=steps)
-        trainer = train.patch_dpo_trainer(tunix.DPOTrainer(
-            model=policy, ref_model=reference, optimizer=train.make_optimizer(p.dpo),
-            training_config=config))
+        trainer = train.dpo_trainer(p, policy, reference, training_config=config)
         stream, _ = train.dpo_batches(train.dpo_examples(train_pairs, tok), p, tok)
         held = list(collate.batches(train.dpo_examples(held_pairs, tok), p.dpo.batch_size,
                                     train.dpo_collator(p, tok)))

@@ -263,13 +263,14 @@ def sft_trainer(preset: Preset, policy, tok, run: RunDir | None = None):
     return patch_sft_trainer(trainer, preset)
 
 
-def dpo_trainer(preset: Preset, policy, reference, run: RunDir | None = None):
-    """Tunix's ``DPOTrainer`` (DPO, or ORPO without a reference), as ``04_dpo`` builds it."""
+def dpo_trainer(preset: Preset, policy, reference, run: RunDir | None = None, *, training_config=None):
+    """Tunix's ``DPOTrainer`` (DPO, or ORPO without a reference), as ``04_dpo`` builds it;
+    ``training_config`` replaces :func:`dpo_training_config`'s (a sweep's own evaluation)."""
     import tunix
 
     trainer = tunix.DPOTrainer(model=policy, ref_model=reference,
                                optimizer=make_optimizer(preset.dpo),
-                               training_config=dpo_training_config(preset, run))
+                               training_config=training_config or dpo_training_config(preset, run))
     return patch_dpo_trainer(trainer, preset)
 
 
