@@ -56,7 +56,7 @@ import math
 import re
 from typing import Any, NamedTuple
 
-from reasonkit import train
+from reasonkit import train as training  # the sizes its patched programs compute in
 from reasonkit.config import ModelConfig, Preset
 from reasonkit.runtime import HardwareInfo, detect, format_bytes
 from reasonkit.runtime import mesh as mesh_lib
@@ -197,7 +197,7 @@ def _chunk_bytes(m: ModelConfig, rows: int, positions: int, mesh: dict[str, int]
     """Float32 logits of one chunk of the patch package's ``logprobs.token_log_probs``, per device."""
     devices = math.prod(mesh.values())
     ways = devices if m.vocab_size % devices == 0 else 1  # the vocabulary over every device
-    chunk = train.logprob_chunk_positions(rows, m.vocab_size // ways, positions)
+    chunk = training.logprob_chunk_positions(rows, m.vocab_size // ways, positions)
     return rows * chunk * (m.vocab_size // ways) * 4
 
 
@@ -224,7 +224,7 @@ def _training_items(m: ModelConfig, seqs: int, length: int, mesh: dict[str, int]
     # one query block at a time in the backward: [B, N, block, <= S], one block, one layer.
     rows = length
     if m.attention == "chunked":
-        rows, score_layers = train.attention_block_size(length), 1
+        rows, score_layers = training.attention_block_size(length), 1
     scores = (local * score_layers * ATTN_COPIES * m.num_heads * rows * length * nbytes
               / tp)
     logits = (LOGIT_CHUNK_COPIES * _chunk_bytes(m, seqs, scored or length, mesh)

@@ -10,7 +10,8 @@ weights), :mod:`~reasonkit.train._build` (the parts Tunix's constructors take, o
 each, and a stage built from them and not run: the Tunix trainer or GRPO learner) and
 :mod:`~reasonkit.train._generation` (Tunix's sampler, batched greedy or sampled),
 :mod:`~reasonkit.train._held_out` (GRPO's held-out checks as it trains, and its best
-adapters) and :mod:`~reasonkit.train._stages` (train, resume, load or export a stage;
+adapters), :mod:`~reasonkit.train._onpolicy` (DPO's on-policy pairs and its held-out pair
+figures) and :mod:`~reasonkit.train._stages` (train, resume, load or export a stage;
 :func:`~reasonkit.train._stages.stage_run` leaves Tunix's call to the notebook cell).
 Loading a trained stage's model for use outside training is :func:`reasonkit.models.load_policy`.
 """
@@ -20,6 +21,7 @@ from reasonkit.train import _clock as clock
 from reasonkit.train import _contrast as contrast
 from reasonkit.train import _generation as generation
 from reasonkit.train import _held_out as held_out
+from reasonkit.train import _onpolicy as onpolicy
 from reasonkit.train._batches import (
     dpo_batches,
     dpo_collator,
@@ -62,6 +64,7 @@ from reasonkit.train._seam import (
     sampler_of,
     sampler_programs,
     tpu_sharding_constraints,
+    without_remat,
 )
 from reasonkit.train._stages import (
     StageResult,
@@ -77,8 +80,8 @@ from reasonkit.train._stages import (
     train_with_recipe,
 )
 
-__all__ = ["clock", "contrast", "generation", "held_out", "generate", "make_sampler", "prompt_lengths",
-           "schedule", "make_optimizer", "read_metrics", "take", "sft_examples",
+__all__ = ["clock", "contrast", "generation", "held_out", "onpolicy", "generate", "make_sampler",
+           "prompt_lengths", "schedule", "make_optimizer", "read_metrics", "take", "sft_examples",
            "dpo_examples", "grpo_records", "sft_collator", "dpo_collator", "sft_batches", "dpo_batches",
            "grpo_batches", "build_models", "TRAIN_STAGES", "gen_model_input_fn", "sft_training_config",
            "dpo_training_config", "grpo_training_config", "rollout_config", "cluster_config",
@@ -88,4 +91,6 @@ __all__ = ["clock", "contrast", "generation", "held_out", "generate", "make_samp
            "train_with_recipe", "export", "exported", "export_once", "train_or_load",
            # what the memory model and the real-shape checks read of the patched programs
            "attention_block_size", "logprob_chunk_positions", "sampler_of", "sampler_programs",
-           "SharedPrefill", "tpu_sharding_constraints"]
+           "SharedPrefill", "tpu_sharding_constraints",
+           # the model Tunix's sampler can decode with (remat off): the evaluation's sampler
+           "without_remat"]
