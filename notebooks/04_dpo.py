@@ -259,13 +259,22 @@ print(sorted(p.name for p in run.stage("dpo").iterdir()))
 #   above its first-quarter mean. A DPO that learned nothing stays at its start, 0.
 # - **The pairs are ranked right**: the last quarter's preference accuracy is at least
 #   0.6, against 0.5 for a coin flip.
+# - **Held-out answers did not get worse**, given `held_out=(before, after)`: per-prompt
+#   correctness of the same held-out prompts, with SFT's adapters and with DPO's. DPO fails
+#   when it ends more than two paired standard errors below SFT. DPO logs no held-out
+#   block yet, so this cell passes none; `06_evaluation` makes the same paired comparison.
 #
 # Not checked: ORPO (its logged "margin" compares log-probabilities with no reference, so
 # it does not start at 0), and a stage stopped by the session's deadline.
+#
+# **What DPO did on the real Gemma 3 270M** (`benchmarks/results/real_270m_cpu.json`). It
+# cost accuracy: 44.6% after SFT, 39.9% after DPO, -4.8 ± 1.5 points, paired. The pairs
+# are synthetic: each rejected answer is an edit of the gold, not the model's own error.
+# Summarization lost most, from 52.4% to 35.7%. A margin can rise while answers get worse.
 
 # %%
 if finished and preset.dpo.algorithm == "dpo":
-    print(notebook.check_dpo(train.read_metrics(run, "dpo")))
+    print(notebook.check_dpo(train.read_metrics(run, "dpo"), held_out=None))  # no held-out block yet
 else:
     print("not checked:", "ORPO: no reference" if finished else "DPO has not finished")
 
