@@ -83,10 +83,17 @@ def export_grpo(preset: Preset, run: RunDir, result: train.StageResult | None) -
     print(f"exported the GRPO model to {train.export(result, preset, run, gguf=GGUF)}")
 
 
+def _start_session(preset_name: str | None) -> session.Session:
+    """The session, its step memory as the preset named on the command line asks (else as
+    $REASONKIT_PRESET's does: "auto" is resolved later, once JAX may start)."""
+    named = preset_name not in (None, "auto")
+    return session.start_session(optimisations=get_preset(preset_name).optimisations if named else None)
+
+
 def run_series(preset_name: str | None = None, run_name: str | None = None) -> int:
     """02 -> 06 in this process, resuming where an earlier call stopped; the exit status."""
     mesh.init_distributed()  # a no-op on one host; on several, first: process 0 alone writes the runs
-    started = session.start_session()
+    started = _start_session(preset_name)
     preset = get_preset(preset_name)
     run = RunDir.create(run_name or os.environ.get("REASONKIT_RUN") or preset.name, root=started.root)
     print(f"preset {preset.name!r}: {preset.description}\nrun {run.path}")
@@ -180,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "push":
         return push(args.export_dir, args.to, dry_run=args.dry_run, force=args.force, private=args.private)
     if args.command == "plan":
-        started = session.start_session()
+        started = _start_session(args.preset)
         preset = get_preset(args.preset)
         name = args.run or os.environ.get("REASONKIT_RUN") or preset.name
         plan(preset, RunDir.create(name, root=started.root), started.deadline)

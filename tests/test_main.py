@@ -34,7 +34,7 @@ def series(tmp_path, monkeypatch):
     state["preset"] = get_preset("tiny", **{"data.num_records": 12, "data.eval_per_domain": 2,
                                             "data.train_size": 24})
 
-    monkeypatch.setattr(session, "start_session", lambda: session.Session(
+    monkeypatch.setattr(session, "start_session", lambda optimisations=None: session.Session(
         tmp_path, state["deadline"], [], tmp_path / ".jax_cache"))
     monkeypatch.setattr(cli, "get_preset", lambda name=None: state["preset"])
     monkeypatch.setattr(models, "read_platform_secrets", lambda: [])
@@ -277,3 +277,14 @@ def test_the_eta_reads_a_real_compile_counter_watching_the_stream(monkeypatch, c
             clock[0] += {0: 50, 1: 20, 2: 20}.get(i, 1)
     assert capsys.readouterr().out.splitlines()[0].startswith(
         "GRPO: 1.00 s/step after warm-up (not counted: 3 steps that compiled, 90 s); 45 steps left")
+
+
+def test_the_step_memory_follows_the_preset_named_on_the_command_line(monkeypatch):
+    """``--preset`` decides the session's process-wide optimisations, before JAX starts;
+    without one (or "auto") the session reads them from the environment itself."""
+    asked = []
+    monkeypatch.setattr(session, "start_session", lambda optimisations=None: asked.append(optimisations))
+    cli._start_session("tiny")
+    cli._start_session(None)
+    cli._start_session("auto")
+    assert asked == [get_preset("tiny").optimisations, None, None]
