@@ -212,6 +212,8 @@ class DataConfig:
     max_repeats: int = 3  # cap on how often one record may be repeated by upsampling
     difficulty: int = 1  # knob for the synthetic tasks
     seed: int = 0  # the synthetic tasks, the eval hold-out and the rebalancing draws
+    # which records are held out for evaluation (and GRPO's eval_hard block); None: ``seed``
+    eval_seed: int | None = None
 
     def __post_init__(self):
         if not self.sources:
@@ -230,6 +232,17 @@ class DataConfig:
         _count(self, "num_records", "eval_per_domain", "train_size", "max_repeats",
                "difficulty")
         _integer(self, "seed")
+        if self.eval_seed is not None:
+            _require(self, ("eval_seed",), _is_int, "must be an int, or None (data.seed)")
+
+    @property
+    def held_out_seed(self) -> int:
+        """The seed of the held-out draw: ``eval_seed``, else ``seed`` (as before it existed).
+
+        >>> DataConfig(seed=3).held_out_seed, DataConfig(seed=3, eval_seed=7).held_out_seed
+        (3, 7)
+        """
+        return self.seed if self.eval_seed is None else self.eval_seed
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -502,22 +515,35 @@ class EvalConfig:
     max_prompt_length: int = 128  # prompt tokens, BOS included; longer held-out prompts are dropped
     max_generation_length: int = 128  # tokens generated per completion
     # --- sampling (pass@k and maj@k)
-    num_samples: int = 4  # k for pass@k / maj@k
+    num_samples: int = 4  # k for pass@k / maj@k; 0: greedy only (pass@k, maj@k not measured)
     temperature: float = 0.7  # T of the sampled completions
     top_p: float = 1.0  # nucleus sampling of the sampled completions
     top_k: int = 50  # top-k sampling of the sampled completions
     seed: int = 0  # the samples' keys: every stage draws with the same ones
+    # --- sampled accuracy: the mean accuracy of samples on a fixed subset, beside greedy's
+    sampled_subset: int = 0  # prompts of the subset (spread over the domains); 0: not measured
+    sampled_per_prompt: int = 2  # samples drawn for each of them
+    sampled_temperature: float | None = None  # their T; None: GRPO's (grpo.temperature)
+    # --- the base model's completions, kept by model, prompts and decoding (<runs root>/.eval_cache)
+    cache_base: bool = True  # a second evaluation of the same base reads them, re-scores them
     # --- speed and extra sets
     buckets: int = 1  # prompt length buckets (max, max/2, ...); 1: one prompt length
     gsm8k_test: str | None = None  # GSM8K's test split: "hf", "tfds", "jsonl:<path>", ...; None: skip
     gsm8k_limit: int | None = None  # its first n problems only; None: all of them
 
     def __post_init__(self):
-        _count(self, "batch_size", "max_prompt_length", "max_generation_length",
-               "num_samples", "top_k")
+        _count(self, "batch_size", "max_prompt_length", "max_generation_length", "top_k",
+               "sampled_per_prompt")
+        _require(self, ("num_samples",), lambda v: _is_int(v) and v >= 0,
+                 "must be an int >= 0 (0: greedy only)")
+        _require(self, ("sampled_subset",), lambda v: _is_int(v) and v >= 0,
+                 "must be an int >= 0 (0: no sampled accuracy)")
         _positive(self, "temperature")
+        if self.sampled_temperature is not None:
+            _positive(self, "sampled_temperature")
         _integer(self, "seed")
         _fraction(self, "top_p")
+        _flag(self, "cache_base")
         _buckets(self)
         self.gsm8k_source()  # raises on a spec it cannot read
         if self.gsm8k_limit is not None:
