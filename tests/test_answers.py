@@ -22,6 +22,7 @@ from reasonkit.answers import (
     final_answer,
     gold_problem,
     is_hedged,
+    lenient_answer,
     read_answer,
 )
 from reasonkit.answers._check import normalize_number
@@ -643,3 +644,37 @@ def test_supports_takes_any_input_quickly(text):
     start = time.perf_counter()
     assert supports(text, "1") in (True, False)
     assert time.perf_counter() - start < 0.5
+
+
+# --- word answers stated in prose (evaluation's lenient reading, issue 66 item 5) -------
+
+@pytest.mark.parametrize("text, domain, read", [
+    ("So the youngest is Cal. So the answer is Cal.", "general", "Cal"),
+    ("Answer: red", "instruction", "red"),
+    ("**Answer:** red", "instruction", "red"),
+    ("The answer is: `uded`.", "instruction", "uded"),
+    ("So the answer is k s c.", "instruction", "k s c"),
+    ("New items in order. So the answer is 12 17 19.", "general", "12 17 19"),
+    ("apple 2, fig 1. So the answer is fig.", "summarization", "fig"),
+    ("peach 3. So the answer is 3 times.", "summarization", "3"),
+    ("The answer is 12.", "math", "12"),
+    # hedged, denied, several different candidates: no answer
+    ("The answer is Tom or Dan.", "general", None),
+    ("The answer is probably Tom.", "general", None),
+    ("The answer is not Tom.", "general", None),
+    ("The answer is Tom. No, the answer is Dan.", "general", None),
+    ("Answer: Tom\nAnswer: Dan", "general", None),
+    ("The answer is .", "general", None),
+    # what the numeric reading said before stands: a number after, a box, a numeric domain
+    ("So the answer is Tom. He is 12.", "general", "12"),
+    ("The answer is Tom, so $\\boxed{7}$.", "general", "7"),
+    ("So the answer is Tom.", "math", None),
+    ("no statement at all", "general", None),
+])
+def test_lenient_answer_reads_a_stated_word_answer(text, domain, read):
+    assert lenient_answer(text, domain) == read
+
+
+def test_lenient_answer_never_raises():
+    for junk in (None, float("nan"), b"answer: x", "answer is " * 10_000, "\ud800 answer: x"):
+        lenient_answer(junk, "general")

@@ -25,7 +25,8 @@ An answer written as a sentence is read for its boxes (``\boxed{1} and \boxed{2}
 list) or else its math, when all of it says one thing (``We find that $x < 3$.``; not
 ``I think $41$ but $42$``). :func:`final_answer` is the
 lenient reading of free text without tags (last box, "final answer is", last math, last
-number).
+number); :func:`lenient_answer` adds, in the text domains, a word answer the text states
+("So the answer is Tom.").
 
 sympy only sees answers of at most :data:`MAX_SYMBOLIC_CHARS` characters without huge
 numbers or nested powers, and each parse (cached: a gold parses once) and each
@@ -94,6 +95,7 @@ from reasonkit.answers._check import (
     final_answer,
     gold_problem,
     is_hedged,
+    lenient_answer,
     read_answer,
     strict,
 )
@@ -103,5 +105,5 @@ from reasonkit.answers._symbolic import symbolic_budget
 from reasonkit.answers._text import normalize_text
 
 __all__ = ["NUMERIC_DOMAINS", "Answer", "read_answer", "canonical", "check_answer", "closeness",
-           "normalize_text", "is_hedged", "boxed_answer", "final_answer", "gold_problem",
+           "normalize_text", "is_hedged", "boxed_answer", "final_answer", "lenient_answer", "gold_problem",
            "symbolic_budget", "terminates", "FLOAT_ARTEFACT", "strict", "supports"]

@@ -447,6 +447,89 @@ def boxed_answer(text: Any) -> str | None:
         return None
 
 
+# "the answer is Tom", "Answer: red", "**Answer:** 12", "my answer would be 7": an answer stated
+_STATED_RE = re.compile(r"\banswer\b\s*\**\s*(?:(?:is|was|would be|will be)\b\s*:?|:|=)\s*\**\s*",
+                        re.IGNORECASE)
+_SENTENCE_END_RE = re.compile(r"[.!?](?=\s|$)|\n")
+_NEGATED_RE = re.compile(r"(?:not|never|neither|nor)\b", re.IGNORECASE)
+_QUOTES = " \t\"'`*$“”‘’"
+
+
+def lenient_answer(text: Any, domain: Any = "math") -> str | None:
+    r"""The answer of free text (no tags), read leniently: :func:`final_answer`, or in the
+    text domains a word answer the text states ("So the answer is Tom.", "Answer: red").
+
+    The numeric domains read :func:`final_answer` alone. Elsewhere an answer stated after
+    the last number wins: each "answer is X" / "answer: X" to the end of its sentence.
+    Stated answers that disagree, hedge ("Tom or Dan", "maybe Tom") or deny ("not Tom")
+    read as no answer: nothing is credited when the text is ambiguous. A number after the
+    last statement, or a ``\boxed{}`` anywhere, leaves the reading to :func:`final_answer`;
+    a statement mixing words and a number reads its number ("3 times" reads 3).
+
+    ========================================  ==========  ==============
+    text                                      domain      lenient_answer
+    ========================================  ==========  ==============
+    ``So the youngest is Cal. So the answer   general     ``Cal``
+    is Cal.``
+    ``Answer: red``                           general     ``red``
+    ``apple 2, fig 1. So the answer is fig.`` general     ``fig``
+    ``The answer is Tom or Dan.``             general     None
+    ``The answer is Tom. No, the answer is    general     None
+    Dan.``
+    ``The answer is 12.``                     math        ``12``
+    ``The answer is Tom.``                    math        None
+    ========================================  ==========  ==============
+
+    >>> [lenient_answer(t, "general") for t in ["So the youngest is Cal. So the answer is Cal.",
+    ...      "Answer: red", "apple 2, fig 1. So the answer is fig.", "The answer is Tom or Dan.",
+    ...      "The answer is Tom. No, the answer is Dan."]]
+    ['Cal', 'red', 'fig', None, None]
+    >>> lenient_answer("The answer is 12.", "math"), lenient_answer("The answer is Tom.", "math")
+    ('12', None)
+    >>> lenient_answer("peach 3. So the answer is 3 times.", "summarization")
+    '3'
+    """
+    try:
+        return _lenient_answer(as_text(text), domain)
+    except Exception:
+        if _STRICT:
+            raise
+        _warn_once("lenient_answer", "raised; no answer", exc_info=True)
+        return None
+
+
+def _stated(text: str) -> list[tuple[str, int]]:
+    """Each stated answer and where its sentence ends; a statement that runs into the next
+    one ("Answer: The final answer is 7") is only its lead-in and left out."""
+    matches = list(_STATED_RE.finditer(text))
+    out = []
+    for m, after in zip(matches, [*matches[1:], None][:len(matches)], strict=True):
+        end_m = _SENTENCE_END_RE.search(text, m.end())
+        end = end_m.start() if end_m else len(text)
+        if after is not None and after.start() < end:
+            continue  # a lead-in: the next statement says it
+        out.append((text[m.end():min(end, m.end() + 200)].strip(_QUOTES + ".,;:!?"), end))
+    return out
+
+
+def _lenient_answer(text: str, domain: Any) -> str | None:
+    found = _final_answer(text)
+    if _is_numeric_domain(domain):
+        return found
+    stated = _stated(text) if len(text) <= 8 * MAX_PARSE_CHARS else []
+    if not stated or _final_answer(text[stated[-1][1]:]) is not None or _box_run(text) is not None:
+        return found  # none stated, a number said after the last, or a box: the reading of before
+    reads = []
+    for answer, _ in stated:
+        if not answer or _HEDGE_RE.search(answer) or _NEGATED_RE.match(answer):
+            return None  # "Tom or Dan", "not Tom", nothing: ambiguous
+        mixed = re.search(r"\d", answer) and re.search(r"[^\W\d_]", answer)
+        reads.append(_final_answer(answer) if mixed else answer)
+    if reads[-1] is None or any(r is None or not check_answer(domain, r, reads[-1]) for r in reads):
+        return None  # the statements disagree
+    return reads[-1]
+
+
 _FINAL_RE = re.compile(r"[\s:]*(?:\$([^$]{1,200})\$|\\\((.{1,200}?)\\\)|([^\n]{1,200}?)(?:\.\s|\.?$|\n))")
 
 
