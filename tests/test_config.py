@@ -63,6 +63,16 @@ from reasonkit.presets import get_preset
     (lambda: EvalConfig(gsm8k_test=True), "gsm8k_test", "True: must be a string or None"),
     (lambda: EvalConfig(gsm8k_test="hf", gsm8k_limit=0), "gsm8k_limit", "0"),
     (lambda: EvalConfig(gsm8k_test="hf", gsm8k_limit="100"), "gsm8k_limit", "'100'"),
+    # issue 66 item 5: greedy only, the sampled subset, the held-out seed, the base cache
+    (lambda: EvalConfig(num_samples=-1), "num_samples", "-1: must be an int >= 0"),
+    (lambda: EvalConfig(sampled_subset=-2), "sampled_subset", "-2"),
+    (lambda: EvalConfig(sampled_subset=2.5), "sampled_subset", "2.5"),
+    (lambda: EvalConfig(sampled_per_prompt=0), "sampled_per_prompt", "0"),
+    (lambda: EvalConfig(sampled_temperature=0.0), "sampled_temperature", "0.0"),
+    (lambda: EvalConfig(sampled_temperature="0.9"), "sampled_temperature", "'0.9'"),
+    (lambda: EvalConfig(cache_base="false"), "cache_base", "'false'"),
+    (lambda: DataConfig(eval_seed=1.5), "eval_seed", "1.5"),
+    (lambda: DataConfig(eval_seed="3"), "eval_seed", "'3'"),
 ])
 def test_validation_names_field_and_value(make, field, value):
     with pytest.raises(ValueError, match=rf"\.{field}=.*{value}"):
@@ -165,3 +175,11 @@ def test_grpo_held_out_check_settings_are_validated():
                     ({"eval_prompts": True}, r"eval_prompts=True: must be an int >= 1")]:
         with pytest.raises(ValueError, match=r"GRPOConfig\." + why):
             GRPOConfig(**kw)
+
+
+def test_greedy_only_and_the_held_out_seed_are_valid():
+    """eval.num_samples 0 is greedy only; data.eval_seed None is data.seed, as before it existed."""
+    assert EvalConfig(num_samples=0).num_samples == 0
+    assert EvalConfig().sampled_subset == 0 and EvalConfig().sampled_temperature is None
+    assert DataConfig(seed=4).held_out_seed == 4 and DataConfig(seed=4, eval_seed=9).held_out_seed == 9
+    assert get_preset("tiny", **{"data.eval_seed": 2}).data.eval_seed == 2

@@ -665,6 +665,20 @@ def test_build_splits_same_seed_same_output(task_records):
     assert a.eval != c.eval and a.sft != c.sft and a.dpo != c.dpo
 
 
+def test_the_held_out_seed_moves_the_held_out_set_alone(task_records):
+    """data.eval_seed (issue 66 item 5): None is data.seed, as before; another value holds out
+    other records of the same pool, and the report records the seed used."""
+    cfg = DataConfig(eval_per_domain=5, train_size=200, seed=7)
+    a, ra = data.build_splits(task_records, cfg)
+    same, _ = data.build_splits(task_records, dataclasses.replace(cfg, eval_seed=7))
+    other, ro = data.build_splits(task_records, dataclasses.replace(cfg, eval_seed=8))
+    moved, _ = data.build_splits(task_records, dataclasses.replace(cfg, seed=8, eval_seed=7))
+    assert same == a and (ra.settings["seed"], ra.settings["eval_seed"]) == (7, 7)
+    assert other.eval != a.eval and (ro.settings["seed"], ro.settings["eval_seed"]) == (7, 8)
+    assert moved.eval == a.eval and moved.sft != a.sft  # the training draws follow data.seed
+    assert not leaks(other) and not leaks(moved)
+
+
 def test_dpo_pairs_from_gold_answers(task_records):
     splits, _ = data.build_splits(task_records, DataConfig(eval_per_domain=5, train_size=600))
     kinds = Counter(p["rejected_kind"] for p in splits.dpo)

@@ -406,8 +406,8 @@ def harder_grpo(splits: Splits, report: DataReport, config: DataConfig, difficul
             stage not in limits or too_long(r, count_tokens, limits[stage]) is None)
 
     first = HARD_SEED + 100 * config.seed
-    held = tasks.fresh_records(config.eval_per_domain, first_seed=first, difficulty=difficulty,
-                               seen=seen, keep=fits("eval"), domains=domains)
+    held = tasks.fresh_records(config.eval_per_domain, first_seed=HARD_SEED + 100 * config.held_out_seed,
+                               difficulty=difficulty, seen=seen, keep=fits("eval"), domains=domains)
     pool = tasks.fresh_records(config.num_records, first_seed=first + 50, difficulty=difficulty,
                                seen=seen, keep=fits("grpo"), domains=domains)
     grpo, info = rebalance(pool, weights, config.train_size, max_repeats=config.max_repeats,
@@ -426,6 +426,9 @@ def build_splits(records: Iterable[Any], config: DataConfig, *,
                  source_reports: Iterable[SourceReport] = ()) -> tuple[Splits, DataReport]:
     """Filter, hold out eval (before rebalancing), rebalance each stage, build DPO pairs.
 
+    The held-out draw uses ``config.eval_seed`` (``config.seed`` when None), the rest
+    ``config.seed``: another ``eval_seed`` holds out other records of the same pool.
+
     ``limits`` maps stage names (``"eval"``, ``"sft"``, ``"dpo"``, ``"grpo"``) to
     :class:`Limits` in tokens counted by ``count_tokens`` (see :func:`stage_limits`); a
     stage left out has no limit. A single ``Limits`` is refused, not applied to every
@@ -443,6 +446,7 @@ def build_splits(records: Iterable[Any], config: DataConfig, *,
         settings={"sources": list(config.sources), "domain_weights": weights,
                   "train_size": config.train_size, "eval_per_domain": config.eval_per_domain,
                   "max_repeats": config.max_repeats, "seed": config.seed,
+                  "eval_seed": config.held_out_seed,
                   "limits": {k: dataclasses.asdict(v) for k, v in limits.items()}},
         sources=[s.to_dict() for s in source_reports],
         input=dict(Counter(r["domain"] for r in records
@@ -451,7 +455,7 @@ def build_splits(records: Iterable[Any], config: DataConfig, *,
     if not clean:
         raise ValueError(f"no valid records among {len(records)}: dropped "
                          f"{report.drop('clean').counts}")
-    held, pool, info = hold_out_eval(clean, config.eval_per_domain, seed=config.seed,
+    held, pool, info = hold_out_eval(clean, config.eval_per_domain, seed=config.held_out_seed,
                                      count_tokens=count_tokens, limits=limits.get("eval"))
     report.eval = info["count"]
     report.notes += [f"eval {d}: {why}" for d, why in info["short"].items()]
