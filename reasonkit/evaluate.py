@@ -14,6 +14,8 @@ Scoring one completion:
 >>> row = score({"domain": "math", "answer": "12"}, "The answer is 12.")  # prose, as a base model
 >>> row["reason"], row["correct"], row["lenient"]
 ('no_answer_tag', False, True)
+>>> score({"domain": "general", "answer": "Tom"}, "Tom is 12. So the answer is Tom.")["lenient"]
+True
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import bisect
 import collections
 import dataclasses
+import hashlib
 import json
 import math
 import numbers
@@ -33,7 +36,7 @@ import numpy as np
 
 from reasonkit import answers, data, models, template
 from reasonkit import rewards as rewards_lib
-from reasonkit.config import TRAIN_STAGES, EvalConfig, ModelConfig, Preset
+from reasonkit.config import TRAIN_STAGES, EvalConfig, GRPOConfig, ModelConfig, Preset
 from reasonkit.rewards import extract
 from reasonkit.runtime import RunDir, is_writer, write_files
 from reasonkit.runtime import mesh as mesh_lib
@@ -41,7 +44,8 @@ from reasonkit.train import generate, make_sampler, prompt_lengths
 
 __all__ = ["METRICS", "LABELS", "make_sampler", "prompt_lengths",
            "generate", "score", "majority", "extract", "score_stage",
-           "summarize", "evaluate_model", "load_gsm8k_test", "score_gsm8k", "too_long_row",
+           "summarize", "sampled_decoding", "sampled_subset", "evaluate_model", "base_cache",
+           "seeds", "load_gsm8k_test", "score_gsm8k", "too_long_row",
            "summarize_gsm8k", "evaluate_gsm8k", "gsm8k_line", "stages_to_evaluate", "load_stage",
            "evaluate_run", "save_run", "standard_error", "paired_difference", "ordered",
            "write_results"]
@@ -50,6 +54,8 @@ _STAGE_ORDER = ("base", *TRAIN_STAGES)
 _NUMERIC = answers.NUMERIC_DOMAINS
 # accuracy is strict (the answer tag, right); lenient accuracy also reads an untagged answer
 # in prose, so a model that answers without the format (the base) is measured as it answers.
+# pass@k and maj@k are left out of a summary whose stage drew no samples (eval.num_samples 0):
+# the tables show "-", not 0%.
 METRICS = ("format_rate", "accuracy", "lenient_accuracy", "partial", "pass_at_k", "maj_at_k")
 LABELS = {"format_rate": "format pass", "accuracy": "accuracy", "lenient_accuracy": "lenient accuracy",
           "partial": "partial accuracy", "pass_at_k": "pass@k", "maj_at_k": "maj@k",
@@ -118,8 +124,9 @@ def score(record: dict, completion: str, num_tokens: int | None = None) -> dict[
     ext = extract(completion)  # once: the answer tag, read as rewards.is_correct reads it
     correct = rewards_lib.verdict(ext, gold, domain)  # the verdict the rewards pay for
     # lenient: without a usable answer tag, the free text's final answer (last \boxed{}, "final
-    # answer is", last number) counts, as lm-evaluation-harness's flexible-extract reads GSM8K
-    loose = None if ext.ok else answers.final_answer(completion)
+    # answer is", last number) counts, as lm-evaluation-harness's flexible-extract reads GSM8K;
+    # in the text domains also a word answer it states ("So the answer is Tom.")
+    loose = None if ext.ok else answers.lenient_answer(completion, domain)
     lenient = correct or (loose is not None and answers.check_answer(domain, loose, gold))
     return {"format_ok": template.has_exact_format(completion), "reason": ext.reason,
             "answer": ext.answer, "correct": bool(correct), "lenient": bool(lenient),
@@ -221,7 +228,11 @@ def majority(found: Sequence[Any], domain: str = "general") -> str | None:
 
 def score_stage(records: Sequence[dict], greedy: Sequence[str], samples: Sequence[Sequence[str]],
                 count_tokens: Callable[[str], int] | None = None) -> list[dict[str, Any]]:
-    """Per-record rows: the greedy completion scored, plus pass@k / maj@k over the samples."""
+    """Per-record rows: the greedy completion scored, plus pass@k / maj@k over the samples.
+
+    A record without samples (``eval.num_samples`` 0) has ``pass_at_k`` and ``maj_at_k``
+    None: not measured, and :func:`summarize` leaves them out.
+    """
     rows = []
     for i, (rec, text, group) in enumerate(zip(records, greedy, samples, strict=True)):
         _gold(rec, i)  # a record without a gold: an error naming it, before any scoring
@@ -232,25 +243,42 @@ def score_stage(records: Sequence[dict], greedy: Sequence[str], samples: Sequenc
         right = [a is not None and answers.check_answer(domain, a, rec["answer"]) for a in found]
         row.update(id=rec.get("id"), domain=domain, gold=rec["answer"], prompt=rec["prompt"],
                    completion=text, samples_right=sum(right), samples=len(right),
-                   pass_at_k=any(right) if group else row["correct"],
+                   pass_at_k=any(right) if group else None,
                    maj_at_k=bool(maj is not None and answers.check_answer(domain, maj, rec["answer"]))
-                   if group else row["correct"])
+                   if group else None)
         rows.append(row)
     return rows
 
 
 def summarize(rows: Sequence[dict]) -> dict[str, Any]:
-    """Overall and per-domain metrics, failure reasons and lengths, from scored rows."""
+    """Overall and per-domain metrics, failure reasons and lengths, from scored rows.
+
+    pass@k and maj@k only where the rows drew samples; ``sampled_accuracy`` (the mean
+    accuracy of the subset's samples, :func:`evaluate_model`) with ``sampled_prompts`` and
+    ``greedy_on_sampled`` (greedy accuracy on the same prompts) only where rows have them.
+
+    >>> rows = score_stage([{"domain": "math", "answer": "4", "prompt": "2 + 2?"}],
+    ...                    ["<answer>4</answer>"], [[]])
+    >>> sorted(k for k in summarize(rows)["overall"] if k.endswith("_k"))
+    []
+    """
     def block(rs):
         n = len(rs)
         if not n:
             return {"n": 0}
-        mean = lambda key: float(np.mean([float(r[key]) for r in rs]))
-        return {"n": n, "format_rate": mean("format_ok"), "accuracy": mean("correct"),
-                "lenient_accuracy": mean("lenient"), "partial": mean("partial"),
-                "pass_at_k": mean("pass_at_k"),
-                "maj_at_k": mean("maj_at_k"), "mean_length": mean("length"),
-                "failures": dict(collections.Counter(r["reason"] for r in rs if r["reason"] != "ok"))}
+        mean = lambda key, among=rs: float(np.mean([float(r[key]) for r in among]))
+        out = {"n": n, "format_rate": mean("format_ok"), "accuracy": mean("correct"),
+               "lenient_accuracy": mean("lenient"), "partial": mean("partial")}
+        drawn = [r for r in rs if r.get("samples")]
+        if drawn:  # pass@k and maj@k were measured
+            out.update(pass_at_k=mean("pass_at_k", drawn), maj_at_k=mean("maj_at_k", drawn))
+        out.update(mean_length=mean("length"),
+                   failures=dict(collections.Counter(r["reason"] for r in rs if r["reason"] != "ok")))
+        subset = [r for r in rs if "sampled_accuracy" in r]
+        if subset:
+            out.update(sampled_accuracy=mean("sampled_accuracy", subset), sampled_prompts=len(subset),
+                       greedy_on_sampled=mean("correct", subset))
+        return out
     domains = sorted({r["domain"] for r in rows})
     return {"overall": block(rows), "per_domain": {d: block([r for r in rows if r["domain"] == d])
                                                    for d in domains}}
@@ -272,23 +300,166 @@ def pass_at_k_curve(rows: Sequence[dict]) -> list[float]:
             for k in range(1, n + 1)]
 
 
-def evaluate_model(model, tokenizer, records: Sequence[dict], model_cfg: ModelConfig,
-                   cfg: EvalConfig, *, stage: str = "model", sampler=None) -> dict[str, Any]:
-    """Generate (greedy + ``cfg.num_samples`` sampled) and score; returns summary and rows.
+def sampled_decoding(cfg: EvalConfig, grpo: GRPOConfig | None = None) -> EvalConfig | None:
+    """How the sampled-accuracy subset is sampled: ``cfg`` at ``cfg.sampled_temperature``, or
+    at GRPO's temperature, top-p and top-k when that is None (``grpo`` given; else ``cfg``'s
+    own temperature). None when ``cfg.sampled_subset`` is 0.
 
-    ``sampler`` (default: :func:`make_sampler`) is reused by a caller that generates more
-    with the same model, so its programs compile once.
+    >>> from reasonkit.config import GRPOConfig
+    >>> sampled_decoding(EvalConfig(sampled_subset=12), GRPOConfig(temperature=0.9)).temperature
+    0.9
+    >>> sampled_decoding(EvalConfig(sampled_subset=12, sampled_temperature=0.5)).temperature
+    0.5
+    >>> sampled_decoding(EvalConfig()) is None
+    True
     """
-    sampler = make_sampler(model, tokenizer, model_cfg, cfg) if sampler is None else sampler
+    if not cfg.sampled_subset:
+        return None
+    if cfg.sampled_temperature is not None:
+        return dataclasses.replace(cfg, temperature=cfg.sampled_temperature)
+    if grpo is None:
+        return cfg
+    return dataclasses.replace(cfg, temperature=grpo.temperature, top_p=grpo.top_p, top_k=grpo.top_k)
+
+
+def sampled_subset(records: Sequence[dict], n: int) -> list[int]:
+    """Indexes of a fixed subset of ``n`` records, the domains taken in turn (each in its
+    split order), so the subset holds every domain alike; sorted.
+
+    >>> recs = [{"domain": d} for d in ["math"] * 4 + ["general"] * 2 + ["coding"] * 3]
+    >>> sampled_subset(recs, 5)
+    [0, 1, 4, 5, 6]
+    """
+    by_domain: dict[str, list[int]] = {}
+    for i, r in enumerate(records):
+        by_domain.setdefault(r.get("domain", "general"), []).append(i)
+    taken: list[int] = []
+    queues = [collections.deque(ix) for ix in by_domain.values()]
+    while len(taken) < min(n, len(records)):
+        for q in queues:
+            if q and len(taken) < n:
+                taken.append(q.popleft())
+    return sorted(taken)
+
+
+def _completions(sampler, tokenizer, records: Sequence[dict], cfg: EvalConfig,
+                 sampled: EvalConfig | None, stage: str) -> dict[str, Any]:
+    """Every completion evaluation scores: greedy (with token counts), the pass@k rounds,
+    and the sampled subset's; plain lists, as the base cache keeps them."""
     stops = models.stop_token_ids(tokenizer)
     prompts = [template.format_prompt(r["prompt"]) for r in records]
     greedy = generate(sampler, prompts, cfg, stops, desc=f"{stage}: greedy")
     rounds = [generate(sampler, prompts, cfg, stops, sample=True, seed=cfg.seed + k,
                        desc=f"{stage}: sample {k + 1}/{cfg.num_samples}")
               for k in range(cfg.num_samples)]
-    samples = [list(g) for g in zip(*rounds, strict=True)] if rounds else [[] for _ in records]
-    rows = score_stage(records, greedy, samples, lambda t: len(tokenizer.EncodeAsIds(t)))
-    return {"stage": stage, "summary": summarize(rows), "rows": rows}
+    out = {"greedy": greedy, "greedy_tokens": [len(tokenizer.EncodeAsIds(t)) for t in greedy],
+           "samples": [list(g) for g in zip(*rounds, strict=True)] if rounds else [[] for _ in records]}
+    if sampled is not None:
+        idx = sampled_subset(records, sampled.sampled_subset)
+        sub = [prompts[i] for i in idx]
+        rounds = [generate(sampler, sub, sampled, stops, sample=True, seed=sampled.seed + 1000 + k,
+                           desc=f"{stage}: subset sample {k + 1}/{sampled.sampled_per_prompt}")
+                  for k in range(sampled.sampled_per_prompt)]
+        out["subset"] = idx
+        out["subset_samples"] = [list(g) for g in zip(*rounds, strict=True)]
+    return out
+
+
+def _score_completions(records: Sequence[dict], texts: dict[str, Any], stage: str,
+                       sampled: EvalConfig | None) -> dict[str, Any]:
+    """The stage's result (summary and rows) from :func:`_completions`' texts."""
+    rows = score_stage(records, texts["greedy"], texts["samples"])
+    for row, tokens in zip(rows, texts["greedy_tokens"], strict=True):
+        row["length"] = tokens  # as the tokenizer counted them
+    for i, group in zip(texts.get("subset", []), texts.get("subset_samples", []), strict=True):
+        rec = records[i]
+        right = [rewards_lib.verdict(extract(t), rec["answer"], rec.get("domain", "general"))
+                 for t in group]
+        rows[i].update(sampled_right=int(sum(right)), sampled_n=len(right),
+                       sampled_accuracy=sum(right) / len(right) if right else 0.0)
+    summary = summarize(rows)
+    if sampled is not None:
+        summary["sampled"] = {"prompts": len(texts["subset"]), "per_prompt": sampled.sampled_per_prompt,
+                              "temperature": sampled.temperature, "top_p": sampled.top_p,
+                              "top_k": sampled.top_k,
+                              "accuracy": summary["overall"].get("sampled_accuracy"),
+                              "greedy_accuracy": summary["overall"].get("greedy_on_sampled")}
+    return {"stage": stage, "summary": summary, "rows": rows}
+
+
+def _cache_key(model_cfg: ModelConfig, records: Sequence[dict], cfg: EvalConfig,
+               sampled: EvalConfig | None) -> str:
+    """What a model's completions are a function of: the model, the prompts, the decoding."""
+    decoding = ("batch_size", "max_prompt_length", "max_generation_length", "num_samples",
+                "temperature", "top_p", "top_k", "seed", "buckets")
+    parts = {"model": {k: v for k, v in dataclasses.asdict(model_cfg).items() if k != "remat"},
+             "prompts": [[r.get("id"), r["prompt"]] for r in records],
+             "decoding": {k: getattr(cfg, k) for k in decoding},
+             "sampled": None if sampled is None else {
+                 k: getattr(sampled, k) for k in (*decoding, "sampled_subset", "sampled_per_prompt")}}
+    text = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def base_cache(root: str | pathlib.Path, model_cfg: ModelConfig, records: Sequence[dict],
+               cfg: EvalConfig, sampled: EvalConfig | None = None) -> pathlib.Path:
+    """The file that keeps a base model's completions of ``records`` under these decoding
+    settings: ``<root>/.eval_cache/base-<key>.json``, the key a hash of the model config,
+    the prompts (ids and text) and every decoding setting. Any change is another file.
+
+    >>> import tempfile
+    >>> from reasonkit.presets import get_preset
+    >>> p, recs = get_preset("tiny"), [{"id": "a", "prompt": "2 + 2?"}]
+    >>> one = base_cache("runs", p.model, recs, p.eval)
+    >>> one.parent.name, one == base_cache("runs", p.model, recs, p.eval)
+    ('.eval_cache', True)
+    >>> one == base_cache("runs", p.model, recs, dataclasses.replace(p.eval, temperature=0.5))
+    False
+    """
+    return pathlib.Path(root) / ".eval_cache" / f"base-{_cache_key(model_cfg, records, cfg, sampled)}.json"
+
+
+def _read_cache(path: pathlib.Path | None, records: Sequence[dict]) -> dict[str, Any] | None:
+    """The cached completions at ``path``, or None when there are none (or unreadable)."""
+    if path is None or not path.is_file():
+        return None
+    try:
+        texts = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return texts if len(texts.get("greedy", ())) == len(records) else None
+
+
+def evaluate_model(model, tokenizer, records: Sequence[dict], model_cfg: ModelConfig,
+                   cfg: EvalConfig, *, stage: str = "model", sampler=None,
+                   sampled: EvalConfig | None = None,
+                   cache: pathlib.Path | None = None) -> dict[str, Any]:
+    """Generate (greedy + ``cfg.num_samples`` sampled) and score; returns summary and rows.
+
+    ``sampler`` (default: :func:`make_sampler`) is reused by a caller that generates more
+    with the same model, so its programs compile once. ``sampled``: how the sampled-accuracy
+    subset is sampled (default :func:`sampled_decoding` of ``cfg``; nothing when
+    ``cfg.sampled_subset`` is 0): ``sampled_per_prompt`` samples of each of
+    ``sampled_subset`` prompts (:func:`sampled_subset`); the summary's ``sampled`` and
+    each subset row's ``sampled_accuracy`` say how many were right.
+
+    ``cache`` (:func:`base_cache`): completions read from that file when it holds them,
+    written there otherwise; the model is not used on a hit. Scores are always computed
+    afresh from the completions, with the checker of now.
+    """
+    sampled = sampled_decoding(cfg) if sampled is None else sampled
+    texts = _read_cache(cache, records)
+    if texts is None:
+        sampler = make_sampler(model, tokenizer, model_cfg, cfg) if sampler is None else sampler
+        texts = _completions(sampler, tokenizer, records, cfg, sampled, stage)
+        if cache is not None and is_writer():
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            partial = cache.with_suffix(".partial")
+            partial.write_text(json.dumps(texts), encoding="utf-8")
+            partial.replace(cache)
+    elif cache is not None:
+        print(f"{stage}: completions from {cache} (re-scored)")
+    return _score_completions(records, texts, stage, sampled)
 
 
 # --- GSM8K's test split: a number to set beside published ones ---------------------------
@@ -439,9 +610,16 @@ def evaluate_run(preset: Preset, run: RunDir, stages: Sequence[str] | None = Non
     With ``preset.eval.gsm8k_test`` set, each stage is also scored on GSM8K's test split
     (:func:`evaluate_gsm8k`, loaded once): ``results[stage]["gsm8k"]``; when GRPO trains on
     harder prompts, on their ``eval_hard`` block too: ``results[stage]["hard"]``.
+
+    With ``preset.eval.sampled_subset``, each stage's summary has ``sampled``: the mean
+    accuracy of samples on a fixed subset at GRPO's temperature (:func:`sampled_decoding`).
+    With ``preset.eval.cache_base``, the base model's completions are kept in the runs root
+    (:func:`base_cache`): a later evaluation under the same model, prompts and decoding
+    re-scores them without loading the base (unless GSM8K's test split needs it).
     """
     splits = data.read_splits(run.require("data"))[0]
     records, hard = splits.eval, splits.eval_hard
+    sampled = sampled_decoding(preset.eval, preset.grpo)
     gsm8k = load_gsm8k_test(preset.eval)
     if gsm8k is not None:
         report = gsm8k[1]
@@ -452,13 +630,22 @@ def evaluate_run(preset: Preset, run: RunDir, stages: Sequence[str] | None = Non
     results, seconds = {}, {}
     for name in stages if stages is not None else stages_to_evaluate(run):
         t0 = time.perf_counter()
-        model, tok = load_stage(preset, run, name, mesh)
-        sampler = make_sampler(model, tok, preset.model, preset.eval)  # one for both: compiles once
+        cache = {}  # the base's completions of each block, kept in the runs root
+        if name == "base" and preset.eval.cache_base:
+            cache = {key: base_cache(run.path.parent, preset.model, block, preset.eval, sampled)
+                     for key, block in (("eval", records), ("hard", hard)) if block}
+        if cache and gsm8k is None and all(_read_cache(cache[key], block) is not None
+                                           for key, block in (("eval", records), ("hard", hard)) if block):
+            model = tok = sampler = None  # every completion is cached: the base is not loaded
+        else:
+            model, tok = load_stage(preset, run, name, mesh)
+            sampler = make_sampler(model, tok, preset.model, preset.eval)  # one for all: compiles once
         results[name] = evaluate_model(model, tok, records, preset.model, preset.eval, stage=name,
-                                       sampler=sampler)
+                                       sampler=sampler, sampled=sampled, cache=cache.get("eval"))
         if hard:  # GRPO's harder prompts' own held-out block (data.harder_grpo)
             results[name]["hard"] = evaluate_model(model, tok, hard, preset.model, preset.eval,
-                                                   stage=f"{name}, hard", sampler=sampler)
+                                                   stage=f"{name}, hard", sampler=sampler,
+                                                   sampled=sampled, cache=cache.get("hard"))
         if gsm8k is not None:
             results[name]["gsm8k"] = evaluate_gsm8k(model, tok, gsm8k[0], preset.model, preset.eval,
                                                     stage=name, sampler=sampler)
@@ -467,11 +654,32 @@ def evaluate_run(preset: Preset, run: RunDir, stages: Sequence[str] | None = Non
         models.free()  # release this stage's weights before the next one loads
         seconds[name] = time.perf_counter() - t0
         o = results[name]["summary"]["overall"]
-        print(f"{name:5s} format pass {o['format_rate']:6.1%}  accuracy {o['accuracy']:6.1%}  "
+        more = (f"  sampled {o['sampled_accuracy']:6.1%} of {o['sampled_prompts']} x "
+                f"{sampled.sampled_per_prompt}" if "sampled_accuracy" in o else "")
+        print(f"{name:5s} format pass {o['format_rate']:6.1%}  accuracy {o['accuracy']:6.1%}{more}  "
               f"({seconds[name]:.0f} s)")
         if gsm8k is not None:
             print(f"      {gsm8k_line(results[name]['gsm8k']['summary'])}")
     return results, seconds
+
+
+def seeds(preset: Preset, run: RunDir | None = None) -> dict[str, int]:
+    """The seeds an evaluation's numbers depend on: the training data's (``data.seed``),
+    the held-out draw's (``data.eval_seed``, resolved) and the samples' (``eval.seed``).
+
+    The data seeds are read from the run's ``data_report.json`` when it records them (the
+    splits evaluated on), else from ``preset``.
+
+    >>> from reasonkit.presets import get_preset
+    >>> seeds(get_preset("tiny", **{"data.eval_seed": 5}))
+    {'data.seed': 0, 'data.eval_seed': 5, 'eval.seed': 0}
+    """
+    made = {}
+    if run is not None and run.is_finished("data"):
+        made = data.read_splits(run.stage("data"))[1].settings
+    seed = made.get("seed", preset.data.seed)
+    held = made.get("eval_seed", seed if "seed" in made else preset.data.held_out_seed)
+    return {"data.seed": seed, "data.eval_seed": held, "eval.seed": preset.eval.seed}
 
 
 def save_run(run: RunDir, preset: Preset, results: dict[str, Any], seconds: dict[str, float],
@@ -483,7 +691,7 @@ def save_run(run: RunDir, preset: Preset, results: dict[str, Any], seconds: dict
     """
     out = run.stage("eval")
     if is_writer():  # several processes: process 0 writes what they all evaluated
-        write_results(results, out, settings=dataclasses.asdict(preset.eval))
+        write_results(results, out, settings=dataclasses.asdict(preset.eval), seeds=seeds(preset, run))
         write_files(out, files or {})
     run.mark_finished("eval", stages=ordered(results), preset=preset.name,
                       seconds={s: round(t, 1) for s, t in seconds.items()})
@@ -529,14 +737,17 @@ def ordered(results: dict[str, Any]) -> list[str]:
     return sorted(results, key=lambda s: (_STAGE_ORDER.index(s) if s in _STAGE_ORDER else 99, s))
 
 
-def write_results(results: dict[str, dict], out_dir: str | pathlib.Path, settings: dict) -> None:
-    """results.json (summaries + settings) and completions_<stage>.jsonl; with GSM8K results
+def write_results(results: dict[str, dict], out_dir: str | pathlib.Path, settings: dict,
+                  seeds: dict[str, int] | None = None) -> None:
+    """results.json (summaries + settings, and ``seeds``: :func:`seeds`) and
+    completions_<stage>.jsonl; with GSM8K results
     also gsm8k_completions_<stage>.jsonl, with a hard block hard_completions_<stage>.jsonl.
     Files of stages (or a GSM8K test) evaluated before but not now are removed, tables
     included (:func:`reasonkit.plots.eval_tables` writes them)."""
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    summary = {"settings": settings, "stages": {s: results[s]["summary"] for s in ordered(results)}}
+    summary = {"settings": settings, **({"seeds": seeds} if seeds is not None else {}),
+               "stages": {s: results[s]["summary"] for s in ordered(results)}}
     for block in ("gsm8k", "hard"):
         have = [s for s in ordered(results) if block in results[s]]
         if have:

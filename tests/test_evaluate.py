@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from reasonkit import data, evaluate, models, notebook, rewards, tasks, template
+from reasonkit.config import DataConfig
 from reasonkit.notebook import _show as notebook_show
 from reasonkit.presets import get_preset
 from reasonkit.testing import fake_results
@@ -259,7 +260,7 @@ def test_evaluate_run_every_finished_stage_then_save(tmp_path, monkeypatch, caps
     monkeypatch.setattr(evaluate.models, "free", lambda: loaded.append("free"))
     monkeypatch.setattr(evaluate, "make_sampler", lambda *args: "a sampler")
 
-    def fake_evaluate(model, tok, records, model_cfg, cfg, *, stage, sampler):
+    def fake_evaluate(model, tok, records, model_cfg, cfg, *, stage, sampler, **kw):
         assert sampler == "a sampler"
         rows = evaluate.score_stage(records, [GOOD if stage != "base" else "12"] * len(records),
                                     [[] for _ in records])
@@ -296,7 +297,7 @@ def test_evaluate_run_scores_the_hard_block_beside_the_held_out_set(tmp_path, mo
     monkeypatch.setattr(evaluate.models, "free", lambda: None)
     monkeypatch.setattr(evaluate, "make_sampler", lambda *args: "a sampler")
 
-    def fake_evaluate(model, tok, records, model_cfg, cfg, *, stage, sampler):
+    def fake_evaluate(model, tok, records, model_cfg, cfg, *, stage, sampler, **kw):
         seen.append((stage, [r["id"] for r in records]))
         rows = evaluate.score_stage(records, [GOOD] * len(records), [[GOOD, "x"] for _ in records])
         return {"stage": stage, "summary": evaluate.summarize(rows), "rows": rows}
@@ -564,3 +565,170 @@ def test_score_reads_the_answer_tag_once_with_the_rewards_verdict(completion, mo
     assert len(calls) == 1
     monkeypatch.undo()
     assert row["correct"] == rewards.is_correct(completion, "42", "math")
+
+
+# --- issue 66 item 5: greedy only, the base cache, sampled accuracy, seeds, word answers ---------
+
+
+def test_greedy_only_leaves_pass_and_maj_at_k_unmeasured_not_zero():
+    rec = {"domain": "math", "answer": "12", "prompt": "p", "id": 1}
+    rows = evaluate.score_stage([rec, dict(rec, id=2)], [GOOD, "<answer>13</answer>"], [[], []])
+    assert [(r["pass_at_k"], r["maj_at_k"], r["samples"]) for r in rows] == [(None, None, 0)] * 2
+    overall = evaluate.summarize(rows)["overall"]
+    assert "pass_at_k" not in overall and "maj_at_k" not in overall and overall["accuracy"] == 0.5
+    res = {"sft": {"summary": evaluate.summarize(rows), "rows": rows}}
+    row = notebook.stage_table(res, k=0).splitlines()[2]
+    assert row.endswith(f"| - | - | {overall['mean_length']:.1f} |")  # shown as not measured, not 0%
+    notebook.plot_stages(res, k=0)  # draws, a bar left out for each column not measured
+
+
+class CountingSampler:
+    """A sampler that answers every prompt with the question's number plus one (right), greedy
+    or sampled alike, and counts its calls with their temperature (None: greedy)."""
+
+    def __init__(self, tok):
+        self.tokenizer = types.SimpleNamespace(encode=tok.EncodeAsIds)
+        self.calls = []
+
+    def __call__(self, batch, max_generation_steps, max_prompt_length, eos_tokens, seed=None, **kw):
+        self.calls.append((len(batch), kw.get("temperature")))
+        right = [int(p.split(" + 1?")[0].split()[-1]) + 1 for p in batch]
+        return types.SimpleNamespace(text=[f"<reasoning>r</reasoning>\n<answer>{n}</answer>" for n in right])
+
+
+def _run_with_splits(tmp_path, name="c", n=6):
+    from reasonkit.runtime import runs
+
+    run = runs.RunDir.create(name, root=tmp_path)
+    recs = [{"id": str(i), "domain": ["math", "general"][i % 2], "source": "t", "prompt": f"{i} + 1?",
+             "reasoning": "r", "answer": str(i + 1)} for i in range(n)]
+    cfg = DataConfig(seed=3, eval_seed=5)
+    report = data.DataReport(settings={"seed": cfg.seed, "eval_seed": cfg.held_out_seed})
+    data.write_splits(data.Splits(eval=recs, sft=recs, dpo=[], grpo=recs), report, run.stage("data"))
+    run.mark_finished("data")
+    return run
+
+
+def test_the_base_s_completions_are_cached_and_re_scored(tmp_path, monkeypatch, tiny_dir):
+    """A second evaluation of the base reads its completions from the runs root's cache (no model
+    loaded, no generate call); a changed decoding setting misses it; the scores come from the
+    cached completions, read again by the checker of now."""
+    tok = models.load_tokenizer(tiny_dir / "tokenizer.model", vocab_size=512)
+    run = _run_with_splits(tmp_path)
+    samplers, loaded = [], []
+
+    def load_stage(preset, run, name, mesh):
+        loaded.append(name)
+        return "model", tok
+
+    monkeypatch.setattr(evaluate, "load_stage", load_stage)
+    monkeypatch.setattr(evaluate, "make_sampler",
+                        lambda *a: samplers.append(CountingSampler(tok)) or samplers[-1])
+    monkeypatch.setattr(evaluate.models, "free", lambda: None)
+    preset = get_preset("tiny", **{"eval.num_samples": 1})
+    first, _ = evaluate.evaluate_run(preset, run, ["base"], mesh="m")
+    assert loaded == ["base"] and len(samplers[0].calls) == 2  # greedy + 1 sampled round, 1 batch each
+    cached = list((tmp_path / ".eval_cache").glob("base-*.json"))
+    assert len(cached) == 1
+    again, _ = evaluate.evaluate_run(preset, run, ["base"], mesh="m")
+    assert loaded == ["base"] and len(samplers) == 1  # read from the cache: no load, no sampler
+    assert again["base"]["summary"] == first["base"]["summary"]
+    assert again["base"]["rows"] == first["base"]["rows"]
+    # scores are recomputed from the completions: an edited completion is scored as it now reads
+    texts = json.loads(cached[0].read_text())
+    texts["greedy"][0] = "So the answer is 1."  # record 0: 0 + 1 = 1, in prose
+    cached[0].write_text(json.dumps(texts))
+    edited, _ = evaluate.evaluate_run(preset, run, ["base"], mesh="m")
+    row = edited["base"]["rows"][0]
+    assert (row["correct"], row["lenient"], row["reason"]) == (False, True, "no_answer_tag")
+    # another decoding setting is another key: generated afresh, kept beside the first
+    hotter = get_preset("tiny", **{"eval.num_samples": 1, "eval.temperature": 0.9})
+    evaluate.evaluate_run(hotter, run, ["base"], mesh="m")
+    assert loaded == ["base", "base"] and len(samplers) == 2 and len(samplers[1].calls) == 2
+    assert len(list((tmp_path / ".eval_cache").glob("base-*.json"))) == 2
+    # a trained stage is never cached; cache_base off generates afresh
+    off = get_preset("tiny", **{"eval.num_samples": 1, "eval.cache_base": False})
+    evaluate.evaluate_run(off, run, ["base"], mesh="m")
+    assert loaded == ["base"] * 3 and len(samplers) == 3
+
+
+def test_greedy_only_with_sampled_accuracy_on_a_subset_and_the_seeds(tmp_path, monkeypatch, tiny_dir):
+    """eval.num_samples 0 draws no pass@k samples; the subset's samples are drawn at GRPO's
+    temperature and their mean accuracy sits beside greedy accuracy; results.json records the
+    seeds (data.seed, data.eval_seed, eval.seed)."""
+    tok = models.load_tokenizer(tiny_dir / "tokenizer.model", vocab_size=512)
+    run = _run_with_splits(tmp_path, n=20)
+    samplers = []
+    monkeypatch.setattr(evaluate, "load_stage", lambda p, r, name, mesh: ("model", tok))
+    monkeypatch.setattr(evaluate, "make_sampler",
+                        lambda *a: samplers.append(CountingSampler(tok)) or samplers[-1])
+    monkeypatch.setattr(evaluate.models, "free", lambda: None)
+    preset = get_preset("tiny", **{"eval.num_samples": 0, "eval.sampled_subset": 4,
+                                   "eval.sampled_per_prompt": 3, "eval.seed": 2})
+    results, seconds = evaluate.evaluate_run(preset, run, ["base"], mesh="m")
+    # greedy (20 prompts, 2 batches of 16), then 3 rounds of the 4-prompt subset at GRPO's T
+    assert samplers[0].calls == [(16, None)] * 2 + [(16, preset.grpo.temperature)] * 3
+    summary = results["base"]["summary"]
+    o = summary["overall"]
+    assert "pass_at_k" not in o
+    assert (o["accuracy"], o["sampled_accuracy"], o["sampled_prompts"]) == (1.0, 1.0, 4)
+    assert summary["sampled"] == {"prompts": 4, "per_prompt": 3, "temperature": 0.9, "top_p": 1.0,
+                                  "top_k": 50, "accuracy": 1.0, "greedy_accuracy": 1.0}
+    subset = [r["id"] for r in results["base"]["rows"] if "sampled_accuracy" in r]
+    assert subset == ["0", "1", "2", "3"]  # math and general in turn
+    assert summary["per_domain"]["math"]["sampled_prompts"] == 2
+    out = evaluate.save_run(run, preset, results, seconds, files=notebook.eval_tables(results, k=0))
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["seeds"] == {"data.seed": 3, "data.eval_seed": 5, "eval.seed": 2}
+    assert saved["stages"]["base"]["sampled"]["accuracy"] == 1.0
+    assert "| - | - |" in (out / "stage_table.md").read_text()
+    # the subset is sampled at eval.sampled_temperature when it is set
+    cooler = preset.replace(**{"eval.sampled_temperature": 0.3})
+    evaluate.evaluate_run(cooler, run, ["base"], mesh="m")
+    assert samplers[-1].calls[-1] == (16, 0.3)
+
+
+@pytest.mark.parametrize("gold, domain, completion, lenient", [
+    ("Tom", "general", "Tom is older than Dan. So the answer is Tom.", True),
+    ("Tom", "general", "Tom is older than Dan. So the answer is Dan.", False),
+    ("red", "instruction", "Answer: red", True),
+    ("red", "instruction", "**Answer:** red", True),
+    ("12", "math", "The answer is 12.", True),
+    ("fig", "summarization", "apple 2, plum 3, fig 1. Least often: fig. So the answer is fig.", True),
+    ("blue cake egg", "instruction", "By first letters. So the answer is blue, cake, egg.", True),
+    # hedged, denied, several candidates: nothing is credited
+    ("Tom", "general", "The answer is Tom or Dan.", False),
+    ("Tom", "general", "The answer is maybe Tom, maybe Dan.", False),
+    ("Tom", "general", "The answer is not Tom.", False),
+    ("Tom", "general", "The answer is Tom. No wait, the answer is Dan.", False),
+    ("Tom", "general", "The answer is Dan. No wait, the answer is Tom.", False),
+    ("Tom", "general", "The answer is Tom. The answer is Tom.", True),  # the same twice: one answer
+    ("Tom", "general", "So the answer is Tom. He is 12.", False),  # a number after: read as before
+    ("Tom", "math", "So the answer is Tom.", False),  # the numeric domains read numbers only
+    ("3", "summarization", "peach 3, lime 3. So the answer is 3 times.", True),
+])
+def test_lenient_accuracy_reads_word_answers_stated_in_prose(gold, domain, completion, lenient):
+    row = evaluate.score({"domain": domain, "answer": gold}, completion)
+    assert (row["correct"], row["lenient"], row["reason"]) == (False, lenient, "no_answer_tag")
+
+
+def test_the_lenient_reader_keeps_every_verdict_of_the_checker_corpus():
+    """benchmarks/checker/checker_cases.jsonl's free-text cases, read by evaluation's lenient reader
+    under each case's domain and under a text domain: every verdict the numeric reader gave
+    stands, and no wrong answer is credited under the case's own domain."""
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "checker" / "checker_cases.jsonl"
+    cases = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    free = [c for c in cases if c["comparable"] and c["mode"] == "free_text"]
+    assert len(free) >= 80
+    with evaluate.answers.strict():
+        for case in free:
+            gold, domain = case.get("gold_answer", case["gold"]), case.get("domain", "math")
+            before = evaluate.answers.final_answer(case["pred"])
+            old = before is not None and evaluate.answers.check_answer(domain, before, gold)
+            new = evaluate.score({"domain": domain, "answer": gold}, case["pred"])["lenient"]
+            assert new == old, case["id"]
+            assert case["expected"] or not new, case["id"]
+            old = before is not None and evaluate.answers.check_answer("general", before, gold)
+            assert evaluate.score({"domain": "general", "answer": gold}, case["pred"])["lenient"] == old

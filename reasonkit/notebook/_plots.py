@@ -703,8 +703,9 @@ def plot_stages(results: dict[str, dict], k: int | None = None, path: str | path
     width = 0.8 / len(stages)
     for j, stage in enumerate(stages):
         o = results[stage]["summary"]["overall"]
-        vals = [100 * o[m] for m in METRICS]
-        errs = [100 * standard_error(o[m], o["n"]) for m in METRICS]
+        # a metric not measured (pass@k, maj@k with eval.num_samples 0) has no bar, not a 0
+        vals = [100 * o[m] if m in o else np.nan for m in METRICS]
+        errs = [100 * standard_error(o[m], o["n"]) if m in o else np.nan for m in METRICS]
         ax.bar(np.arange(len(METRICS)) + j * width, vals, width, yerr=errs, capsize=2, label=stage)
     ax.set_xticks(np.arange(len(METRICS)) + width * (len(stages) - 1) / 2)
     ax.set_xticklabels([LABELS[m] for m in METRICS])
