@@ -1,4 +1,5 @@
 import dataclasses
+from collections import Counter
 
 import pytest
 
@@ -104,3 +105,22 @@ def test_env_overrides_errors_say_what_and_where(monkeypatch, text, match):
     monkeypatch.setenv("REASONKIT_OVERRIDES", text)
     with pytest.raises(ValueError, match=match):
         get_preset()
+
+
+def test_the_real_cpu_preset_evaluates_1008_prompts_greedy_and_samples_a_subset():
+    """gemma3-270m-cpu (issue 66 item 5): 168 held-out prompts a domain, greedy only, and the
+    sampled accuracy of 2 samples each of 252 prompts at GRPO's temperature; tiny keeps its
+    evaluation as it was (its stage table must not move)."""
+    from reasonkit import data, evaluate, tasks
+
+    p = get_preset("gemma3-270m-cpu")
+    assert (p.data.eval_per_domain, p.data.eval_seed, p.eval.num_samples) == (168, None, 0)
+    assert (p.eval.sampled_subset, p.eval.sampled_per_prompt, p.eval.sampled_temperature) == (252, 2, None)
+    assert evaluate.sampled_decoding(p.eval, p.grpo).temperature == p.grpo.temperature == 0.9
+    splits, report = data.build_splits(tasks.generate_all(p.data.num_records, seed=p.data.seed), p.data)
+    assert len(splits.eval) == 1008 and set(report.eval.values()) == {168} and not report.notes
+    subset = evaluate.sampled_subset(splits.eval, p.eval.sampled_subset)
+    assert len(subset) == 252 and set(Counter(splits.eval[i]["domain"] for i in subset).values()) == {42}
+    tiny = get_preset("tiny")
+    assert (tiny.eval.num_samples, tiny.eval.sampled_subset, tiny.data.eval_seed) == (4, 0, None)
+    assert evaluate.sampled_decoding(tiny.eval, tiny.grpo) is None
