@@ -423,12 +423,12 @@ else:
 # - **Right answers did not fall**: `answer_correct`'s last-quarter mean is at most three
 #   standard errors (its step-to-step spread over a quarter) below the first's. A collapse
 #   (too high a learning rate, a gamed reward) fails here.
-# - **Held-out accuracy did not fall**: given `held_out=(first, last)`, per-prompt
-#   correctness of the block at the first and last checks, the last is at most two
-#   *paired* standard errors below the first. The checks keep only each block's accuracy
-#   today, so this cell passes none. The check then falls back to two binomial standard
-#   errors of the block: about 17 points on 32 prompts, far looser. `06_evaluation` makes
-#   the paired comparison on every held-out prompt.
+# - **Held-out accuracy did not fall**: each check keeps its verdict per prompt
+#   (`grpo/held_out.jsonl`). The last check is at most two *paired* standard errors below
+#   the first, on the same prompts (`train.held_out.first_and_last`). A run from before
+#   those files falls back to two binomial standard errors of the block: about 17 points
+#   on 32 prompts, far looser. `06_evaluation` makes the paired comparison on every
+#   held-out prompt.
 #
 # Not asserted: a rise in `answer_correct` or held-out accuracy. On `tiny` it is below
 # their noise over a run (the curves; `docs/experiments.md`; "What next"). The cell prints
@@ -441,7 +441,7 @@ else:
 # %%
 if finished:
     print(notebook.check_grpo(train.read_metrics(run, "grpo"), held_out_prompts=preset.grpo.eval_prompts,
-                              held_out=None))  # no per-prompt results kept: the unpaired rule
+                              held_out=train.held_out.first_and_last(run)))  # per prompt: paired
 else:
     print("GRPO has not finished: nothing to check yet")
 

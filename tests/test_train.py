@@ -1065,3 +1065,81 @@ def test_the_contrast_pass_samples_as_the_rollouts_do(tmp_path):
     first = contrast.rights(policy, tok, records, hard)
     assert first == contrast.rights(policy, tok, records, hard)  # seeded: the same pass
     assert all(0 <= c <= hard.grpo.num_generations for c in first)
+
+
+def _dpo_batch(preset, tok, n: int):
+    """``n`` pairs of tiny math records (the gold against a wrong answer), as DPO's collator pads them."""
+    from reasonkit import collate, tasks
+
+    recs = tasks.generate("math", n, seed=0)
+    pairs = [{"prompt": r["prompt"], "chosen": template.format_completion(r["reasoning"], r["answer"]),
+              "rejected": template.format_completion(r["reasoning"], "0")} for r in recs]
+    return next(collate.batches(train.dpo_examples(pairs, tok), n, train.dpo_collator(preset, tok)))
+
+
+def test_rpo_loss_is_tunixs_dpo_loss_plus_alpha_times_the_chosen_nll(preset):
+    """rpo_alpha = 0 builds the same trainer as before (Tunix's DPO loss, chunked) and its
+    loss equals Tunix's DPO loss; rpo_alpha > 0 adds alpha times the chosen answers' NLL
+    per token, logged as train/rpo_nll."""
+    from tunix.sft.dpo.dpo_trainer import dpo_loss_fn
+
+    _, policy, tok, _ = models.load_policy(preset, None, None, None)
+    _, reference, _, _ = models.load_policy(preset, None, None, None)
+    for var in jax.tree.leaves(nnx_lora_state(policy)):  # move the policy off its reference
+        var.value = var.value + 0.01 * jnp.ones_like(var.value)
+    batch = _dpo_batch(preset, tok, 2)
+    plain = train_build.dpo_trainer(preset, policy, reference)
+    assert plain.loss_fn.__wrapped__ is dpo_loss_fn  # rpo_alpha = 0: the program as before
+    assert loss_swap.RPO_METRIC not in private.tunix_private(plain, "_aux_metrics_to_log")
+    alpha = 0.5
+    rpo = train_build.dpo_trainer(preset.replace(**{"dpo.rpo_alpha": alpha}), policy, reference)
+    assert loss_swap.RPO_METRIC in private.tunix_private(rpo, "_aux_metrics_to_log")
+    example = private.tunix_private(plain, "_prepare_inputs")(batch)
+    inputs = plain.gen_model_input_fn(example)
+    loss, aux = plain.loss_fn(policy, **inputs)
+    with loss_swap.chunked_log_probs():
+        tunix_loss, _ = dpo_loss_fn(policy, **inputs)
+        zero, _ = loss_swap.rpo_loss_fn(policy, **inputs, rpo_alpha=0.0)
+    assert float(zero) == float(loss) == float(tunix_loss)
+    rpo_loss, rpo_aux = rpo.loss_fn(policy, **inputs)
+    got = loss_swap.pair_log_probs(plain, batch)
+    nll = float(np.mean(-got["chosen"] / got["chosen_tokens"]))
+    assert float(rpo_aux[loss_swap.RPO_METRIC]) == pytest.approx(nll, rel=1e-5)
+    assert float(rpo_loss) == pytest.approx(float(loss) + alpha * nll, rel=1e-6)
+    assert float(rpo_aux["rewards/margin"]) == pytest.approx(float(aux["rewards/margin"]), rel=1e-6)
+    assert float(aux["rewards/margin"]) != 0  # the policy differs from its reference
+
+
+def nnx_lora_state(model):
+    from flax import nnx
+
+    return nnx.state(model, nnx.LoRAParam)
+
+
+def test_rpo_on_plain_tunix_is_refused_before_the_stage_opens(tmp_path, preset):
+    p = preset.replace(**{"optimisations": [], "dpo.rpo_alpha": 1.0})
+    run = RunDir.create("plain-rpo", root=tmp_path)
+    with pytest.raises(ValueError, match=r"dpo.rpo_alpha=1.0: RPO's NLL term .* runs Tunix as it ships "
+                                         r"\(optimisations=\[\]\)\. Set dpo.rpo_alpha=0 .* or put "
+                                         r"'chunked log-probs' in optimisations"):
+        train.train_dpo(p, run)
+    assert not (run.stage("dpo") / runs.SETTINGS_FILE).exists()
+    with pytest.raises(ValueError, match="dpo.rpo_alpha=1.0"):  # the notebook's r.patch refuses too
+        train_build.dpo_trainer(p, None, None)
+
+
+def test_held_out_checks_keep_their_verdicts_per_prompt_for_a_paired_comparison(tmp_path):
+    """Each check appends its verdict per prompt; the first and the last are what 05's final
+    check compares, paired; a retrain clears them with the stage."""
+    from reasonkit.train import held_out
+
+    run = RunDir.create("paired", root=tmp_path)
+    assert held_out.first_and_last(run) is None  # no check yet
+    path = run.stage("grpo") / held_out.CHECKS_FILE
+    rows = [{"id": f"p{i}", "correct": i % 2 == 0} for i in range(4)]
+    path.write_text("".join(json.dumps({"step": s, "rows": rows}) + "\n" for s in (0, 50, 100)))
+    first, last = held_out.first_and_last(run)
+    assert first == last == rows and sorted(held_out.per_prompt(run)) == [0, 50, 100]
+    path.write_text(json.dumps({"step": 0, "rows": rows}) + "\n"
+                    + json.dumps({"step": 9, "rows": rows[::-1]}) + "\n")
+    assert held_out.first_and_last(run) is None  # another block: nothing to pair

@@ -50,11 +50,11 @@ from reasonkit.runtime._processes import is_writer, sync
 from reasonkit.runtime._session import STAGES, holds_no_file, session_deadline
 
 __all__ = ["STAGES", "NOTEBOOK_OF", "open_jsonl", "RunDir", "PREVIOUS", "load_or_build", "write_files",
-           "checkpoint_dir", "latest_step", "start_from", "SETTINGS_FILE", "CONTRAST_FILES", "LAYOUT_ONLY",
-           "ADDED_SETTINGS", "recorded_settings", "trained_from", "begin_stage", "stage_settings",
-           "settings_changes", "settings_diff", "record_settings", "check_hand_off", "branch",
-           "save_data", "build_data", "finish_data", "MADE_BY", "OTHER_RUN", "OtherPresetError", "made_by",
-           "recorded_made_by", "made_by_changes", "check_made_by"]
+           "checkpoint_dir", "latest_step", "start_from", "SETTINGS_FILE", "CONTRAST_FILES",
+           "HELD_OUT_FILE", "LAYOUT_ONLY", "ADDED_SETTINGS", "recorded_settings", "trained_from",
+           "begin_stage", "stage_settings", "settings_changes", "settings_diff", "record_settings",
+           "check_hand_off", "branch", "save_data", "build_data", "finish_data", "MADE_BY", "OTHER_RUN",
+           "OtherPresetError", "made_by", "recorded_made_by", "made_by_changes", "check_made_by"]
 
 NOTEBOOK_OF = {"data": "02_dataset_rebalance", "sft": "03_sft", "dpo": "04_dpo",
                "grpo": "05_grpo", "eval": "06_evaluation"}
@@ -294,6 +294,7 @@ def trained_from(run: RunDir, stage: str) -> list[str]:
 
 # GRPO's contrast pass in its stage directory: the kept prompts, and the pass's summary
 CONTRAST_FILES = ("prompts.jsonl", "contrast.json")
+HELD_OUT_FILE = "held_out.jsonl"  # the held-out checks' verdicts per prompt (train.held_out)
 
 
 def begin_stage(run: RunDir, stage: str, overwrite: bool) -> None:
@@ -314,7 +315,7 @@ def begin_stage(run: RunDir, stage: str, overwrite: bool) -> None:
         # GRPO's contrast pass (train.contrast) was made on the adapters it started from, which
         # a retrain may no longer start from
         for name in ("checkpoints", "metrics.jsonl", "tensorboard", "finished.json", SETTINGS_FILE,
-                     *CONTRAST_FILES):
+                     HELD_OUT_FILE, *CONTRAST_FILES):
             path = run.stage(stage) / name
             if is_writer():  # several processes: process 0 clears, the others wait for it
                 shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)

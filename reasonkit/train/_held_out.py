@@ -36,16 +36,18 @@ import numpy as np
 
 from reasonkit import data, models, rewards, template
 from reasonkit.config import Preset
-from reasonkit.runtime import RunDir, from_writer, is_writer
+from reasonkit.runtime import RunDir, from_writer, is_writer, runs
 from reasonkit.train import _generation as generation
 from reasonkit.train._metrics import read_metrics
 
-__all__ = ["BEST_DIR", "ADAPTERS_FILE", "INFO_FILE", "Reading", "held_out_block", "diverging",
-           "HeldOutCheck", "for_run", "checked", "best_info", "load_best", "progress"]
+__all__ = ["BEST_DIR", "ADAPTERS_FILE", "INFO_FILE", "CHECKS_FILE", "per_prompt", "first_and_last",
+           "Reading", "held_out_block", "diverging", "HeldOutCheck", "for_run", "checked", "best_info",
+           "load_best", "progress"]
 
 BEST_DIR = "best"  # <grpo>/best: the adapters of the best held-out accuracy
 ADAPTERS_FILE = "adapters.safetensors"
 INFO_FILE = "best.json"
+CHECKS_FILE = runs.HELD_OUT_FILE  # <stage>/held_out.jsonl: each check's verdict per prompt
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,6 +192,11 @@ class HeldOutCheck:
         reading = dataclasses.replace(reading, seconds=time.perf_counter() - t0)
         self.readings.append(reading)
         self._log(reading, before, since)
+        if is_writer():  # the verdict per prompt, for a paired comparison of two checks
+            with runs.open_jsonl(self.run.stage(self.stage) / CHECKS_FILE) as f:
+                f.write(json.dumps({"step": step, "rows": [
+                    {"id": r.get("id"), "correct": bool(c)} for r, c in zip(self.records, right,
+                                                                            strict=True)]}) + "\n")
         return reading
 
     @staticmethod
@@ -288,6 +295,28 @@ def checked(stream: Iterable[Any], check: HeldOutCheck | None, every: int, *,
             elif i == start + 1:
                 check.warm()
         yield item
+
+
+def per_prompt(run: RunDir, stage: str = "grpo") -> dict[int, list[dict[str, Any]]]:
+    """``{step: [{"id", "correct"}, ...]}``: each held-out check's verdict per prompt (the
+    last one logged for a step wins: a resumed stage checks its start again)."""
+    path = run.stage(stage) / CHECKS_FILE
+    if not path.is_file():
+        return {}
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return {r["step"]: r["rows"] for r in rows}
+
+
+def first_and_last(run: RunDir, stage: str = "grpo") -> tuple[list[dict], list[dict]] | None:
+    """The first and the last check's verdicts per prompt, on the same prompts, or None
+    (fewer than two checks, or a block that changed between them)."""
+    checks = per_prompt(run, stage)
+    if len(checks) < 2:
+        return None
+    first, last = checks[min(checks)], checks[max(checks)]
+    if [r["id"] for r in first] != [r["id"] for r in last]:
+        return None
+    return first, last
 
 
 def best_info(run: RunDir, stage: str = "grpo") -> dict[str, Any] | None:
