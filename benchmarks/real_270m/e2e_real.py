@@ -52,7 +52,7 @@ SHORT: dict[str, Any] = {
     "grpo.max_steps": 1, "grpo.batch_size": 1, "grpo.num_generations": 2, "grpo.max_prompt_length": 48,
     "grpo.max_generation_length": 16, "grpo.checkpoint_every": 1,
     "eval.batch_size": 4, "eval.max_prompt_length": 48, "eval.max_generation_length": 8,
-    "eval.num_samples": 1, "eval.gsm8k_test": None,
+    "eval.num_samples": 1, "eval.sampled_subset": 0, "eval.gsm8k_test": None,
 }
 
 
