@@ -288,6 +288,9 @@ class SFTConfig(TrainConfig):
                   f"must be < max_target_length={self.max_target_length}")
 
 
+_DPO_PAIRS = ("synthetic", "on-policy")  # DPOConfig.pairs: where DPO's preference pairs come from
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class DPOConfig(TrainConfig):
     """Direct preference optimisation (Rafailov et al. 2023), or ORPO (Hong et al. 2024).
@@ -301,6 +304,17 @@ class DPOConfig(TrainConfig):
     algorithm: str = "dpo"  # "dpo" (against a frozen reference) or "orpo" (SFT loss + odds ratio)
     beta: float = 0.1  # DPO's beta: smaller lets the policy move further from the reference
     lambda_orpo: float = 0.1  # ORPO's lambda: weight of the odds-ratio term beside the SFT loss
+    # RPO (Pang et al. 2024): + rpo_alpha * the chosen answer's NLL per token; 0: plain DPO
+    rpo_alpha: float = 0.0
+    # --- the pairs
+    # "synthetic": rejected answers made from the gold record (reasonkit.data._pairs);
+    # "on-policy": k answers sampled from the policy DPO starts from, on fresh prompts,
+    # a right one against a wrong one (reasonkit.train._onpolicy)
+    pairs: str = "synthetic"
+    onpolicy_prompts: int = 256  # fresh prompts screened for on-policy pairs (apart from every split)
+    onpolicy_samples: int = 4  # k: answers sampled per prompt, as GRPO's rollouts sample
+    held_out_pairs: int = 16  # on-policy pairs kept apart, not trained on: the held-out figures
+    eval_every: int = 0  # steps between held-out pair checks; 0: before the first step and at the end
     # --- shapes
     max_prompt_length: int = 128  # prompt tokens (left-padded), BOS included; longer pairs are dropped
     max_response_length: int = 128  # tokens per chosen / rejected response (right-padded)
@@ -313,6 +327,20 @@ class DPOConfig(TrainConfig):
         _positive(self, "beta", "lambda_orpo")
         _count(self, "max_prompt_length", "max_response_length")
         _buckets(self)
+        if not (_is_number(self.rpo_alpha) and math.isfinite(self.rpo_alpha) and self.rpo_alpha >= 0):
+            _fail("DPOConfig", "rpo_alpha", self.rpo_alpha, "must be a finite number >= 0 (0: plain DPO)")
+        if self.rpo_alpha > 0 and self.algorithm == "orpo":
+            _fail("DPOConfig", "rpo_alpha", self.rpo_alpha,
+                  "is DPO's NLL term; ORPO's loss has its own (its SFT term): set rpo_alpha=0 "
+                  "with algorithm='orpo', or algorithm='dpo'")
+        if self.pairs not in _DPO_PAIRS:
+            _fail("DPOConfig", "pairs", self.pairs, f"must be one of {list(_DPO_PAIRS)}")
+        _count(self, "onpolicy_prompts", "onpolicy_samples")
+        _require(self, ("held_out_pairs", "eval_every"), lambda v: _is_int(v) and v >= 0,
+                 "must be an int >= 0")
+        if self.pairs == "on-policy" and self.held_out_pairs >= self.onpolicy_prompts:
+            _fail("DPOConfig", "held_out_pairs", self.held_out_pairs,
+                  f"must be < onpolicy_prompts={self.onpolicy_prompts}: pairs must be left to train on")
 
 
 # GRPO's default reward: reasonkit.rewards.MATH_REWARDS by name, unweighted.

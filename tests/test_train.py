@@ -1081,12 +1081,13 @@ def test_rpo_loss_is_tunixs_dpo_loss_plus_alpha_times_the_chosen_nll(preset):
     """rpo_alpha = 0 builds the same trainer as before (Tunix's DPO loss, chunked) and its
     loss equals Tunix's DPO loss; rpo_alpha > 0 adds alpha times the chosen answers' NLL
     per token, logged as train/rpo_nll."""
+    from flax import nnx
     from tunix.sft.dpo.dpo_trainer import dpo_loss_fn
 
     _, policy, tok, _ = models.load_policy(preset, None, None, None)
     _, reference, _, _ = models.load_policy(preset, None, None, None)
-    for var in jax.tree.leaves(nnx_lora_state(policy)):  # move the policy off its reference
-        var.value = var.value + 0.01 * jnp.ones_like(var.value)
+    # the policy off its reference
+    nnx.update(policy, jax.tree.map(lambda x: x + 0.01, nnx.state(policy, nnx.LoRAParam)))
     batch = _dpo_batch(preset, tok, 2)
     plain = train_build.dpo_trainer(preset, policy, reference)
     assert plain.loss_fn.__wrapped__ is dpo_loss_fn  # rpo_alpha = 0: the program as before
@@ -1110,12 +1111,6 @@ def test_rpo_loss_is_tunixs_dpo_loss_plus_alpha_times_the_chosen_nll(preset):
     assert float(aux["rewards/margin"]) != 0  # the policy differs from its reference
 
 
-def nnx_lora_state(model):
-    from flax import nnx
-
-    return nnx.state(model, nnx.LoRAParam)
-
-
 def test_rpo_on_plain_tunix_is_refused_before_the_stage_opens(tmp_path, preset):
     p = preset.replace(**{"optimisations": [], "dpo.rpo_alpha": 1.0})
     run = RunDir.create("plain-rpo", root=tmp_path)
@@ -1125,7 +1120,7 @@ def test_rpo_on_plain_tunix_is_refused_before_the_stage_opens(tmp_path, preset):
         train.train_dpo(p, run)
     assert not (run.stage("dpo") / runs.SETTINGS_FILE).exists()
     with pytest.raises(ValueError, match="dpo.rpo_alpha=1.0"):  # the notebook's r.patch refuses too
-        train_build.dpo_trainer(p, None, None)
+        train_build.patch_dpo_trainer(object(), p)
 
 
 def test_held_out_checks_keep_their_verdicts_per_prompt_for_a_paired_comparison(tmp_path):

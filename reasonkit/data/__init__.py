@@ -17,7 +17,7 @@ dropped on the way, by reason. Every stage formats records with the one template
 
 - :mod:`._records`: the schema, the drop reports, JSONL on disk.
 - :mod:`._sources`: JSONL, preference pairs, GSM8K (TFDS, Hugging Face, JSONL), any HF dataset.
-- :mod:`._pairs`: rejected responses for DPO pairs.
+- :mod:`._pairs`: DPO pairs: synthetic rejected responses, and pairs of the policy's own answers.
 - :mod:`._splits`: stage limits, filters, rebalancing, the evaluation split, the splits on disk.
 
 >>> from reasonkit.config import DataConfig
@@ -30,6 +30,7 @@ dropped on the way, by reason. Every stage formats records with the one template
 ({'eval': 4, 'sft': 30, 'dpo': 30, 'grpo': 30}, {'duplicate prompt': 1})
 """
 
+from reasonkit.data._pairs import onpolicy_pair
 from reasonkit.data._records import DataReport, SourceReport, gold_problem, read_jsonl, write_jsonl
 from reasonkit.data._sources import load_gsm8k, load_sources
 from reasonkit.data._splits import (
@@ -43,9 +44,9 @@ from reasonkit.data._splits import (
     write_splits,
 )
 
-__all__ = ["gold_problem", "SourceReport", "DataReport", "read_jsonl", "write_jsonl", "load_gsm8k",
-           "load_sources", "Limits", "stage_limits", "too_long", "Splits", "build_splits", "harder_grpo",
-           "write_splits", "read_splits"]
+__all__ = ["onpolicy_pair", "gold_problem", "SourceReport", "DataReport", "read_jsonl", "write_jsonl",
+           "load_gsm8k", "load_sources", "Limits", "stage_limits", "too_long", "Splits", "build_splits",
+           "harder_grpo", "write_splits", "read_splits"]
 
 # The public classes are named as this package's (reasonkit.data.DataReport, ...): that is
 # where callers import them from, what pickle records and what plots.qualified_name shows.

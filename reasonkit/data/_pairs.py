@@ -1,7 +1,10 @@
-"""Rejected responses for DPO pairs: a wrong answer, or a broken format.
+"""DPO's preference pairs: synthetic ones made from the gold record, and on-policy ones.
 
-A wrong answer is wrong by the one checker (:mod:`reasonkit.answers`), under the record's
-domain's rule, so a pair never rejects a right answer.
+A synthetic pair (:func:`preference_pair`) rejects a wrong answer or a broken format made
+from the gold record. A wrong answer is wrong by the one checker (:mod:`reasonkit.answers`),
+under the record's domain's rule, so a pair never rejects a right answer. An on-policy pair
+(:func:`onpolicy_pair`) pairs the policy's own answers, already judged: a right one against
+a wrong one of exact format (``reasonkit.train._onpolicy`` samples and judges them).
 """
 
 from __future__ import annotations
@@ -12,9 +15,15 @@ from typing import Sequence
 
 from reasonkit import answers
 from reasonkit.data._records import FIELDS
-from reasonkit.template import END_OF_TURN, REASONING_END, REASONING_START, format_completion
+from reasonkit.template import (
+    END_OF_TURN,
+    REASONING_END,
+    REASONING_START,
+    format_completion,
+    has_exact_format,
+)
 
-__all__ = ["REJECTED_KINDS", "wrong_answer", "preference_pair"]
+__all__ = ["REJECTED_KINDS", "wrong_answer", "preference_pair", "as_completion", "onpolicy_pair"]
 
 
 REJECTED_KINDS = ("wrong_answer", "missing_tags", "answer_outside_tag")
@@ -104,3 +113,49 @@ def preference_pair(record: dict, rng: random.Random, *, others: Sequence[str] =
             rejected = f"{REASONING_START}{reasoning}{REASONING_END}\n{answer}{END_OF_TURN}"
     return {**{k: record[k] for k in FIELDS}, "chosen": format_completion(reasoning, answer),
             "rejected": rejected, "rejected_kind": kind}
+
+
+def as_completion(text: str) -> str:
+    """A sampled answer as a DPO response: the text up to its end-of-turn, which closes it
+    (the sampler stops on it and leaves it out).
+
+    >>> as_completion("<answer>4</answer>"), as_completion("<answer>4</answer><end_of_turn>x")
+    ('<answer>4</answer><end_of_turn>', '<answer>4</answer><end_of_turn>')
+    """
+    return text.split(END_OF_TURN)[0] + END_OF_TURN
+
+
+def onpolicy_pair(record: dict, texts: Sequence[str], right: Sequence[bool],
+                  verified: Sequence[bool]) -> dict | None:
+    """A DPO pair from the policy's own answers to ``record``'s prompt, or None.
+
+    ``right[i]``: the checker's verdict on ``texts[i]`` (evaluation's); ``verified[i]``: and
+    its reasoning supports it. Rejected: the first wrong answer of exact format (the
+    model's own error, not a broken format). Chosen: the first verified right answer of
+    exact format; when there is none (all wrong, or right by luck), the gold trace. No
+    pair without a wrong answer of exact format. ``chosen_from`` says which chosen it is,
+    ``rights`` how many of the answers were right.
+
+    >>> rec = {"id": "1", "domain": "math", "source": "x", "prompt": "3 * 4?",
+    ...        "reasoning": "3 * 4 = 12.", "answer": "12"}
+    >>> good = "<reasoning>3 * 4 = 12.</reasoning>\\n<answer>12</answer>"
+    >>> bad = "<reasoning>3 * 4 = 13.</reasoning>\\n<answer>13</answer>"
+    >>> pair = onpolicy_pair(rec, [bad, good], [False, True], [False, True])
+    >>> pair["chosen"] == as_completion(good), pair["rejected"] == as_completion(bad), pair["chosen_from"]
+    (True, True, 'policy')
+    >>> onpolicy_pair(rec, [bad, bad], [False, False], [False, False])["chosen_from"]
+    'gold'
+    >>> onpolicy_pair(rec, [good, "13"], [True, False], [True, False]) is None  # no exact-format wrong one
+    True
+    """
+    exact = [has_exact_format(t) for t in texts]
+    wrong = next((t for t, r, e in zip(texts, right, exact, strict=True) if e and not r), None)
+    if wrong is None:
+        return None
+    chosen = next((t for t, r, v, e in zip(texts, right, verified, exact, strict=True)
+                   if r and v and e), None)
+    return {**{k: record[k] for k in FIELDS},
+            "chosen": (format_completion(record["reasoning"], record["answer"]) if chosen is None
+                       else as_completion(chosen)),
+            "rejected": as_completion(wrong), "rejected_kind": "own_wrong_answer",
+            "chosen_from": "gold" if chosen is None else "policy", "rights": int(sum(right))}

@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from reasonkit.data import Splits
     from reasonkit.runtime import RunDir
 
-__all__ = ["PROMPTS_FILE", "SUMMARY_FILE", "as_rollouts", "rights", "keep_contrast", "check_difficulty",
-           "grpo_prompts"]
+__all__ = ["PROMPTS_FILE", "SUMMARY_FILE", "as_rollouts", "sampled", "rights", "keep_contrast",
+           "check_difficulty", "grpo_prompts"]
 
 PROMPTS_FILE, SUMMARY_FILE = runs.CONTRAST_FILES  # runs.begin_stage clears both on a retrain
 
@@ -49,20 +49,25 @@ def as_rollouts(preset: Preset) -> EvalConfig:
                                temperature=g.temperature, top_p=g.top_p, top_k=g.top_k)
 
 
+def sampled(policy, tokenizer, records: Sequence[dict], cfg: EvalConfig, model_cfg, k: int, *,
+            seed: int, desc: str) -> list[list[str]]:
+    """Per record: ``k`` answers sampled with ``cfg``'s settings (:func:`as_rollouts`), the
+    i-th of each with sampling seed ``seed + i``; one sampler, its programs compiled once."""
+    sampler = generation.make_sampler(policy, tokenizer, model_cfg, cfg)
+    prompts = [template.format_prompt(r["prompt"]) for r in records]
+    stops = models.stop_token_ids(tokenizer)
+    rounds = [generation.generate(sampler, prompts, cfg, stops, sample=True, seed=seed + i,
+                                  desc=f"{desc}: answer {i + 1}/{k}") for i in range(k)]
+    return [list(texts) for texts in zip(*rounds, strict=True)] if rounds else [[] for _ in records]
+
+
 def rights(policy, tokenizer, records: Sequence[dict], preset: Preset) -> list[int]:
     """Per record: how many of G answers sampled as GRPO's rollouts are right."""
     g = preset.grpo
-    cfg = as_rollouts(preset)
-    sampler = generation.make_sampler(policy, tokenizer, preset.model, cfg)
-    prompts = [template.format_prompt(r["prompt"]) for r in records]
-    stops = models.stop_token_ids(tokenizer)
-    counts = [0] * len(records)
-    for i in range(g.num_generations):
-        texts = generation.generate(sampler, prompts, cfg, stops, sample=True, seed=g.seed + i,
-                                    desc=f"GRPO prompts: answer {i + 1}/{g.num_generations}")
-        for j, (r, text) in enumerate(zip(records, texts, strict=True)):
-            counts[j] += rewards.is_correct(text, r["answer"], r.get("domain"))
-    return counts
+    texts = sampled(policy, tokenizer, records, as_rollouts(preset), preset.model, g.num_generations,
+                    seed=g.seed, desc="GRPO prompts")
+    return [sum(rewards.is_correct(t, r["answer"], r.get("domain")) for t in answers)
+            for r, answers in zip(records, texts, strict=True)]
 
 
 def keep_contrast(records: Sequence[dict], counts: Sequence[int], num_generations: int

@@ -28,7 +28,8 @@ from reasonkit.tunix_patches import (
 __all__ = ["PATCHES", "patch_sft_trainer", "patch_dpo_trainer", "patch_rl_cluster", "patch_grpo_learner",
            "without_remat", "show_recent", "detached_after", "rl_metrics_logger", "dpo_prepared_inputs",
            "abstract_models_stay_put", "sampler_of", "sampler_programs", "SharedPrefill",
-           "tpu_sharding_constraints", "attention_block_size", "logprob_chunk_positions"]
+           "tpu_sharding_constraints", "attention_block_size", "logprob_chunk_positions",
+           "check_dpo_loss", "dpo_pair_log_probs"]
 
 without_remat = sampling.without_remat
 show_recent = progress.show_recent
@@ -42,6 +43,7 @@ SharedPrefill = sampling.SharedPrefill
 tpu_sharding_constraints = sharding.tpu_sharding_constraints
 attention_block_size = attention.block_size  # the sizes the patched programs compute in
 logprob_chunk_positions = logprobs.chunk_positions
+dpo_pair_log_probs = loss_swap.pair_log_probs  # the held-out pair figures (train._onpolicy)
 
 
 def patch_sft_trainer(trainer, preset: Preset):
@@ -53,11 +55,28 @@ def patch_sft_trainer(trainer, preset: Preset):
     return trainer
 
 
+def check_dpo_loss(preset: Preset) -> None:
+    """Refuse ``dpo.rpo_alpha > 0`` on a preset without "chunked log-probs" (Tunix's DPO as it
+    ships has no NLL term; reasonkit's RPO variant is built on that loss swap)."""
+    alpha = preset.dpo.rpo_alpha
+    if alpha > 0 and not in_force(preset.optimisations, "chunked log-probs"):
+        raise ValueError(
+            f"dpo.rpo_alpha={alpha}: RPO's NLL term on the chosen answer is reasonkit's variant of "
+            "Tunix's DPO loss, added through the 'chunked log-probs' loss swap, and preset "
+            f"{preset.name!r} runs Tunix as it ships (optimisations={list(preset.optimisations)}). "
+            "Set dpo.rpo_alpha=0 for Tunix's own DPO, or put 'chunked log-probs' in optimisations")
+
+
 def patch_dpo_trainer(trainer, preset: Preset):
     """A ``DPOTrainer`` with "chunked log-probs" when in force: the loss's and the
-    reference's log-probabilities a chunk of positions at a time (the same numbers)."""
+    reference's log-probabilities a chunk of positions at a time (the same numbers); with
+    ``dpo.rpo_alpha > 0`` the loss gains RPO's NLL term on the chosen answer ("rpo loss"),
+    which a preset without "chunked log-probs" refuses (:func:`check_dpo_loss`)."""
+    check_dpo_loss(preset)
     if in_force(preset.optimisations, "chunked log-probs"):
         loss_swap.chunk_dpo(trainer)
+        if preset.dpo.rpo_alpha > 0:
+            loss_swap.with_rpo(trainer, preset.dpo.rpo_alpha)
     return trainer
 
 

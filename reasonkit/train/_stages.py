@@ -32,6 +32,7 @@ from reasonkit.runtime import mesh as mesh_lib
 from reasonkit.train import _clock as clock
 from reasonkit.train import _contrast as contrast
 from reasonkit.train import _held_out as held_out
+from reasonkit.train import _onpolicy as onpolicy
 from reasonkit.train import _seam
 from reasonkit.train._batches import (
     dpo_batches,
@@ -157,6 +158,7 @@ class StageRun:
     counter: compiles.CompileCounter | None = None
     collator: Any = None
     check: held_out.HeldOutCheck | None = None
+    pair_check: onpolicy.PairCheck | None = None  # DPO's held-out pair figures (dpo.pairs="on-policy")
     out_of_time: bool = False  # GRPO: the deadline came before the first batch
     exits: contextlib.ExitStack = dataclasses.field(default_factory=contextlib.ExitStack)
 
@@ -209,8 +211,7 @@ class StageRun:
             stream, self.collator = sft_batches(sft_examples(self.splits.sft, tok), self.preset, tok)
             label = "SFT"
         elif self.stage == "dpo":
-            stream, self.collator = dpo_batches(dpo_examples(self.splits.dpo, tok), self.preset, tok)
-            label = self.preset.dpo.algorithm
+            return self._dpo_batches()
         else:
             return self._grpo_batches()
         # global_batches: on several processes, each batch one global array
@@ -226,6 +227,21 @@ class StageRun:
         skip = self.trainer.train_steps
         return self.counter.watch(clock.until(stream, self.deadline, total=self.config.max_steps,
                                               name=label, skip=skip, counter=self.counter), skip=skip)
+
+    def _dpo_batches(self) -> Iterator[Any]:
+        """DPO's stream: the split's synthetic pairs, or (``dpo.pairs="on-policy"``) the
+        starting policy's own, with the held-out pair figures before the first step and
+        every ``dpo.eval_every`` steps (:mod:`reasonkit.train._onpolicy`)."""
+        tok, cfg, start = self.tokenizer, self.preset.dpo, self.trainer.train_steps
+        pairs, held = onpolicy.dpo_pairs(self.preset, self.run, self.trainer.model, tok, self.splits,
+                                         step=start)
+        stream, self.collator = dpo_batches(dpo_examples(pairs, tok), self.preset, tok)
+        stream = mesh_lib.global_batches(stream, self.mesh)
+        if held:
+            self.pair_check = onpolicy.PairCheck(self.trainer, held, self.preset, tok, self.run,
+                                                 self.mesh)
+            stream = onpolicy.checked(stream, self.pair_check, cfg.eval_every, start=start)
+        return self._until(stream, cfg.algorithm)
 
     def _grpo_batches(self) -> Iterator[Any]:
         """GRPO's stream, with its held-out checks; empty when out of time before the first batch."""
@@ -250,6 +266,10 @@ class StageRun:
         extra = {} if self.check is None else {"held_out": {
             "checks": len(self.check.readings), "seconds": round(self.check.seconds, 1), "best": {
                 k: v for k, v in (self.check.best or {}).items() if k != "ids"}}}
+        if self.pair_check is not None and self.pair_check.readings:
+            first, last = self.pair_check.readings[0], self.pair_check.readings[-1]
+            extra["held_out_pairs"] = {k: (first[k], last[k]) for k in (
+                "step", "pair_accuracy", "chosen_logp_per_token")} | {"n": last["n"]}
         stats = {"collate": self.collator.stats.to_dict(),
                  "compiles": log_compiles(self.run, self.stage, self.counter, steps), **extra}
         done = steps >= self.config.max_steps
@@ -273,7 +293,11 @@ def _open(preset: Preset, run: RunDir, name: str, *, deadline: float | None, ret
     if name == "grpo":
         fns = grpo_reward_fns(preset) if reward_fns is None else list(reward_fns)
         reward_fns = [Recorded(fn) for fn in fns]
+    if name == "dpo":
+        _seam.check_dpo_loss(preset)  # RPO on plain Tunix: refused with the stage untouched
     runs.begin_stage(run, name, retrain)
+    if name == "dpo" and retrain:
+        onpolicy.clear(run)  # sampled from the adapters it started from, which may have changed
     r = StageRun(name, preset, run, True, deadline=deadline, reward_fns=reward_fns)
     r.splits, _ = data.read_splits(run.require("data"))
     r.started_from = runs.start_from(run, name)  # None for SFT
@@ -304,6 +328,9 @@ def _opened(preset: Preset, run: RunDir, stage: str, *, deadline: float | None, 
                                "and call its train(r.batches(...)) inside the `with` block")
         if r.check is not None and not r.out_of_time and r.cluster.global_steps >= preset.grpo.max_steps:
             r.check(r.cluster.global_steps)  # the last adapters, beside the best
+        pc = r.pair_check
+        if pc is not None and pc.readings and pc.readings[-1]["step"] != r.trainer.train_steps:
+            pc(r.trainer.train_steps)  # the end: the adapters the stage leaves
     r.result = r.finish()
 
 

@@ -13,8 +13,8 @@ force, and ``()`` runs Tunix and qwix as they ship. The patches a stage needs to
 all are always applied (``optimisation=False`` below). :func:`in_force` is the one test.
 
 >>> sorted(p.name for p in PATCHES if not p.optimisation)  # doctest: +NORMALIZE_WHITESPACE
-['abstract models', 'metrics listeners', 'recent progress', 'reseeded rollouts', 'sampler graph',
- 'tpu sharding']
+['abstract models', 'metrics listeners', 'recent progress', 'reseeded rollouts', 'rpo loss',
+ 'sampler graph', 'tpu sharding']
 >>> in_force((), "chunked log-probs"), in_force((), "reseeded rollouts")
 (False, True)
 """
@@ -76,6 +76,13 @@ PATCHES = (
           why="each prompt's positions run once for its G answers",
           remove_when="Tunix's GRPO runs a prompt once for its G answers",
           test="tests/test_logprobs.py::test_grpo_log_probs_with_each_prompt_run_once_equal_every_row"),
+    Patch(name="rpo loss", module="loss_swap", written_for=TUNIX, optimisation=False,
+          replaces="DPOTrainer's loss (tunix.sft.dpo.dpo_trainer.dpo_loss_fn, its compute_logps "
+                   "read as it returns) and its _aux_metrics_to_log, when dpo.rpo_alpha > 0",
+          why="Tunix's DPO has no NLL term on the chosen answer (RPO, Pang et al. 2024); applied "
+              "only with dpo.rpo_alpha > 0 and 'chunked log-probs', a preset without it refuses",
+          remove_when="Tunix's DPOTrainingConfig has an NLL weight on the chosen answer (rpo_alpha)",
+          test="tests/test_train.py::test_rpo_loss_is_tunixs_dpo_loss_plus_alpha_times_the_chosen_nll"),
     Patch(name="sampler graph", module="sampling", written_for=TUNIX, optimisation=False,
           replaces="Sampler._transformer_graphdef, _supports_decode_only_last_token",
           why="a remat model cannot decode in Tunix's sampler; the prefill's output layer "
