@@ -928,3 +928,21 @@ def test_harder_grpo_needs_the_tasks_and_fits_the_limits(task_records):
     assert all(count(format_prompt(r["prompt"])) + 1 <= 12 for r in hard.grpo + hard.eval_hard)
     with pytest.raises(ValueError, match="count_tokens"):
         data.harder_grpo(splits, report, cfg, 2, limits=limits)
+
+
+def test_onpolicy_pairs_reject_the_models_own_wrong_answer_of_exact_format():
+    """A verified right answer against a wrong one of exact format; the gold when none is
+    verified; no pair when every wrong answer breaks the format (that is SFT's to teach)."""
+    rec = tasks.generate("math", 1, seed=3)[0]
+    gold = template.format_completion(rec["reasoning"], rec["answer"])
+    right = gold.removesuffix(template.END_OF_TURN)
+    wrong = template.format_completion(rec["reasoning"], "zzz").removesuffix(template.END_OF_TURN)
+    pair = data.onpolicy_pair(rec, [wrong, right], [False, True], [False, True])
+    assert (pair["chosen"], pair["rejected"], pair["chosen_from"]) == (gold, wrong + template.END_OF_TURN,
+                                                                      "policy")
+    assert pair["rights"] == 1 and {k: pair[k] for k in data_records.FIELDS} == rec
+    unverified = data.onpolicy_pair(rec, [right, wrong], [True, False], [False, False])
+    assert (unverified["chosen"], unverified["chosen_from"]) == (gold, "gold")
+    assert data.onpolicy_pair(rec, [right, "zzz"], [True, False], [True, False]) is None
+    assert data.onpolicy_pair(rec, [right, right], [True, True], [True, True]) is None
+    assert data_pairs.as_completion(right + template.END_OF_TURN + "more") == gold

@@ -102,7 +102,7 @@ def test_pairs_are_made_once_held_out_apart_and_read_back(tmp_path, monkeypatch)
 def test_onpolicy_dpo_with_rpo_trains_logs_the_term_and_the_held_out_pair_figures(tmp_path, monkeypatch):
     """SFT, then DPO on on-policy pairs with RPO's term: the adapters move, train/rpo_nll is
     logged, and the held-out pair figures before the first step, every eval_every steps
-    and at the end; a retrain samples the pairs again."""
+    and at the end."""
     preset = small_preset(**ON_POLICY, **{"dpo.rpo_alpha": 1.0, "dpo.eval_every": 2})
     run = make_run(tmp_path, "onpolicy", preset)
     sft = train.train_sft(preset, run)
@@ -129,5 +129,3 @@ def test_onpolicy_dpo_with_rpo_trains_logs_the_term_and_the_held_out_pair_figure
     assert result.stats["held_out_pairs"]["step"] == (0, 3) and result.stats["held_out_pairs"]["n"] == 4
     settings = runs.recorded_settings(run, "dpo")
     assert (settings["dpo.pairs"], settings["dpo.rpo_alpha"]) == ("on-policy", 1.0)
-    train.train_or_load(preset, run, "dpo", retrain=True)  # pairs of the adapters it starts from
-    assert calls == [12, 12]

@@ -144,7 +144,13 @@ def with_rpo(trainer, rpo_alpha: float) -> None:
     if trainer.algorithm != "dpo":
         raise ValueError(f"dpo.rpo_alpha={rpo_alpha}: RPO's term is DPO's; the trainer runs "
                          f"{trainer.algorithm!r}")
-    trainer.with_loss_fn(chunked(functools.partial(rpo_loss_fn, rpo_alpha=rpo_alpha)), has_aux=True)
+    def loss(model, train_example, algorithm: str = "dpo", beta: float = 0.1,
+             lambda_orpo: float = 0.1, label_smoothing: float = 0.0):
+        # a signature of its own: nnx's transforms bind keyword arguments by it (no partial)
+        return rpo_loss_fn(model, train_example, algorithm, beta, lambda_orpo, label_smoothing,
+                           rpo_alpha=rpo_alpha)
+
+    trainer.with_loss_fn(chunked(loss), has_aux=True)
     tunix_private(trainer, "_aux_metrics_to_log")[RPO_METRIC] = np.mean
 
 
