@@ -191,6 +191,17 @@ def test_a_grpo_run_recorded_before_length_buckets_reads_as_padded_to_the_max(tm
     assert runs.settings_changes(run, "grpo", s) == ["grpo.length_buckets: [[], []] -> [[80], [48]]"]
 
 
+def test_a_dpo_run_recorded_before_on_policy_pairs_reads_as_synthetic_pairs_without_rpo(tmp_path):
+    preset = small_preset()
+    run = make_run(tmp_path, "dpo-before", preset)
+    s = runs.stage_settings(preset, run, "dpo", "sft")
+    added = [k for k in runs.ADDED_SETTINGS if k.startswith("dpo.")]
+    run.write_json("dpo", "settings.json", {k: v for k, v in s.items() if k not in added})
+    assert runs.settings_changes(run, "dpo", s) == []  # as it trained: gold pairs, no NLL term
+    onpolicy = runs.stage_settings(preset.replace(**{"dpo.pairs": "on-policy"}), run, "dpo", "sft")
+    assert runs.settings_changes(run, "dpo", onpolicy) == ["dpo.pairs: 'synthetic' -> 'on-policy'"]
+
+
 def test_branch_copies_finished_stages_and_refuses_what_it_would_mix(tmp_path, capsys):
     run = RunDir.create("main", root=tmp_path)
     for stage in ("data", "sft", "dpo"):

@@ -273,7 +273,11 @@ LAYOUT_ONLY = ("mesh", "checkpoint_every", "log_every", "show_every", "remat", "
 # trained with: a run that recorded none compares as if it had recorded that one.
 ADDED_SETTINGS: dict[str, Any] = {"grpo.rewards": [list(pair) for pair in DEFAULT_REWARDS],
                                   # every answer padded to the max, as Tunix does
-                                  "grpo.length_buckets": [[], []]}
+                                  "grpo.length_buckets": [[], []],
+                                  # DPO on the gold record's pairs, without an NLL term
+                                  "dpo.pairs": "synthetic", "dpo.rpo_alpha": 0.0,
+                                  "dpo.onpolicy_prompts": 256, "dpo.onpolicy_samples": 4,
+                                  "dpo.held_out_pairs": 16}
 
 
 def recorded_settings(run: RunDir, stage: str) -> dict[str, Any] | None:
