@@ -20,14 +20,12 @@
 # towards the better ones. Then plot rewards and KL, compare answers, export the model.
 #
 # **What you will learn:** how group advantages replace a learned critic, why each reward
-# is logged alone, what the KL says. And how to switch the policy loss (GRPO, GSPO, DAPO,
-# Dr. GRPO).
+# is logged alone, what the KL says, and how to switch the policy loss.
 #
 # **What you need:** the splits (`02_dataset_rebalance`) and, in the same run, the DPO
 # adapters (`04_dpo`), or the SFT ones (`03_sft`). Gemma needs a TPU (Kaggle *TPU v5e-8*,
 # Cloud TPU v3-8, Colab *v5e-1*): GRPO mostly generates. On this project's 2-core CPU,
-# `tiny` trains 200 steps in about 5 minutes (fewer do not beat the seed spread); the
-# progress bar gives yours.
+# `tiny` trains 200 steps in about 5 minutes; the progress bar gives yours.
 
 # %% [markdown]
 # ## Setup
@@ -88,9 +86,9 @@ print(f"run {run.path}: {len(splits.grpo)} GRPO prompts; GRPO starts from the "
 # %% [markdown]
 # ## The stage's settings
 # `num_generations` is the group size (answers per prompt), `beta` the KL penalty's
-# weight, `epsilon` the clipping range, `loss` the policy-loss variant. GRPO generates (a
-# KV cache per answer), then trains; the memory line names the larger phase. Its mesh
-# favours tensor parallelism: weights stay resident while generating token by token.
+# weight, `epsilon` the clipping range. GRPO generates (a KV cache per answer), then
+# trains; the memory line names the larger phase. Its mesh favours tensor parallelism:
+# weights stay resident while generating token by token.
 
 # %%
 for key, value in dataclasses.asdict(preset.grpo).items():
@@ -102,7 +100,7 @@ print(f"memory: about {hardware.format_bytes(budget.total)} per device of "
 
 # %% [markdown]
 # ## The model we start from
-# The base weights, with the previous stage's adapters from its checkpoints.
+# The base weights plus the previous stage's adapters (its checkpoints).
 
 # %%
 _, model, tok, _ = models.load_policy(preset, run, start, mesh=None)
@@ -111,9 +109,8 @@ print(f"{preset.model.num_params / 1e6:.1f}M base parameters + LoRA rank {preset
 
 # %% [markdown]
 # ## One training row, and the reward functions
-# GRPO's data has no completions. A row is the formatted prompt, gold answer and domain. A
-# batch is a dict of 1-D numpy arrays, one per column. The reward functions get every
-# column but the prompts as keyword arguments.
+# A GRPO row has no completion: the formatted prompt, gold answer and domain. A batch is a
+# dict of 1-D numpy arrays, one per column.
 
 # %%
 rows = train.grpo_records(splits.grpo)
@@ -125,10 +122,11 @@ print(batch["prompts"][0])
 
 # %% [markdown]
 # A reward function is plain Python: `fn(prompts, completions, answer=..., domain=...,
-# ...)` returns a float per completion. Tunix sums them. `grpo.rewards` pairs a
-# `reasonkit.rewards` function with a weight, e.g. `get_preset(name, **{"grpo.rewards":
-# [["format_exact", 1.0], ["answer_correct", 2.0]]})`. A weight other than 1 wraps it in
-# `rewards.weighted`. The preset's five, unweighted:
+# ...)`, every other column as a keyword, returns a float per completion. Tunix sums them.
+# `grpo.rewards` pairs a `reasonkit.rewards` function with a weight, e.g.
+# `get_preset(name, **{"grpo.rewards": [["format_exact", 1.0], ["answer_correct",
+# 2.0]]})`. A weight other than 1 wraps it in `rewards.weighted`. The preset's five,
+# unweighted:
 
 # %%
 reward_fns = rewards.from_config(preset.grpo.rewards)
@@ -137,8 +135,8 @@ for fn in reward_fns:  # the first line of each docstring, without its reST mark
 
 # %% [markdown]
 # ## Before: the starting model on three held-out questions
-# The three held-out prompts of `03_sft` and `04_dpo`, greedy, scored by `evaluate.score`;
-# then each reward function's score.
+# The three held-out prompts of `03_sft` and `04_dpo`, greedy, scored by `evaluate.score`
+# and by each reward function.
 
 # %%
 EXAMPLES = notebook.pick_examples(splits.eval)  # math, coding, summarization if present
@@ -154,20 +152,18 @@ display(Markdown(notebook.reward_table(EXAMPLES, scored)))
 # %% [markdown]
 # ## How GRPO learns, and what it logs
 # The policy samples a **group** of answers per prompt at `temperature`. An answer's
-# reward is the sum of the functions above. Its **advantage** is how much it beat its
-# group (formula below). The group is the baseline: no learned value model (PPO's critic),
-# no second large network in memory. The update is clipped as in PPO and penalised by the
-# KL.
+# **advantage** is how much its reward beat its group's (formula below). The group is the
+# baseline: no learned value model (PPO's critic), no second large network in memory.
+# Updates are clipped as in PPO, penalised by the KL.
 #
 # - **Each reward is logged alone** (`rewards/train/<name>`, total `rewards/train/sum`).
 #   The total hides trade-offs: it can rise while `answer_correct` stays flat (the model
 #   polishes its tags) or a format reward falls. Reward hacking shows here first.
 # - **KL** (`actor/train/kl`): per token, how far the policy has moved from the reference
-#   (the starting policy: near 0 at first) on its answers. A steep climb is fast drift,
-#   often towards what the rewards over-pay. The estimator is `low_var_kl`
-#   (`grpo.kl_loss_mode`), the GRPO paper's `exp(ref - logp) - (ref - logp) - 1`. Tunix
-#   0.1.7's default `kl`, `logp - ref`, has a gradient free of the reference: it never
-#   pulls back.
+#   (the starting policy) on its answers. A steep climb is fast drift, often towards what
+#   the rewards over-pay. The estimator is `low_var_kl` (`grpo.kl_loss_mode`), the GRPO
+#   paper's `exp(ref - logp) - (ref - logp) - 1`. Tunix 0.1.7's default `kl`,
+#   `logp - ref`, has a gradient free of the reference: it never pulls back.
 # - **The loss**, `grpo.loss`: `"grpo"` (default), `"gspo-token"` (GSPO: sequence-level
 #   importance ratios), `"dapo"` (no KL term, asymmetric clipping, token-mean loss) or
 #   `"dr-grpo"` (no length or std normalisation). E.g. `get_preset(name, **{"grpo.loss":
@@ -175,16 +171,16 @@ display(Markdown(notebook.reward_table(EXAMPLES, scored)))
 
 # %% [markdown]
 # ## One group, by the numbers
-# The starting policy answers the first prompts of the first batch `num_generations` times
+# The starting policy answers the first batch's first prompts `num_generations` times
 # each, sampled like the rollouts (a Tunix sampler, GRPO's temperature, top-p, top-k and
-# lengths). The rewards score each answer. Advantages are Tunix 0.1.7's, with the group's
-# sample standard deviation (`notebook.group_advantages`, tested against Tunix's own):
+# lengths); the rewards score each. Advantages are Tunix 0.1.7's, with the group's sample
+# standard deviation (`notebook.group_advantages`, tested against Tunix's own):
 #
 # $$A_i = \frac{r_i - \operatorname{mean}(r_1, \dots, r_G)}{\operatorname{std}(r_1, \dots, r_G) + 10^{-6}}$$
 #
 # They sum to zero in a group. The loss makes each token of an answer above the mean more
-# likely, below it less, in proportion to $A_i$. The table shows the first group whose
-# rewards differ.
+# likely, below it less, in proportion to $A_i$. The table shows the first group with
+# differing rewards.
 
 # %%
 G = preset.grpo.num_generations
@@ -201,12 +197,12 @@ display(Markdown(notebook.advantage_table(groups["completions"][part], {
     name: values[part] for name, values in groups["rewards"].items()}, groups["advantages"][part])))
 
 # %% [markdown]
-# If all answers score the same, the standard deviation is 0 and so is every advantage
-# (hence the $10^{-6}$): only the KL term acts. That is common. On `tiny`, 8 SFT answers
-# at temperature 0.9 are all wrong on 33% of GRPO prompts, all right on 6%
-# (`docs/experiments.md`). On about 39% of groups `answer_correct` cannot tell answers
+# If all answers score the same, the standard deviation and every advantage are 0 (hence
+# the $10^{-6}$): only the KL term acts. That is common: on `tiny`, 8 SFT answers at
+# temperature 0.9 are all wrong on 33% of GRPO prompts, all right on 6%
+# (`docs/experiments.md`). In about 39% of groups `answer_correct` cannot tell answers
 # apart; unless the format or partial-credit rewards do, they teach nothing. Larger groups
-# make this rarer, as do prompts of the right difficulty. A constructed one:
+# and prompts of the right difficulty make this rarer. A constructed one:
 
 # %%
 same = [5.0] * G  # every answer well-formed (format_exact 3 + format_approx 2) and wrong
@@ -219,9 +215,9 @@ models.free()  # the trainer loads its own copy onto the GRPO mesh
 # %% [markdown]
 # ## Tunix's configs for GRPO
 # As in Tunix's example, GRPO is two objects. An `RLCluster` puts three roles on meshes:
-# the **actor** (trains), the **reference** (the starting policy, frozen) and the
-# **rollout** (a sampler). A `GRPOLearner` takes the cluster, the reward functions and a
-# `GRPOConfig`; `train(batches)` loops: sample, score, compute advantages, update.
+# the **actor** (trains), the **reference** (frozen) and the **rollout** (a sampler). A
+# `GRPOLearner` takes the cluster, the reward functions and a `GRPOConfig`;
+# `train(batches)` loops: sample, score, compute advantages, update.
 #
 # Three configs: `RLTrainingConfig` (the actor's optimizer, steps, checkpoints, metrics),
 # `RolloutConfig` (sampling, stop ids) and `GRPOConfig` (G, `beta`, `epsilon`, KL
@@ -250,7 +246,7 @@ for part in (training_config, rollout_config, *([algo_config] if cfg.loss in ("g
 
 # %% [markdown]
 # ## Train
-# `train.stage_run` opens the stage and gives the cell below its parts:
+# `train.stage_run` opens the stage and gives the cell below:
 #
 # - `r.policy`, `r.reference`: two sets of adapters on one shared base, on GRPO's mesh
 #   `r.mesh`.
@@ -259,7 +255,7 @@ for part in (training_config, rollout_config, *([algo_config] if cfg.loss in ("g
 # - `r.patch(learner)`: patches, each a call on Tunix's object.
 #   - The rollout traces the policy without remat (Tunix's sampler cannot decode a remat
 #     model). Prefill computes the output layer at the last position only.
-#   - Fresh noise. With no rollout seed, Tunix 0.1.7 samples every step with `PRNGKey(0)`,
+#   - Fresh noise: with no rollout seed, Tunix 0.1.7 samples every step with `PRNGKey(0)`,
 #     exploring the same few deviations. `tunix_patches.grpo.patch_grpo_step` keys each
 #     step from `grpo.seed` and the step number, so a resume samples alike.
 #   - `preset.optimisations`: each prompt prefilled once for its G answers. Steps padded
@@ -310,9 +306,9 @@ if r.trains:
 # %% [markdown]
 # ## The curves
 # One point per step (`batch_size` prompts x `num_generations` answers). Left: each
-# reward's mean over the step's answers. Middle: their total. Right: the KL. TensorBoard
-# adds `completions/train/mean_length`, `actor/train/pg_clipfrac` and more. `03_sft`'s
-# `%tensorboard` cell shows it, with `run.stage("grpo")`.
+# reward's mean. Middle: their total. Right: the KL. TensorBoard (`03_sft`'s
+# `%tensorboard` cell, with `run.stage("grpo")`) adds `completions/train/mean_length`,
+# `actor/train/pg_clipfrac` and more.
 
 # %%
 fig = notebook.plot_grpo(train.read_metrics(run, "grpo"), reward_fns, beta=preset.grpo.beta)
@@ -341,7 +337,7 @@ if p["checks"]:
 
 # %% [markdown]
 # ## After: the same three questions
-# Now with the GRPO adapters, greedy as before.
+# With the GRPO adapters, greedy as before.
 
 # %%
 if finished:
@@ -363,8 +359,8 @@ else:
 # - `grpo/gguf`, with `gguf="f16"`: one GGUF file (2 GB; `"q8_0"` halves it) and an Ollama
 #   Modelfile, for llama.cpp, Ollama and LM Studio (`docs/exports.md`).
 #
-# Only the final stage is exported. `train.export(train.train_or_load(preset, run, "sft"),
-# preset, run, merged=False)` exports another's adapters.
+# Only the final stage is exported; `train.export(train.train_or_load(preset, run, "sft"),
+# preset, run, merged=False)` exports another's.
 
 # %%
 if not finished:
@@ -378,17 +374,17 @@ else:
 # ## Try it: format rewards only
 # The cell below branches this run (`runs.branch`) into `<run>-format-only`, copying its
 # data, SFT and DPO stages; this run is untouched. There GRPO trains on the two format
-# rewards for an eighth of the steps. That is 25 on `tiny`: about a minute on 2 cores,
-# reusing the main run's compiled programs. It runs if `TRY_IT = True` or the time model
-# gives under 5 minutes; else it prints the cost. That model is `python -m reasonkit
-# plan`'s: steps x FLOPs per step / (peak x assumed utilisation).
+# rewards for an eighth of the steps: 25 on `tiny`, about a minute on 2 cores, reusing the
+# main run's compiled programs. It runs if `TRY_IT = True` or the time model gives under 5
+# minutes; else it prints the cost. That model is `python -m reasonkit plan`'s: steps x
+# FLOPs per step / (peak x assumed utilisation).
 #
-# Nothing pays for right answers, so nothing pushes accuracy up (`06_evaluation` adds a
-# row). On `tiny` SFT already taught the format (about 98% of greedy answers), leaving
-# little to pay for. In half or more of the groups all G answers score alike (right-hand
-# curve) and teach nothing. The rest reward odd samples that broke the format. Format pass
-# stays top; accuracy, within noise of DPO's. Reward hacking exploits a reward maxed
-# without solving the task: harmless here, how GRPO games a leaky checker on a real model.
+# Nothing pays for right answers, so format pass stays top and accuracy within noise of
+# DPO's (`06_evaluation` adds a row). On `tiny` SFT already taught the format (about 98%
+# of greedy answers), leaving little to pay for. In half or more groups all G answers
+# score alike (right-hand curve); the rest reward odd samples that broke the format. That
+# is reward hacking, a reward maxed without solving the task: harmless here, how GRPO
+# games a leaky checker on a real model.
 
 # %%
 FORMAT_ONLY = [["format_exact", 1.0], ["format_approx", 1.0]]
@@ -412,27 +408,26 @@ else:
 
 # %% [markdown]
 # ## Check: GRPO moved the policy, for the right answers
-# The last cell calls `notebook.check_grpo`, comparing the first and last quarter of GRPO's
-# steps. It fails a GRPO that did not do its job (a learning rate of 1e-12, adapters left
-# at their start, a reward not paying for right answers):
+# The last cell's `notebook.check_grpo` compares the first and last quarter of GRPO's
+# steps. It fails a GRPO that did not do its job:
 #
 # - **The policy moved**: the KL (0 at the first step) is at least 0.0001 in the last
-#   quarter, and above the first quarter's.
-# - **It was paid for right answers**: `answer_correct` is among the logged rewards. A run
-#   on format rewards alone, which also move the policy and KL, fails here.
+#   quarter, and above the first quarter's. Adapters left at their start (a learning rate
+#   of 1e-12) fail here.
+# - **It was paid for right answers**: `answer_correct` is among the logged rewards. A
+#   format-only run, which also moves the policy and KL, fails here.
 # - **Right answers did not fall**: `answer_correct`'s last-quarter mean is at most three
 #   standard errors (its step-to-step spread over a quarter) below the first's. A collapse
 #   (too high a learning rate, a gamed reward) fails here.
-# - **Held-out accuracy did not fall**: each check keeps its verdict per prompt
-#   (`grpo/held_out.jsonl`). The last check is at most two *paired* standard errors below
-#   the first, on the same prompts (`train.held_out.first_and_last`). A run from before
-#   those files falls back to two binomial standard errors of the block: about 17 points
-#   on 32 prompts, far looser. `06_evaluation` makes the paired comparison on every
-#   held-out prompt.
+# - **Held-out accuracy did not fall**: the last check is at most two *paired* standard
+#   errors below the first, from each check's per-prompt verdicts (`grpo/held_out.jsonl`,
+#   `train.held_out.first_and_last`). Runs predating those files fall back to two binomial
+#   standard errors: about 17 points, far looser. `06_evaluation` compares, paired, on
+#   every held-out prompt.
 #
-# Not asserted: a rise in `answer_correct` or held-out accuracy. On `tiny` it is below
-# their noise over a run (the curves; `docs/experiments.md`; "What next"). The cell prints
-# each change and its noise band.
+# Not asserted: a rise in `answer_correct` or held-out accuracy, below their noise over a
+# `tiny` run (the curves; `docs/experiments.md`; "What next"). The cell prints each change
+# and its noise band.
 #
 # **What GRPO did on the real Gemma 3 270M** (`benchmarks/results/real_270m_cpu.json`). It
 # won back +2.2 ± 0.9 points over DPO, paired, to 42.1%. That is a repair, in the domains
@@ -450,23 +445,23 @@ else:
 # - Run `06_evaluation`: base, SFT, DPO and GRPO on the whole held-out set, same decoding.
 #   Format pass, accuracy, pass@k, maj@k, regressions.
 # - In new runs (`REASONKIT_RUN=...`), compare loss variants (`grpo.loss`).
-# - Change the rewards: reweigh them (`grpo.rewards`), add `["multi_domain", 1.0]` for the
-#   non-math domains, or pass your own: `train.train_grpo(preset, run, reward_fns=[...])`.
+# - Change `grpo.rewards`: reweigh them, add `["multi_domain", 1.0]` for the non-math
+#   domains, or pass your own: `train.train_grpo(preset, run, reward_fns=[...])`.
 # - Larger groups (`grpo.num_generations`) steady the advantages. More steps let the
 #   accuracy reward move, not just format.
-# - Expect a small gain on `tiny`. A million-parameter model learns its GRPO prompts but
+# - Expect a small gain on `tiny`: a million-parameter model learns its GRPO prompts but
 #   carries little to new ones. Over seven seeds, 200 steps add about a point on 5787
-#   fresh held-out prompts (more than SFT's seed spread), 60 steps a third of one. One run
-#   on 06's 96 prompts cannot tell either from noise (`docs/results.md`). To compare, run
-#   02-06 in a new run with `REASONKIT_OVERRIDES='{"grpo.max_steps": 60}'` (4 minutes of
-#   GRPO).
+#   fresh held-out prompts, more than SFT's seed spread; 60 steps add a third of one,
+#   less. One run on 06's 96 prompts cannot tell either from noise (`docs/results.md`). To
+#   compare, run 02-06 in a new run with `REASONKIT_OVERRIDES='{"grpo.max_steps": 60}'` (4
+#   minutes of GRPO).
 # - SFT's errors on `tiny` are mostly facts (`13 - 2 = 7`), new in every prompt, which one
 #   right-or-wrong bit per answer teaches slowly. GRPO fixes habits: summarization stopped
 #   counting an item twice. We tried prompts one step harder (`grpo.difficulty`), kept
 #   where the policy is right 1 to 7 times of 8 (`grpo.keep_contrast`), paying only
 #   answers its reasoning supports (`answer_verified`). Training reward rose by half,
-#   fresh hard prompts by one point, in twice the time, and the pilot's stop rule fired.
-#   A later control run with Dr. GRPO's loss gained two. SFT on the policy's own verified
-#   answers gained as much (`docs/results.md`, "GRPO on harder prompts"). To try: a new
-#   run with `REASONKIT_OVERRIDES` = `HARD` from `benchmarks/grpo/grpo_hard.py`;
-#   `06_evaluation` measures its hard block.
+#   fresh hard prompts by one point, in twice the time, and the pilot's stop rule fired. A
+#   later control run with Dr. GRPO's loss gained two; SFT on the policy's own verified
+#   answers, as much (`docs/results.md`, "GRPO on harder prompts"). To try: a new run with
+#   `REASONKIT_OVERRIDES` = `HARD` from `benchmarks/grpo/grpo_hard.py`; `06_evaluation`
+#   measures its hard block.

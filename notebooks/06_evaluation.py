@@ -25,8 +25,7 @@
 # follows, DPO cut format pass from 89.5% to 76.8%.
 #
 # **What you need:** the splits from `02_dataset_rebalance` and any finished `03_sft`,
-# `04_dpo`, `05_grpo` (others are skipped with a note). `tiny` runs on a CPU; Gemma
-# presets need the TPU they trained on.
+# `04_dpo`, `05_grpo`. `tiny` runs on a CPU; Gemma presets need the TPU they trained on.
 
 # %% [markdown]
 # ## Setup
@@ -99,9 +98,9 @@ print(template.format_prompt(example["prompt"]))
 
 # %% [markdown]
 # ## Which stages?
-# The base model, then each stage with a `finished.json`. A stage stopped early (deadline)
-# has only checkpoints, so it is skipped: its adapters are not what it set out to train.
-# Rerun its notebook to resume.
+# The base, then each stage with a `finished.json`. A stage stopped early (deadline) has
+# only checkpoints, not the adapters it set out to train, and is skipped. Rerun its
+# notebook to resume.
 
 # %%
 stages = ["base"]
@@ -123,10 +122,9 @@ print("evaluating:", " -> ".join(stages))
 # and a `CacheConfig` (a KV cache for prompt plus answer). It pads prompts to
 # `max_prompt_length`, then decodes greedily (temperature 0) to a stop id or
 # `max_generation_steps`, or samples with `temperature`, `top_p`, `top_k`. Here the last
-# stage answers the prompt above. One patch, `train.without_remat`,
-# passes the model with rematerialisation off (same arrays). The sampler traces its graph,
-# which cannot decode with `model.remat` on (every Gemma preset). `evaluate` builds one
-# per stage, for batches.
+# stage answers the prompt above. One patch, `train.without_remat`, passes the model with
+# rematerialisation off (same arrays): the sampler's traced graph cannot decode with
+# `model.remat` on (every Gemma preset). `evaluate` builds one per stage, for batches.
 
 # %%
 from tunix import CacheConfig, Sampler
@@ -150,8 +148,7 @@ models.free()
 # Per stage: load the base plus its LoRA adapters, generate greedy and sampled completions
 # for every prompt, score them with the GRPO rewards' answer extraction, free the model.
 # It runs on GRPO's generation mesh (`mesh.stage_mesh(preset, "eval")`). Nothing is
-# cached; re-runs recompute every row identically (greedy is deterministic, samples
-# seeded).
+# cached; re-runs recompute every row identically.
 
 # %%
 models.read_platform_secrets()  # Gemma weights: HF_TOKEN or KAGGLE_* secrets, never printed
@@ -169,11 +166,11 @@ results, seconds = evaluate.evaluate_run(preset, run, stages, mesh=eval_mesh)
 #   (no reasoning block, say).
 # - **lenient accuracy**: the tag's answer or, with no usable tag, the free text's final
 #   one is right ("So the answer is 16", the last `\boxed{}` or number).
-#   (lm-evaluation-harness's "flexible-extract" on GSM8K.) A base never taught the tags
-#   answers in prose: this column, not accuracy (near 0), shows what it knows.
+#   (lm-evaluation-harness's "flexible-extract" on GSM8K.) For a base (accuracy near 0),
+#   this column shows what it knows.
 # - **partial accuracy**: credit for near misses (numbers within 10%, overlapping items).
 # - **pass@k**: one of k samples is right. **maj@k**: the most common sampled answer is
-#   right. A large gap: the model *can* find the answer, not reliably: GRPO's room.
+#   right.
 
 # %%
 k = preset.eval.num_samples
@@ -186,7 +183,7 @@ plt.show()
 # is noise.
 #
 # **What SFT gains, and what it costs.** Compare the base's lenient accuracy with SFT's
-# strict accuracy. SFT gains the format: checkable answers, in one place, every time. The
+# strict one. SFT gains the format: checkable answers, in one place, every time. The
 # difference is the correctness gained, maybe negative: a base solving a task in its own
 # words may solve fewer in tags.
 
@@ -203,13 +200,12 @@ if "base" in results and "sft" in results:
 # %% [markdown]
 # ## pass@k and changed answers
 # GRPO's pass@1 rising towards earlier stages' pass@k is GRPO turning *sometimes* into
-# *reliably*. Then: greedy answers GRPO changed from its starting stage.
+# *reliably*; a large gap is its room. Then: greedy answers GRPO changed from its starting
+# stage.
 #
-# With `grpo.difficulty` above the data's, GRPO trained one step harder than SFT's gold
-# traces (one more step or item). It kept prompts the policy got right only *sometimes*
-# (`grpo.keep_contrast`): all-right or all-wrong groups teach nothing about correctness.
-# This section then measures on the block `02_dataset_rebalance` held out at that
-# difficulty; else on the held-out set.
+# With `grpo.difficulty` above the data's, GRPO trained one step harder (one more step or
+# item; see `05_grpo`), and this section measures on the block `02_dataset_rebalance` held
+# out at that difficulty; else on the held-out set.
 
 # %%
 hard = {s: results[s]["hard"] for s in results if "hard" in results[s]}
@@ -227,12 +223,11 @@ if "grpo" in block and before in block:
 
 # %% [markdown]
 # ## Try it: format-only GRPO
-# `05_grpo`'s last section retrains GRPO in a branch, `<run>-format-only`, from the same
-# adapters, rewarded for format alone. If it ran, it is a row here. GRPO knows the task
-# only through its reward. So format pass holds or rises; accuracy stays or drifts. The
-# reward is met, the task not: reward hacking in miniature, and why `grpo.rewards` has
-# answer rewards (`answer_correct`, `answer_close`, `numeric_backup`). On `tiny`, expect
-# both GRPO rows within noise of DPO's accuracy: short GRPO gains little. With Gemma and
+# `05_grpo`'s last section trains a GRPO branch, `<run>-format-only`, on format rewards
+# alone; if run, it is a row here. GRPO knows the task only through its reward; here it
+# meets the reward, not the task: reward hacking in miniature, and why `grpo.rewards` has
+# answer rewards (`answer_correct`, `answer_close`, `numeric_backup`). On `tiny` short
+# GRPO gains little: expect both GRPO rows within noise of DPO's accuracy. With Gemma and
 # full steps, their gap is the lesson.
 
 # %%
@@ -249,13 +244,13 @@ else:
 
 # %% [markdown]
 # ## GSM8K test
-# This run's held-out set has no published numbers. GSM8K's test split does: 1319
+# Unlike this run's held-out set, GSM8K's test split has published numbers: 1319
 # grade-school problems, apart from the train split `02` may use. Each stage answers each
-# once, greedily, prompted as above. **strict**: the `<answer>` tag is right. **lenient**:
-# the last `\boxed{}` or number anywhere is right, tags or not. Prompts over
-# `eval.max_prompt_length` count as wrong, ungenerated ("too long"). `docs/gsm8k.md` lists
-# published numbers and their methods: a range, not like for like. `eval.gsm8k_test` picks
-# the source (`"hf"` on Gemma presets); `tiny` skips it.
+# once, greedily, as above. **strict**: the `<answer>` tag is right. **lenient**: the last
+# `\boxed{}` or number anywhere is right. Prompts over `eval.max_prompt_length` count as
+# wrong, ungenerated ("too long"). `docs/gsm8k.md` lists published numbers and their
+# methods: a range, not like for like. `eval.gsm8k_test` picks the source (`"hf"` on Gemma
+# presets); `tiny` skips it.
 
 # %%
 if any("gsm8k" in res for res in results.values()):
@@ -280,10 +275,10 @@ plt.show()
 
 # %% [markdown]
 # ## Extraction failures
-# Completions lacking a usable answer count under one reason, as in the rewards. `ok`:
-# answer extracted, maybe wrong. `no_answer_tag`: a base that never saw the tags.
-# `unclosed_tag`: a stage that learned the tags but rambles past `max_generation_length`.
-# `text_after_answer`: no stop after `</answer>`.
+# Each completion counts under one reason. `ok`: answer extracted, maybe wrong.
+# `no_answer_tag`: a base that never saw the tags. `unclosed_tag`: a stage that learned
+# the tags but rambles past `max_generation_length`. `text_after_answer`: no stop after
+# `</answer>`.
 
 # %%
 display(Markdown(notebook.failure_table(results)))
@@ -355,8 +350,7 @@ display(Markdown(notebook.bullets(moved, "- no domain moved beyond noise" if len
 # ## Optional: LLM judge
 # Code checks format and accuracy, not reasoning *quality*. With a strong model, define
 # `JUDGE` to score each greedy completion 1-10 for reasoning and answer. Off by default,
-# it needs network and costs API calls (per prompt and stage, up to `JUDGE_MAX_ROWS`
-# prompts each). For example:
+# it needs network and costs an API call per prompt and stage. For example:
 #
 # ```python
 # import json
@@ -392,15 +386,14 @@ else:
 
 # %% [markdown]
 # ## Exports and push
-# `05_grpo` exported GRPO to `runs/<run>/grpo/`: `adapter` (PEFT), `merged` (safetensors +
-# tokenizer, for transformers, vLLM, Tunix, like any Gemma checkpoint;
-# `models.load_model(run.stage("grpo") / "merged", preset.model)` loads it) and, with
-# `gguf="f16"`, `gguf` (a GGUF file and an Ollama Modelfile, for llama.cpp, Ollama, LM
-# Studio). Every CI run reloads the merged model and reads the GGUF back. transformers
-# gets the same logits from merged and f16 GGUF, within 2e-3 (`benchmarks/exports/hf_parity.py`,
-# `benchmarks/exports/gguf_export.py`). Ollama's Go template engine renders the Modelfile's
-# template as the chat template. llama.cpp, Ollama and LM Studio themselves were not run
-# (`docs/exports.md`).
+# `05_grpo` exported GRPO to `runs/<run>/grpo/`. Its `merged` safetensors load in
+# transformers, vLLM or Tunix like any Gemma checkpoint;
+# `models.load_model(run.stage("grpo") / "merged", preset.model)` loads them here. Every
+# CI run reloads the merged model and reads the GGUF back: transformers gets the same
+# logits from both, within 2e-3 (`benchmarks/exports/hf_parity.py`,
+# `benchmarks/exports/gguf_export.py`). Ollama's Go template engine renders the
+# Modelfile's template as the chat template. llama.cpp, Ollama and LM Studio themselves
+# were not run (`docs/exports.md`).
 #
 # `models.push` uploads an export once, with model card and licence, to the Hugging Face
 # Hub (`hf:<you>/<name>`) or Kaggle Models
@@ -424,8 +417,8 @@ else:
 # ## Save
 # `runs/<run>/eval/` gets `results.json` (settings, every summary),
 # `completions_<stage>.jsonl` (every scored row), `stage_table.md` and the plots. With
-# GSM8K, also `gsm8k_table.md` and `gsm8k_completions_<stage>.jsonl`. Evaluation derives
-# from checkpoints, not training, so re-runs replace these files instead of refusing.
+# GSM8K, also `gsm8k_table.md` and `gsm8k_completions_<stage>.jsonl`. Evaluation only
+# reads checkpoints, so re-runs replace these files instead of refusing.
 
 # %%
 out = evaluate.save_run(run, preset, results, seconds, files={
@@ -445,10 +438,10 @@ print(sorted(p.name for p in out.iterdir()))
 # - **SFT beats the base on format** by at least 20 points: a base does not write the
 #   tags, nor would an SFT that learned nothing.
 # - **The last stage does not end below SFT**: its accuracy is at most two paired standard
-#   errors below SFT's, on the same prompts. Paired, a prompt both get right adds no noise.
-#   A series that ends worse than SFT fails here: keep SFT's adapters.
+#   errors below SFT's (paired: a prompt both get right adds no noise). A series ending
+#   worse than SFT fails here: keep SFT's adapters.
 #
-# GRPO beating SFT is not asserted: on `tiny` a point or two is noise (`docs/results.md`).
+# Not asserted: GRPO beating SFT, within seed noise on `tiny` ("What next").
 #
 # **What the series did on the real Gemma 3 270M** (`benchmarks/results/real_270m_cpu.json`,
 # 504 prompts). SFT took accuracy from 0.0% to 44.6%. DPO lost 4.8 ± 1.5 points, paired.
@@ -474,10 +467,10 @@ print(notebook.check_stages(results, stages))
 # - **More GRPO steps**, if pass@k is well above accuracy:
 #   `REASONKIT_OVERRIDES='{"grpo.max_steps": 1600}'` and `RETRAIN = True` in `05_grpo`
 #   retrain GRPO from its start (finished stages never extend silently). Or rerun 02-06
-#   with it under a new run name, keeping both.
+#   with it in a new run, keeping both.
 # - **The loss variants**, in a new run: ORPO for DPO (`**{"dpo.algorithm": "orpo"}`), or
-#   another `"grpo.loss"` (`"gspo-token"`, `"dapo"`, `"dr-grpo"`). Compare stage tables,
-#   and whether format pass still drops after the preference stage.
+#   another `"grpo.loss"` (`"gspo-token"`, `"dapo"`, `"dr-grpo"`). Compare stage tables:
+#   does format pass still drop after the preference stage?
 # - **Tell a change from noise (tiny preset)**, where a seed moves accuracy a point or
-#   two. `python -m benchmarks.grpo.seeds` trains the three stages for seven seeds, scored on
-#   1036 and 5787 held-out prompts (`docs/results.md`); `--seeds 0 1 2` for fewer.
+#   two. `python -m benchmarks.grpo.seeds` trains the three stages for seven seeds, scored
+#   on 1036 and 5787 held-out prompts (`docs/results.md`); `--seeds 0 1 2` for fewer.
