@@ -12,7 +12,6 @@ from __future__ import annotations
 from reasonkit.config import Preset
 from reasonkit.runtime import compiles
 from reasonkit.tunix_patches import (
-    PATCHES,
     attention,
     grpo,
     in_force,
@@ -25,7 +24,7 @@ from reasonkit.tunix_patches import (
     trainers,
 )
 
-__all__ = ["PATCHES", "patch_sft_trainer", "patch_dpo_trainer", "patch_rl_cluster", "patch_grpo_learner",
+__all__ = ["patch_sft_trainer", "patch_dpo_trainer", "patch_rl_cluster", "patch_grpo_learner",
            "without_remat", "show_recent", "detached_after", "rl_metrics_logger", "dpo_prepared_inputs",
            "abstract_models_stay_put", "sampler_of", "sampler_programs", "SharedPrefill",
            "tpu_sharding_constraints", "attention_block_size", "logprob_chunk_positions",

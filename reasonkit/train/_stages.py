@@ -288,8 +288,9 @@ def _open(preset: Preset, run: RunDir, name: str, *, deadline: float | None, ret
           reward_fns: Sequence[Callable] | None) -> StageRun:
     """Open a stage that trains: refuse a finished one (or clear it: ``retrain``), read the
     splits, find the stage it starts from, record its settings (refusing a resume under other
-    ones) and build its models on its mesh. GRPO's rewards are resolved first (an unknown name
-    is refused with the stage untouched), each wrapped in :class:`Recorded`."""
+    ones) and make its mesh (:func:`_opened` builds the models on it). GRPO's rewards are
+    resolved first (an unknown name is refused with the stage untouched), each wrapped in
+    :class:`Recorded`."""
     if name == "grpo":
         fns = grpo_reward_fns(preset) if reward_fns is None else list(reward_fns)
         reward_fns = [Recorded(fn) for fn in fns]
